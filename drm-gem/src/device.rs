@@ -1,0 +1,301 @@
+//! Opening DRM device nodes and enumerating the ones a machine has.
+
+use crate::error::{Error, Result};
+use crate::sys_call;
+use ioctl_sys::drm as sys;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
+use std::path::{Path, PathBuf};
+
+/// The two kinds of DRM node userspace opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeKind {
+    /// `/dev/dri/card*` (minors 0-63): KMS, master, dumb buffers.
+    Primary,
+    /// `/dev/dri/renderD*` (minors 128-191): rendering and buffer sharing, no KMS.
+    Render,
+}
+
+impl NodeKind {
+    /// Classifies a DRM char-device minor number (the kernel's `DRM_MINOR_*` ranges).
+    pub fn from_minor(minor: u32) -> Option<Self> {
+        match minor {
+            0..=63 => Some(Self::Primary),
+            128..=191 => Some(Self::Render),
+            _ => None,
+        }
+    }
+
+    /// `"primary"` or `"render"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Render => "render",
+        }
+    }
+}
+
+/// The driver behind a node, from `DRM_IOCTL_VERSION`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverVersion {
+    /// Driver name (`vkms`, `virtio_gpu`, `bochs-drm`, ...).
+    pub name: String,
+    /// `major.minor.patchlevel` of the driver interface.
+    pub version: (i32, i32, i32),
+    /// Driver date string (frozen by most drivers, empty on newer kernels).
+    pub date: String,
+    /// Human description.
+    pub desc: String,
+}
+
+/// An open DRM device node (`/dev/dri/card*` or `/dev/dri/renderD*`).
+#[derive(Debug)]
+pub struct Device {
+    fd: OwnedFd,
+    kind: NodeKind,
+}
+
+impl Device {
+    /// Opens `path` read-write and close-on-exec, and checks that it is a DRM node.
+    ///
+    /// # Errors
+    /// [`Error::Open`] if the open fails; [`Error::NotDrm`] if it is not a DRM node.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(
+            |errno| Error::Open {
+                path: path.to_path_buf(),
+                errno,
+            },
+        )?;
+        Self::from_fd(fd)
+    }
+
+    /// Adopts an open fd (from a compositor, a test fixture, fd passing).
+    ///
+    /// # Errors
+    /// [`Error::NotDrm`] if the fd is not a DRM char device.
+    pub fn from_fd(fd: OwnedFd) -> Result<Self> {
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall("fstat", e))?;
+        let kind = classify(st.st_mode, st.st_rdev)?;
+        Ok(Self { fd, kind })
+    }
+
+    /// Which kind of node this is.
+    pub fn kind(&self) -> NodeKind {
+        self.kind
+    }
+
+    /// `DRM_IOCTL_VERSION`: driver name, version, date and description.
+    ///
+    /// One ioctl in the common case: the buffers start at a size that fits every
+    /// in-tree driver and grow only if the kernel reports longer strings.
+    pub fn driver(&self) -> Result<DriverVersion> {
+        let mut cap = [64usize, 32, 256];
+        loop {
+            let mut name = vec![0u8; cap[0]];
+            let mut date = vec![0u8; cap[1]];
+            let mut desc = vec![0u8; cap[2]];
+            let v = sys_call::version(self.fd.as_fd(), &mut name, &mut date, &mut desc)?;
+            let clamp = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            let want = [clamp(v.name_len), clamp(v.date_len), clamp(v.desc_len)];
+            if want.iter().zip(cap).any(|(w, c)| *w > c) {
+                cap = [
+                    want[0].max(cap[0]),
+                    want[1].max(cap[1]),
+                    want[2].max(cap[2]),
+                ];
+                continue;
+            }
+            let text = |mut b: Vec<u8>, len: usize| {
+                b.truncate(len);
+                if let Some(nul) = b.iter().position(|&c| c == 0) {
+                    b.truncate(nul);
+                }
+                String::from_utf8_lossy(&b).into_owned()
+            };
+            return Ok(DriverVersion {
+                name: text(name, want[0]),
+                version: (v.version_major, v.version_minor, v.version_patchlevel),
+                date: text(date, want[1]),
+                desc: text(desc, want[2]),
+            });
+        }
+    }
+
+    /// `DRM_IOCTL_GET_CAP` for one raw capability number (`DRM_CAP_*`).
+    pub fn raw_cap(&self, cap: u32) -> Result<u64> {
+        let mut arg = sys::drm_get_cap {
+            capability: u64::from(cap),
+            value: 0,
+        };
+        sys_call::get_cap(self.fd.as_fd(), &mut arg)?;
+        Ok(arg.value)
+    }
+}
+
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl From<Device> for OwnedFd {
+    fn from(d: Device) -> OwnedFd {
+        d.fd
+    }
+}
+
+fn classify(mode: u32, rdev: u64) -> Result<NodeKind> {
+    if rustix::fs::FileType::from_raw_mode(mode) != rustix::fs::FileType::CharacterDevice {
+        return Err(Error::NotDrm {
+            why: "not a character device".into(),
+        });
+    }
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    // Trust sysfs rather than a hard-coded major of 226.
+    let sys = format!("/sys/dev/char/{major}:{minor}/subsystem");
+    let subsystem = std::fs::read_link(&sys)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if subsystem.as_deref() != Some("drm") {
+        return Err(Error::NotDrm {
+            why: format!("char device {major}:{minor} is not in the drm subsystem"),
+        });
+    }
+    NodeKind::from_minor(minor).ok_or_else(|| Error::NotDrm {
+        why: format!("minor {minor} is neither a primary nor a render node"),
+    })
+}
+
+/// One DRM node found on the machine, with its sysfs identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// `/dev/dri/...` path.
+    pub path: PathBuf,
+    /// Primary or render.
+    pub kind: NodeKind,
+    /// Char-device major and minor.
+    pub dev: (u32, u32),
+    /// Kernel driver bound to the parent device (`/sys/.../device/driver`), if any.
+    pub driver: Option<String>,
+    /// Bus of the parent device (`pci`, `platform`, `virtio`, ...), if any.
+    pub bus: Option<String>,
+    /// PCI vendor and device ids where the parent is a PCI device.
+    pub pci_id: Option<(u16, u16)>,
+    /// The node's sysfs directory.
+    pub sysfs: PathBuf,
+}
+
+/// Why enumeration found nothing, for a plain message to the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoNodes {
+    /// `/dev/dri` does not exist (no DRM driver loaded, or a container without it).
+    NoDevDri,
+    /// `/dev/dri` exists but holds no DRM nodes.
+    Empty,
+}
+
+/// Lists every DRM primary and render node under `/dev/dri`, sorted by path.
+///
+/// Identity comes from sysfs, so nodes are found by driver, never by number.
+pub fn enumerate() -> core::result::Result<Vec<NodeInfo>, NoNodes> {
+    enumerate_in(Path::new("/dev/dri"))
+}
+
+/// [`enumerate`] over another directory of device nodes.
+pub fn enumerate_in(dir: &Path) -> core::result::Result<Vec<NodeInfo>, NoNodes> {
+    let entries = std::fs::read_dir(dir).map_err(|_| NoNodes::NoDevDri)?;
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(st) = rustix::fs::stat(&path) else {
+            continue;
+        };
+        let Ok(kind) = classify(st.st_mode, st.st_rdev) else {
+            continue;
+        };
+        let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        let sysfs = PathBuf::from(format!("/sys/dev/char/{}:{}", dev.0, dev.1));
+        let link_name = |p: PathBuf| {
+            std::fs::read_link(p)
+                .ok()
+                .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+        };
+        let hex = |p: PathBuf| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
+        };
+        let bus = link_name(sysfs.join("device/subsystem"));
+        let pci_id = if bus.as_deref() == Some("pci") {
+            hex(sysfs.join("device/vendor")).zip(hex(sysfs.join("device/device")))
+        } else {
+            None
+        };
+        out.push(NodeInfo {
+            driver: link_name(sysfs.join("device/driver")),
+            bus,
+            pci_id,
+            path,
+            kind,
+            dev,
+            sysfs,
+        });
+    }
+    if out.is_empty() {
+        return Err(NoNodes::Empty);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minor_ranges() {
+        assert_eq!(NodeKind::from_minor(0), Some(NodeKind::Primary));
+        assert_eq!(NodeKind::from_minor(63), Some(NodeKind::Primary));
+        assert_eq!(NodeKind::from_minor(64), None);
+        assert_eq!(NodeKind::from_minor(128), Some(NodeKind::Render));
+        assert_eq!(NodeKind::from_minor(191), Some(NodeKind::Render));
+        assert_eq!(NodeKind::from_minor(192), None);
+    }
+
+    #[test]
+    fn dev_null_is_not_drm() {
+        let fd = rustix::fs::open("/dev/null", OFlags::RDWR, Mode::empty()).unwrap();
+        match Device::from_fd(fd) {
+            Err(Error::NotDrm { why }) => assert!(why.contains("drm subsystem"), "{why}"),
+            other => panic!("expected NotDrm, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn regular_file_is_not_drm() {
+        let fd = rustix::fs::open("/proc/self/status", OFlags::RDONLY, Mode::empty()).unwrap();
+        assert!(matches!(Device::from_fd(fd), Err(Error::NotDrm { .. })));
+    }
+
+    #[test]
+    fn missing_dir_says_so() {
+        assert_eq!(
+            enumerate_in(Path::new("/nonexistent/dri")),
+            Err(NoNodes::NoDevDri)
+        );
+    }
+
+    #[test]
+    fn get_cap_on_a_non_drm_fd_names_the_ioctl() {
+        // GET_CAP on /dev/null: the kernel answers ENOTTY and the error says which call.
+        let fd = rustix::fs::open("/dev/null", OFlags::RDWR, Mode::empty()).unwrap();
+        let mut arg = sys::drm_get_cap::default();
+        let e = sys_call::get_cap(fd.as_fd(), &mut arg).unwrap_err();
+        assert!(
+            matches!(e, Error::Ioctl { name: "DRM_IOCTL_GET_CAP", errno } if errno == rustix::io::Errno::NOTTY),
+            "{e:?}"
+        );
+    }
+}

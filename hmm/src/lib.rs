@@ -1,0 +1,36 @@
+//! Letting a device see process memory, and registering persistent memory with a device.
+//!
+//! This crate will own `Dmirror` (the test_hmm mirror device), `Udmabuf` with
+//! `SealedMemfd`, `PmemRegion`/`DaxMapping` and `HostRegistration`. So far it exposes the
+//! test_hmm request-number layouts, which differ between kernels.
+//!
+//! ```
+//! use hmm::HmmLayout;
+//! assert_eq!(HmmLayout::V6_0.snapshot_request(), ioctl_sys::test_hmm::v6_0::HMM_DMIRROR_SNAPSHOT);
+//! assert_ne!(HmmLayout::V5_14.snapshot_request(), HmmLayout::V6_0.snapshot_request());
+//! ```
+#![deny(unsafe_code)]
+
+use ioctl_sys::test_hmm::{v5_10, v5_14, v6_0};
+
+/// Which numbering of the test_hmm ioctls a kernel uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HmmLayout {
+    /// Linux 5.10 to 5.13: READ, WRITE, MIGRATE, SNAPSHOT.
+    V5_10,
+    /// Linux 5.14 to 5.19: adds EXCLUSIVE and CHECK_EXCLUSIVE.
+    V5_14,
+    /// Linux 6.0 and later: MIGRATE split into MIGRATE_TO_DEV/TO_SYS, later ones renumbered.
+    V6_0,
+}
+
+impl HmmLayout {
+    /// The `HMM_DMIRROR_SNAPSHOT` request number in this layout.
+    pub const fn snapshot_request(self) -> u32 {
+        match self {
+            Self::V5_10 => v5_10::HMM_DMIRROR_SNAPSHOT,
+            Self::V5_14 => v5_14::HMM_DMIRROR_SNAPSHOT,
+            Self::V6_0 => v6_0::HMM_DMIRROR_SNAPSHOT,
+        }
+    }
+}

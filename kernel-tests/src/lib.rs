@@ -1,0 +1,32 @@
+//! Fixtures for tests that run inside QEMU guests against real kernels and drivers.
+//!
+//! On a host without the device a test prints a loud `SKIP` line and returns; under
+//! `KERNEL_TESTS_STRICT=1` (set by `vm` inside the guest, where the device must exist) the
+//! same skip is a failure, so a broken guest cannot pass silently.
+//!
+//! ```
+//! fn needs_a_node() {
+//!     if drm_gem::enumerate().is_err() {
+//!         kernel_tests::skip!("no DRM nodes on this machine");
+//!     }
+//! }
+//! # if std::env::var_os("KERNEL_TESTS_STRICT").is_none() { needs_a_node(); }
+//! ```
+
+/// Whether this run is strict (inside a guest built to have every device).
+pub fn strict() -> bool {
+    std::env::var_os("KERNEL_TESTS_STRICT").is_some_and(|v| v != "0")
+}
+
+/// Prints why a test did not run and returns from it; panics instead in strict mode.
+#[macro_export]
+macro_rules! skip {
+    ($($why:tt)+) => {{
+        let why = format!($($why)+);
+        if $crate::strict() {
+            panic!("required in strict mode: {why}");
+        }
+        eprintln!("SKIP {}: {why}", module_path!());
+        return;
+    }};
+}

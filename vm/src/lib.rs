@@ -1,0 +1,1 @@
+//! QEMU kernel-matrix harness (work in progress).
