@@ -30,3 +30,16 @@ macro_rules! skip {
         return;
     }};
 }
+
+/// Whether this process runs inside a `vm` guest.
+pub fn in_guest() -> bool {
+    std::env::var_os("VM_GUEST").is_some()
+}
+
+/// The first DRM node whose bound driver (sysfs) is one of `drivers`.
+pub fn node_of_driver(drivers: &[&str]) -> Option<drm_gem::NodeInfo> {
+    drm_gem::enumerate()
+        .ok()?
+        .into_iter()
+        .find(|n| n.driver.as_deref().is_some_and(|d| drivers.contains(&d)))
+}

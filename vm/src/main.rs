@@ -1,5 +1,628 @@
-//! `vm`: boots real kernels with real GPU drivers in QEMU (work in progress).
-fn main() {
-    eprintln!("vm: not implemented yet");
-    std::process::exit(2);
+//! `vm`: builds the project's guest kernels, boots them in QEMU with real GPU drivers, and
+//! runs programs and test suites inside.
+
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use vm::accel::{self, AccelChoice};
+use vm::build::{self, BuiltKernel, VmError};
+use vm::catalog;
+use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles};
+use vm::report::{self, KernelReport};
+use vm::runner;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vm",
+    version,
+    about = "Boot real kernels with real GPU drivers in QEMU and run programs and tests inside",
+    after_help = "Examples:\n  vm kernels\n  vm kernel build debian-6.12\n  \
+                  vm run --kernel debian-6.12 -- drm_info\n  \
+                  vm run --kernel debian-6.1 --device vkms --device vgem -- target/release/drmtool devices\n  \
+                  vm run --kernel /boot/vmlinuz-5.15 --modules /lib/modules/5.15.0 -- uname -a\n  \
+                  vm test --kernel all --json results.json --junit results.xml\n  \
+                  vm matrix --format github"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct KernelArgs {
+    /// A catalog name (see `vm kernels`), or the path of a bzImage/vmlinux to boot as is.
+    #[arg(long, default_value = "debian-6.12")]
+    kernel: String,
+    /// With a kernel path: its modules (`lib/modules/<release>`, or a directory holding it).
+    #[arg(long)]
+    modules: Option<PathBuf>,
+    /// Build this kernel source tree with the project's config and boot it.
+    #[arg(long, conflicts_with = "modules")]
+    kernel_source: Option<PathBuf>,
+    /// Accelerator: auto (probe KVM with a short boot, else TCG), kvm or tcg.
+    #[arg(long, default_value = "auto", env = "VM_ACCEL")]
+    accel: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// List the catalog kernels and whether each is built and cached.
+    Kernels,
+    /// Build (or rebuild) kernels.
+    Kernel {
+        #[command(subcommand)]
+        cmd: KernelCmd,
+    },
+    /// Run a host program in a guest and exit with its status.
+    Run {
+        #[command(flatten)]
+        k: KernelArgs,
+        /// Devices to attach or load (repeatable): vkms, vgem, virtio-gpu, bochs, qxl,
+        /// test_hmm, nvdimm, or `all` (the default).
+        #[arg(long = "device", default_value = "all")]
+        devices: Vec<String>,
+        /// Wall-clock limit for the whole boot, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Extra environment for the program (repeatable, KEY=VALUE).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Boot each kernel with the full device set and run every kernel test, strictly.
+    Test {
+        /// A catalog name, `all` (the default matrix) or a kernel path.
+        #[arg(long, default_value = "all")]
+        kernel: String,
+        /// Modules for a kernel path.
+        #[arg(long)]
+        modules: Option<PathBuf>,
+        /// Accelerator: auto, kvm or tcg.
+        #[arg(long, default_value = "auto", env = "VM_ACCEL")]
+        accel: String,
+        /// Write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the results as JUnit XML here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Wall-clock limit per kernel, in seconds.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
+    /// Print a CI matrix (one job per kernel) for an existing CI engine.
+    Matrix {
+        /// Output format.
+        #[arg(long, default_value = "github")]
+        format: String,
+    },
+    /// (Runs inside the guest.) Run test binaries one test at a time and record results.
+    #[command(hide = true)]
+    GuestTests {
+        /// Test executables.
+        #[arg(long = "bin")]
+        bins: Vec<PathBuf>,
+        /// Make skips fail (KERNEL_TESTS_STRICT=1).
+        #[arg(long)]
+        strict: bool,
+        /// Per-test limit in seconds.
+        #[arg(long, default_value_t = 120)]
+        test_timeout: u64,
+        /// Directory of kernel selftest programs built for this kernel.
+        #[arg(long)]
+        selftests: Option<PathBuf>,
+        /// Also run libdrm's test programs and drm_info.
+        #[arg(long)]
+        libdrm: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KernelCmd {
+    /// Build a catalog kernel (cached; a damaged cache entry is rebuilt).
+    Build {
+        /// Catalog names, or `all`.
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// Rebuild even if cached.
+        #[arg(long)]
+        rebuild: bool,
+    },
+}
+
+fn fail(e: &VmError) -> ExitCode {
+    eprintln!("vm: {e}");
+    ExitCode::from(125)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Kernels => kernels(),
+        Cmd::Kernel {
+            cmd: KernelCmd::Build { names, rebuild },
+        } => {
+            let names = expand(&names);
+            for n in names {
+                let Some(k) = catalog::find(&n) else {
+                    return fail(&unknown_kernel(&n));
+                };
+                match build::ensure_catalog(k, rebuild) {
+                    Ok(b) => println!("{}: {} ({})", k.name, b.release, b.image.display()),
+                    Err(e) => return fail(&e),
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Run {
+            k,
+            devices,
+            timeout,
+            env,
+            argv,
+        } => run(&k, &devices, timeout, &env, argv),
+        Cmd::Test {
+            kernel,
+            modules,
+            accel,
+            json,
+            junit,
+            timeout,
+        } => test(&kernel, modules, &accel, json, junit, timeout),
+        Cmd::Matrix { format } => matrix(&format),
+        Cmd::GuestTests {
+            bins,
+            strict,
+            test_timeout,
+            selftests,
+            libdrm,
+        } => guest_tests(&bins, strict, test_timeout, selftests.as_deref(), libdrm),
+    }
+}
+
+fn expand(names: &[String]) -> Vec<String> {
+    if names.iter().any(|n| n == "all") {
+        catalog::default_matrix()
+            .into_iter()
+            .map(String::from)
+            .collect()
+    } else {
+        names.to_vec()
+    }
+}
+
+fn unknown_kernel(n: &str) -> VmError {
+    let names: Vec<&str> = catalog::CATALOG.iter().map(|k| k.name).collect();
+    VmError::with_fix(
+        format!("no kernel named {n:?} (catalog: {})", names.join(", ")),
+        "vm kernels lists them; pass a path to boot your own (--kernel PATH --modules DIR)",
+    )
+}
+
+fn kernels() -> ExitCode {
+    println!("{:<14} {:<9} {:<26} about", "name", "matrix", "cached");
+    for k in catalog::CATALOG {
+        let state = match build::resolve(k) {
+            Ok(r) => {
+                let key = catalog::cache_key(k.name, &r.version);
+                match build::cached(&key).1 {
+                    Ok(m) => format!("yes ({})", m.release),
+                    Err(why) => format!("no: {why} ({})", r.version),
+                }
+            }
+            Err(e) => format!("no source: {}", e.what),
+        };
+        println!(
+            "{:<14} {:<9} {:<26} {}",
+            k.name,
+            if k.default_matrix { "default" } else { "-" },
+            state,
+            k.about
+        );
+    }
+    println!("cache: {}", catalog::cache_root().display());
+    println!("bring your own: --kernel PATH [--modules DIR], or --kernel-source DIR");
+    ExitCode::SUCCESS
+}
+
+/// Resolves the kernel arguments to a bootable kernel.
+fn resolve_kernel(
+    name: &str,
+    modules: Option<&Path>,
+    source: Option<&Path>,
+) -> Result<BuiltKernel, VmError> {
+    if let Some(src) = source {
+        return build::ensure_tree(src, false);
+    }
+    if let Some(k) = catalog::find(name) {
+        return build::ensure_catalog(k, false);
+    }
+    let p = Path::new(name);
+    if !p.exists() {
+        return Err(unknown_kernel(name));
+    }
+    let (mods, release) = match modules {
+        None => (None, "unknown".to_string()),
+        Some(m) => {
+            let dir = if m.join("modules.dep").exists() {
+                m.to_path_buf()
+            } else {
+                let base = if m.join("lib/modules").exists() {
+                    m.join("lib/modules")
+                } else {
+                    m.to_path_buf()
+                };
+                std::fs::read_dir(&base)
+                    .ok()
+                    .and_then(|rd| {
+                        rd.flatten()
+                            .map(|e| e.path())
+                            .find(|p| p.join("modules.dep").exists())
+                    })
+                    .ok_or_else(|| {
+                        VmError::with_fix(
+                            format!("{} holds no modules.dep", m.display()),
+                            "pass lib/modules/<release> of that kernel (run depmod there first)",
+                        )
+                    })?
+            };
+            let rel = dir
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (Some(dir), rel)
+        }
+    };
+    Ok(BuiltKernel {
+        name: "custom".into(),
+        image: p.to_path_buf(),
+        modules: mods,
+        release,
+        built_from: None,
+        cache_dir: None,
+    })
+}
+
+fn parse_devices(list: &[String]) -> Result<Vec<DeviceKind>, VmError> {
+    let mut out = Vec::new();
+    for d in list {
+        if d == "all" {
+            out.extend(DeviceKind::ALL);
+            continue;
+        }
+        if d == "none" {
+            continue;
+        }
+        let k = DeviceKind::parse(d).ok_or_else(|| {
+            let names: Vec<&str> = DeviceKind::ALL.iter().map(|d| d.name()).collect();
+            VmError::new(format!(
+                "unknown device {d:?} (devices: {}, all, none)",
+                names.join(", ")
+            ))
+        })?;
+        out.push(k);
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn run(
+    k: &KernelArgs,
+    devices: &[String],
+    timeout: u64,
+    env: &[String],
+    mut argv: Vec<String>,
+) -> ExitCode {
+    let devices = match parse_devices(devices) {
+        Ok(d) => d,
+        Err(e) => return fail(&e),
+    };
+    let Some(choice) = AccelChoice::parse(&k.accel) else {
+        return fail(&VmError::new(format!(
+            "--accel {:?}: use auto, kvm or tcg",
+            k.accel
+        )));
+    };
+    let mut envs = Vec::new();
+    for e in env {
+        match e.split_once('=') {
+            Some((a, b)) if !a.is_empty() => envs.push((a.to_string(), b.to_string())),
+            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
+        }
+    }
+    // A program named by a relative path is found from the current directory, which the
+    // guest shares.
+    if argv[0].contains('/')
+        && let Ok(abs) = std::fs::canonicalize(&argv[0])
+    {
+        argv[0] = abs.to_string_lossy().into_owned();
+    }
+    let kernel = match resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref()) {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    let busybox = match guest::busybox_binary() {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = guest::qemu_binary() {
+        return fail(&e);
+    }
+    let decision = accel::decide(choice, &kernel, &busybox);
+    eprintln!(
+        "vm: {} | kernel {} ({})",
+        decision.note, kernel.name, kernel.release
+    );
+    let spec = GuestSpec {
+        kernel,
+        devices,
+        payload: Payload {
+            argv,
+            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+            env: envs,
+            host_root: true,
+        },
+        accel: decision.accel,
+        timeout: Duration::from_secs(timeout),
+        memory_mib: 1024,
+        probe_only: false,
+        stream_output: true,
+    };
+    let files = match RunFiles::new(&std::env::temp_dir(), "vm-run") {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    let r = match guest::boot(&spec, files, &busybox) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    for rec in &r.parsed.records {
+        if let vm::stream::Record::Module {
+            name,
+            ok: false,
+            detail,
+        } = rec
+        {
+            eprintln!("vm: module {name} failed to load: {detail}");
+        }
+    }
+    match &r.ending {
+        Ending::Exited(code) => {
+            let _ = std::fs::remove_dir_all(&r.files.dir);
+            ExitCode::from(u8::try_from(*code).unwrap_or(1))
+        }
+        other => {
+            eprintln!("vm: guest failed: {}", report::ending_text(other));
+            for l in &r.console_tail {
+                eprintln!("    | {l}");
+            }
+            eprintln!("vm: files kept in {}", r.files.dir.display());
+            ExitCode::from(125)
+        }
+    }
+}
+
+/// Builds the kernel-tests test binaries and returns their paths.
+fn build_test_binaries() -> Result<Vec<PathBuf>, VmError> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "test",
+            "-p",
+            "kernel-tests",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| {
+            VmError::with_fix(format!("cannot run cargo: {e}"), "install Rust (rustup)")
+        })?;
+    if !out.status.success() {
+        return Err(VmError::new(
+            "building the kernel-tests binaries failed (see above)",
+        ));
+    }
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] == "compiler-artifact"
+            && v["profile"]["test"] == true
+            && let Some(exe) = v["executable"].as_str()
+        {
+            bins.push(PathBuf::from(exe));
+        }
+    }
+    if bins.is_empty() {
+        return Err(VmError::new("cargo built no kernel-tests test binaries"));
+    }
+    bins.sort();
+    Ok(bins)
+}
+
+fn test(
+    kernel: &str,
+    modules: Option<PathBuf>,
+    accel_s: &str,
+    json: Option<PathBuf>,
+    junit: Option<PathBuf>,
+    timeout: u64,
+) -> ExitCode {
+    let Some(choice) = AccelChoice::parse(accel_s) else {
+        return fail(&VmError::new(format!(
+            "--accel {accel_s:?}: use auto, kvm or tcg"
+        )));
+    };
+    let names = if kernel == "all" {
+        catalog::default_matrix()
+            .into_iter()
+            .map(String::from)
+            .collect()
+    } else {
+        vec![kernel.to_string()]
+    };
+    let busybox = match guest::busybox_binary() {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = guest::qemu_binary() {
+        return fail(&e);
+    }
+    let bins = match build_test_binaries() {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    let me = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return fail(&VmError::new(format!("cannot find the vm executable: {e}"))),
+    };
+    let mut argv = vec![
+        me.to_string_lossy().into_owned(),
+        "guest-tests".into(),
+        "--strict".into(),
+    ];
+    for b in &bins {
+        argv.push("--bin".into());
+        argv.push(b.to_string_lossy().into_owned());
+    }
+    let mut reports = Vec::new();
+    for n in &names {
+        eprintln!("\n=== {n} ===");
+        let kernel = match resolve_kernel(n, modules.as_deref(), None) {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!("vm: {e}");
+                reports.push(KernelReport {
+                    kernel: n.clone(),
+                    release: String::new(),
+                    accel: "-".into(),
+                    boot_s: None,
+                    kernel_boot_s: None,
+                    test_s: 0.0,
+                    ending: format!("not built: {e}"),
+                    modules: Vec::new(),
+                    nodes: Vec::new(),
+                    tests: Vec::new(),
+                    notes: Vec::new(),
+                    console_tail: Vec::new(),
+                    passed: false,
+                });
+                continue;
+            }
+        };
+        let mut argv = argv.clone();
+        match vm::build::ensure_selftests(&kernel) {
+            Ok(dir) => {
+                argv.push("--selftests".into());
+                argv.push(dir.to_string_lossy().into_owned());
+            }
+            Err(e) => eprintln!("vm: {n}: no kernel selftests: {e}"),
+        }
+        argv.push("--libdrm".into());
+        let decision = accel::decide(choice, &kernel, &busybox);
+        eprintln!("vm: {} | kernel {} ({})", decision.note, n, kernel.release);
+        let spec = GuestSpec {
+            kernel,
+            devices: DeviceKind::ALL.to_vec(),
+            payload: Payload {
+                argv,
+                cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+                env: vec![
+                    ("KERNEL_TESTS_STRICT".into(), "1".into()),
+                    ("VM_KERNEL".into(), n.clone()),
+                ],
+                host_root: true,
+            },
+            accel: decision.accel,
+            timeout: Duration::from_secs(timeout),
+            memory_mib: 1024,
+            probe_only: false,
+            stream_output: true,
+        };
+        let files = match RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{n}")) {
+            Ok(f) => f,
+            Err(e) => return fail(&e),
+        };
+        match guest::boot(&spec, files, &busybox) {
+            Ok(r) => {
+                let rep = KernelReport::from_boot(n, decision.accel.name(), &r);
+                if rep.passed {
+                    let _ = std::fs::remove_dir_all(&r.files.dir);
+                } else {
+                    eprintln!("vm: {n}: files kept in {}", r.files.dir.display());
+                }
+                reports.push(rep);
+            }
+            Err(e) => return fail(&e),
+        }
+    }
+    print!("{}", report::summary(&reports));
+    if let Some(p) = json
+        && let Err(e) = std::fs::write(&p, report::json(&reports))
+    {
+        return fail(&VmError::new(format!("{}: {e}", p.display())));
+    }
+    if let Some(p) = junit
+        && let Err(e) = std::fs::write(&p, report::junit(&reports))
+    {
+        return fail(&VmError::new(format!("{}: {e}", p.display())));
+    }
+    if reports.iter().all(|r| r.passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn matrix(format: &str) -> ExitCode {
+    if format != "github" {
+        return fail(&VmError::new(format!(
+            "--format {format:?}: only github is supported"
+        )));
+    }
+    let kernels: Vec<String> = catalog::default_matrix()
+        .iter()
+        .map(|k| format!("\"{k}\""))
+        .collect();
+    println!("{{\"kernel\": [{}]}}", kernels.join(", "));
+    ExitCode::SUCCESS
+}
+
+fn guest_tests(
+    bins: &[PathBuf],
+    strict: bool,
+    test_timeout: u64,
+    selftests: Option<&Path>,
+    libdrm: bool,
+) -> ExitCode {
+    let mut sink = runner::Sink::from_env();
+    let bins: Vec<runner::TestBinary> = bins
+        .iter()
+        .map(|p| runner::TestBinary {
+            suite: runner::suite_name(p),
+            path: p.clone(),
+        })
+        .collect();
+    let limit = Duration::from_secs(test_timeout);
+    runner::run_binaries(&bins, &mut sink, strict, limit);
+    if let Some(dir) = selftests {
+        for (suite, exe) in vm::build::SELFTESTS {
+            runner::run_kselftest(&dir.join(exe), suite, &mut sink, Duration::from_secs(600));
+        }
+    }
+    if libdrm {
+        runner::run_libdrm(&mut sink, limit);
+    }
+    let [p, f, s] = sink.counts;
+    println!("guest-tests: {p} passed, {f} failed, {s} skipped");
+    if f > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -1,0 +1,100 @@
+//! Guest smoke test: every driver and node the guest was built to have is there.
+//! On a host without them each test skips loudly; in the guest (strict) a miss fails.
+
+use kernel_tests::{node_of_driver, skip};
+use std::path::Path;
+
+/// Checks that a DRM node bound to one of `sysfs` exists and that DRM_IOCTL_VERSION on it
+/// names one of `ioctl_names`.
+fn driver_bound(sysfs: &[&str], ioctl_names: &[&str]) {
+    let Some(node) = node_of_driver(sysfs) else {
+        let seen: Vec<String> = drm_gem::enumerate()
+            .map(|v| {
+                v.iter()
+                    .map(|n| {
+                        format!(
+                            "{}={}",
+                            n.path.display(),
+                            n.driver.as_deref().unwrap_or("-")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        skip!("no DRM node bound to {sysfs:?} (nodes: {seen:?})");
+    };
+    let dev = drm_gem::Device::open(&node.path).unwrap_or_else(|e| {
+        panic!(
+            "{} is bound to {:?} but cannot be opened: {e}",
+            node.path.display(),
+            node.driver
+        )
+    });
+    let v = dev
+        .driver()
+        .unwrap_or_else(|e| panic!("DRM_IOCTL_VERSION on {}: {e}", node.path.display()));
+    assert!(
+        ioctl_names.contains(&v.name.as_str()),
+        "{}: sysfs says {:?}, DRM_IOCTL_VERSION says {:?}",
+        node.path.display(),
+        node.driver,
+        v.name
+    );
+}
+
+fn node_exists(path: &str, what: &str) {
+    if !Path::new(path).exists() {
+        skip!("{path} is missing ({what})");
+    }
+}
+
+#[test]
+fn vkms_is_bound() {
+    driver_bound(&["vkms"], &["vkms"]);
+}
+
+#[test]
+fn vgem_is_bound() {
+    driver_bound(&["vgem"], &["vgem"]);
+}
+
+#[test]
+fn virtio_gpu_is_bound() {
+    driver_bound(&["virtio_gpu", "virtio-gpu"], &["virtio_gpu"]);
+}
+
+#[test]
+fn bochs_is_bound() {
+    driver_bound(&["bochs-drm", "bochs"], &["bochs-drm", "bochs"]);
+}
+
+#[test]
+fn qxl_is_bound() {
+    driver_bound(&["qxl"], &["qxl"]);
+}
+
+#[test]
+fn udmabuf_node_exists() {
+    node_exists("/dev/udmabuf", "CONFIG_UDMABUF");
+}
+
+#[test]
+fn hmm_dmirror_nodes_exist() {
+    node_exists("/dev/hmm_dmirror0", "test_hmm module");
+    node_exists("/dev/hmm_dmirror1", "test_hmm module");
+}
+
+#[test]
+fn pmem_node_exists() {
+    node_exists("/dev/pmem0", "emulated NVDIMM + ACPI NFIT + BLK_DEV_PMEM");
+}
+
+#[test]
+fn system_dma_heap_exists() {
+    node_exists("/dev/dma_heap/system", "CONFIG_DMABUF_HEAPS_SYSTEM");
+}
+
+#[test]
+fn sw_sync_debugfs_exists() {
+    node_exists("/sys/kernel/debug/sync/sw_sync", "CONFIG_SW_SYNC + debugfs");
+}

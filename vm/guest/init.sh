@@ -1,0 +1,118 @@
+#!/bin/busybox sh
+# Guest init of the vm harness (PID 1 in the initramfs). Mounts the kernel filesystems,
+# loads the driver modules, reports what it found, runs the payload from the host root
+# (shared read-only over 9p) in a chroot, forwards the payload's results, powers off.
+#
+# Results go to the virtio port named vm.results as framed records
+#   "\n@@VMR1 <byte length> <payload>\n"
+# so kernel messages on the console can never be mistaken for results. Nothing about the
+# payload's outcome is inferred from silence: the host requires an "exit" record and an
+# "end <count>" record that matches the number of records received.
+/bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+export PATH=/sbin:/bin:/usr/sbin:/usr/bin
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/shm /dev/pts /run /tmp /host
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t configfs configfs /sys/kernel/config
+
+. /etc/vm.env
+
+RES=""
+for p in /sys/class/virtio-ports/*; do
+  [ -e "$p/name" ] || continue
+  case "$(cat "$p/name")" in
+    vm.results) RES=/dev/${p##*/} ;;
+    vm.output) OUT=/dev/${p##*/} ;;
+  esac
+done
+[ -n "$RES" ] || RES=/dev/ttyS0
+[ -n "$OUT" ] || OUT=/dev/console
+COUNT=0
+rec() {
+  line=$(printf '%s' "$*" | tr '\n\r' '  ')
+  printf '\n@@VMR1 %d %s\n' "${#line}" "$line" > "$RES"
+  COUNT=$((COUNT + 1))
+}
+finish() {
+  rec "exit $1"
+  rec "end $COUNT"
+  sync
+  poweroff -f
+  reboot -f
+}
+
+rec "boot $(cut -d' ' -f1 /proc/uptime) $(uname -r)"
+[ "$VM_MODE" = probe ] && finish 0
+
+# Driver modules: explicit ones (no device to trigger them), then every device modalias
+# (virtio-gpu, bochs, qxl, NFIT, ...), as udev would.
+for m in $VM_MODULES; do
+  name=${m%%:*}; args=""
+  [ "$name" != "$m" ] && args=$(echo "${m#*:}" | tr ',' ' ')
+  if err=$(modprobe "$name" $args 2>&1); then rec "module $name ok"; else rec "module $name fail $err"; fi
+done
+if [ -n "$VM_MODULES" ] || [ "$VM_MODALIAS" = 1 ]; then
+  for a in /sys/bus/*/devices/*/modalias; do
+    modprobe -q "$(cat "$a")" 2>/dev/null
+  done
+fi
+# Kernels before 5.16 register test_hmm's char devices without creating nodes.
+if grep -q HMM_DMIRROR /proc/devices && [ ! -e /dev/hmm_dmirror0 ]; then
+  major=$(awk '$2 == "HMM_DMIRROR" {print $1}' /proc/devices)
+  for i in 0 1; do mknod /dev/hmm_dmirror$i c "$major" $i; done
+  rec "note made /dev/hmm_dmirror0,1 with mknod (major $major): this kernel creates no nodes"
+fi
+# NVDIMM namespaces appear asynchronously.
+if [ -n "$VM_WAIT_PMEM" ]; then
+  i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+fi
+
+for n in /dev/dri/* /dev/udmabuf /dev/hmm_dmirror* /dev/pmem* /dev/dax* /dev/dma_heap/* /sys/kernel/debug/sync/sw_sync; do
+  [ -e "$n" ] || continue
+  drv=-
+  case "$n" in
+    /dev/dri/*)
+      d=/sys/class/drm/${n##*/}/device/driver
+      [ -e "$d" ] && drv=$(basename "$(readlink "$d")")
+      ;;
+  esac
+  rec "node $n $drv"
+done
+
+if [ -z "$VM_CMD" ]; then finish 0; fi
+
+ROOT=/
+if [ "$VM_HOSTROOT" = 1 ]; then
+  if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroot /host; then
+    rec "note cannot mount the host root over 9p"
+    finish 125
+  fi
+  mount -t proc proc /host/proc
+  mount -t sysfs sysfs /host/sys
+  mount -o bind /dev /host/dev
+  mount -t debugfs debugfs /host/sys/kernel/debug
+  mount -t configfs configfs /host/sys/kernel/config 2>/dev/null
+  mount -t tmpfs tmpfs /host/tmp
+  mount -t tmpfs tmpfs /host/run
+  ROOT=/host
+fi
+
+cp /etc/vm-payload.sh "$ROOT/run/vm-payload.sh"
+rm -f "$ROOT/tmp/vm-results"
+rec "note payload start $(cut -d' ' -f1 /proc/uptime)"
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp \
+  TMPDIR=/tmp TERM=dumb LANG=C.UTF-8 VM_GUEST=1 VM_RESULTS_FILE=/tmp/vm-results \
+  chroot "$ROOT" /bin/sh /run/vm-payload.sh > "$OUT" 2>&1 < /dev/null
+rc=$?
+# Results a payload wrote (one record payload per line) are forwarded in order.
+if [ -f "$ROOT/tmp/vm-results" ]; then
+  while IFS= read -r line; do rec "$line"; done < "$ROOT/tmp/vm-results"
+fi
+finish $rc

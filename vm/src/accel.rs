@@ -1,0 +1,169 @@
+//! Choosing the accelerator: KVM only if a short probe boot proves it works, else TCG.
+//!
+//! On some hosts `/dev/kvm` opens but guests hang or die with "KVM internal error ...
+//! emulation failure" (nested virtualisation). Opening the device proves nothing, so the
+//! harness boots the real kernel once with a probe-only init under KVM and a short timeout.
+//! The verdict is cached for a day per (host kernel, QEMU version, guest kernel).
+
+use crate::build::BuiltKernel;
+use crate::guest::{self, Accel, Ending, GuestSpec, Payload, RunFiles};
+use std::path::Path;
+use std::time::Duration;
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccelChoice {
+    /// Probe KVM, fall back to TCG.
+    Auto,
+    /// Force one.
+    Force(Accel),
+}
+
+impl AccelChoice {
+    /// Parses `auto`, `kvm` or `tcg`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "kvm" => Some(Self::Force(Accel::Kvm)),
+            "tcg" => Some(Self::Force(Accel::Tcg)),
+            _ => None,
+        }
+    }
+}
+
+/// The decision and the sentence that explains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The accelerator to use.
+    pub accel: Accel,
+    /// Why, for the user.
+    pub note: String,
+}
+
+/// Seconds a KVM probe boot may take before KVM is declared broken.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Decides the accelerator for `kernel`.
+pub fn decide(choice: AccelChoice, kernel: &BuiltKernel, busybox: &Path) -> Decision {
+    if let AccelChoice::Force(a) = choice {
+        return Decision {
+            accel: a,
+            note: format!("accel {} (forced by --accel)", a.name()),
+        };
+    }
+    let kvm_ok = rustix::fs::open(
+        "/dev/kvm",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .is_ok();
+    if !kvm_ok {
+        return Decision {
+            accel: Accel::Tcg,
+            note: "accel tcg: /dev/kvm is absent or not usable".into(),
+        };
+    }
+    let key = cache_key(kernel);
+    let cache = crate::catalog::cache_root().join("accel-probe");
+    let file = cache.join(&key);
+    if let Ok(meta) = std::fs::metadata(&file)
+        && meta
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < Duration::from_secs(24 * 3600))
+        && let Ok(text) = std::fs::read_to_string(&file)
+    {
+        let accel = if text.starts_with("kvm") {
+            Accel::Kvm
+        } else {
+            Accel::Tcg
+        };
+        return Decision {
+            accel,
+            note: format!("accel {} (cached KVM probe: {})", accel.name(), text.trim()),
+        };
+    }
+    let verdict = probe(kernel, busybox);
+    let _ = std::fs::create_dir_all(&cache);
+    let (accel, line) = match verdict {
+        Ok(secs) => (
+            Accel::Kvm,
+            format!("kvm: probe boot reached init in {secs:.1} s"),
+        ),
+        Err(why) => (
+            Accel::Tcg,
+            format!("tcg: /dev/kvm opens but a KVM probe boot failed ({why}); falling back to TCG"),
+        ),
+    };
+    let _ = std::fs::write(&file, format!("{line}\n"));
+    Decision {
+        accel,
+        note: format!("accel {}", line),
+    }
+}
+
+fn cache_key(kernel: &BuiltKernel) -> String {
+    let host = rustix::system::uname();
+    let qemu = guest::qemu_binary()
+        .ok()
+        .and_then(|q| std::fs::metadata(q).ok())
+        .and_then(|m| m.modified().ok())
+        .map(|t| format!("{t:?}"))
+        .unwrap_or_default();
+    crate::kconfig::fragment_hash(&[
+        host.release().to_bytes(),
+        qemu.as_bytes(),
+        kernel.image.to_string_lossy().as_bytes(),
+    ])
+}
+
+/// Boots `kernel` under KVM with the probe-only init; Ok(seconds to init) if it worked.
+pub fn probe(kernel: &BuiltKernel, busybox: &Path) -> Result<f64, String> {
+    let spec = GuestSpec {
+        kernel: kernel.clone(),
+        devices: Vec::new(),
+        payload: Payload {
+            argv: Vec::new(),
+            cwd: "/".into(),
+            env: Vec::new(),
+            host_root: false,
+        },
+        accel: Accel::Kvm,
+        timeout: PROBE_TIMEOUT,
+        memory_mib: 256,
+        probe_only: true,
+        stream_output: false,
+    };
+    let files = RunFiles::new(&std::env::temp_dir(), "vm-kvm-probe").map_err(|e| e.to_string())?;
+    let dir = files.dir.clone();
+    let r = guest::boot(&spec, files, busybox).map_err(|e| e.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    let r = r?;
+    match r.ending {
+        Ending::Exited(0) => Ok(r.boot_time.unwrap_or_default().as_secs_f64()),
+        Ending::Timeout | Ending::NeverBooted => {
+            Err(format!("no init within {} s", PROBE_TIMEOUT.as_secs()))
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_choices() {
+        assert_eq!(AccelChoice::parse("auto"), Some(AccelChoice::Auto));
+        assert_eq!(
+            AccelChoice::parse("kvm"),
+            Some(AccelChoice::Force(Accel::Kvm))
+        );
+        assert_eq!(
+            AccelChoice::parse("tcg"),
+            Some(AccelChoice::Force(Accel::Tcg))
+        );
+        assert_eq!(AccelChoice::parse("hvf"), None);
+    }
+}

@@ -1,0 +1,140 @@
+//! The kernel catalog: which guest kernels exist, where their sources come from, and where
+//! their builds are cached.
+
+use std::path::{Path, PathBuf};
+
+/// Where a catalog kernel's source comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A Debian `linux-source-X.Y` package: the tarball under `/usr/src` when the package is
+    /// installed, otherwise downloaded with a private apt state from `suites`.
+    DebianSource {
+        /// Package name, e.g. `linux-source-6.12`.
+        package: &'static str,
+        /// `deb` lines' suites to search when the package is not installed.
+        suites: &'static [&'static str],
+    },
+}
+
+/// One named kernel of the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogKernel {
+    /// The name users type (`debian-6.12`).
+    pub name: &'static str,
+    /// Where its source comes from.
+    pub source: Source,
+    /// Whether `vm test --kernel all` includes it.
+    pub default_matrix: bool,
+    /// One line for `vm kernels`.
+    pub about: &'static str,
+}
+
+/// The built-in catalog, in matrix order.
+pub const CATALOG: &[CatalogKernel] = &[
+    CatalogKernel {
+        name: "debian-5.10",
+        source: Source::DebianSource {
+            package: "linux-source-5.10",
+            suites: &["bullseye-security", "bullseye"],
+        },
+        default_matrix: true,
+        about: "Debian bullseye's 5.10 source, project config (floor below the 5.15 target)",
+    },
+    CatalogKernel {
+        name: "debian-6.1",
+        source: Source::DebianSource {
+            package: "linux-source-6.1",
+            suites: &["bookworm-security", "bookworm"],
+        },
+        default_matrix: true,
+        about: "Debian bookworm's 6.1 source, project config",
+    },
+    CatalogKernel {
+        name: "debian-6.12",
+        source: Source::DebianSource {
+            package: "linux-source-6.12",
+            suites: &["bookworm-security", "bookworm-backports", "bookworm"],
+        },
+        default_matrix: true,
+        about: "Debian bookworm's 6.12 source, project config (the bindings' kernel)",
+    },
+];
+
+/// Looks a kernel up by name.
+pub fn find(name: &str) -> Option<&'static CatalogKernel> {
+    CATALOG.iter().find(|k| k.name == name)
+}
+
+/// The names of the default matrix.
+pub fn default_matrix() -> Vec<&'static str> {
+    CATALOG
+        .iter()
+        .filter(|k| k.default_matrix)
+        .map(|k| k.name)
+        .collect()
+}
+
+/// The cache root: `$VM_CACHE_DIR`, else `$XDG_CACHE_HOME/drm-toolkit`, else
+/// `~/.cache/drm-toolkit`. Never inside the repository.
+pub fn cache_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("VM_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("drm-toolkit");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/drm-toolkit")
+}
+
+/// The project's config fragment and required-options list, embedded so the binary needs no
+/// checkout at run time.
+pub const FRAGMENT: &str = include_str!("../config/guest.config");
+/// Options the final `.config` must have.
+pub const REQUIRED: &str = include_str!("../config/required.list");
+
+/// Cache key of a catalog build: the package version and a hash of everything that shapes
+/// the kernel (fragment, required list, build recipe version).
+pub fn cache_key(name: &str, version: &str) -> String {
+    let hash = crate::kconfig::fragment_hash(&[
+        FRAGMENT.as_bytes(),
+        REQUIRED.as_bytes(),
+        crate::build::RECIPE_VERSION.as_bytes(),
+    ]);
+    let clean: String = version
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{name}-{clean}-{hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_findable() {
+        for k in CATALOG {
+            assert_eq!(find(k.name), Some(k));
+        }
+        assert!(find("debian-9.9").is_none());
+        assert_eq!(
+            default_matrix(),
+            ["debian-5.10", "debian-6.1", "debian-6.12"]
+        );
+    }
+
+    #[test]
+    fn cache_key_is_path_safe_and_versioned() {
+        let a = cache_key("debian-6.12", "6.12.117-1~deb12u1");
+        assert!(a.starts_with("debian-6.12-6.12.117-1_deb12u1-"), "{a}");
+        assert!(!a.contains('/') && !a.contains('~'));
+        assert_ne!(a, cache_key("debian-6.12", "6.12.118-1~deb12u1"));
+    }
+}

@@ -1,0 +1,790 @@
+//! One guest boot: the initramfs (busybox, our init, modules, the payload), the QEMU command
+//! line for the device set, and the run loop that streams output, enforces the timeout and
+//! classifies how the boot ended.
+
+use crate::build::{BuiltKernel, Result, VmError};
+use crate::cpio::CpioWriter;
+use crate::stream::{self, Parsed, Record};
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The guest init script, embedded.
+pub const INIT: &str = include_str!("../guest/init.sh");
+
+/// A guest device the harness can attach or load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    /// vkms (module): virtual KMS with writeback and CRC.
+    Vkms,
+    /// vgem (module): render-only GEM with fences.
+    Vgem,
+    /// `-device virtio-gpu-pci` (virtio_gpu module).
+    VirtioGpu,
+    /// `-vga std` (bochs / bochs-drm module, TTM VRAM helper).
+    Bochs,
+    /// `-device qxl` (qxl module, TTM).
+    Qxl,
+    /// test_hmm (module): `/dev/hmm_dmirror0`, `1`.
+    TestHmm,
+    /// An emulated NVDIMM backed by a host file: `/dev/pmem0`.
+    Nvdimm,
+}
+
+impl DeviceKind {
+    /// Every device, in the order `--device` lists them.
+    pub const ALL: [DeviceKind; 7] = [
+        Self::Vkms,
+        Self::Vgem,
+        Self::VirtioGpu,
+        Self::Bochs,
+        Self::Qxl,
+        Self::TestHmm,
+        Self::Nvdimm,
+    ];
+
+    /// The `--device` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vkms => "vkms",
+            Self::Vgem => "vgem",
+            Self::VirtioGpu => "virtio-gpu",
+            Self::Bochs => "bochs",
+            Self::Qxl => "qxl",
+            Self::TestHmm => "test_hmm",
+            Self::Nvdimm => "nvdimm",
+        }
+    }
+
+    /// Parses a `--device` name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// Modules the init loads explicitly (devices without a bus to trigger them).
+    fn module(self) -> Option<&'static str> {
+        match self {
+            Self::Vkms => Some("vkms"),
+            Self::Vgem => Some("vgem"),
+            Self::TestHmm => Some("test_hmm"),
+            _ => None,
+        }
+    }
+}
+
+/// How QEMU executes the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    /// Hardware virtualisation through /dev/kvm.
+    Kvm,
+    /// QEMU's software emulator.
+    Tcg,
+}
+
+impl Accel {
+    /// `kvm` or `tcg`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Kvm => "kvm",
+            Self::Tcg => "tcg",
+        }
+    }
+}
+
+/// What to run in the guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    /// Program and arguments; empty boots, reports and powers off.
+    pub argv: Vec<String>,
+    /// Working directory inside the guest (the host path, since the host root is shared).
+    pub cwd: PathBuf,
+    /// Extra environment for the payload.
+    pub env: Vec<(String, String)>,
+    /// Share the host root read-only over 9p and chroot into it.
+    pub host_root: bool,
+}
+
+/// Everything one boot needs.
+#[derive(Debug, Clone)]
+pub struct GuestSpec {
+    /// The kernel to boot.
+    pub kernel: BuiltKernel,
+    /// Devices to attach or load.
+    pub devices: Vec<DeviceKind>,
+    /// What to run.
+    pub payload: Payload,
+    /// Accelerator.
+    pub accel: Accel,
+    /// Wall-clock limit for the whole boot.
+    pub timeout: Duration,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// Only boot and report (the accelerator probe).
+    pub probe_only: bool,
+    /// Print the payload's output while it runs.
+    pub stream_output: bool,
+}
+
+/// Quotes a string for a POSIX shell.
+pub fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The payload script the init runs in the chroot.
+pub fn payload_script(p: &Payload) -> String {
+    let mut s = String::from("#!/bin/sh\n");
+    for (k, v) in &p.env {
+        s.push_str(&format!("export {}={}\n", k, sh_quote(v)));
+    }
+    s.push_str(&format!(
+        "cd {} || exit 126\n",
+        sh_quote(&p.cwd.to_string_lossy())
+    ));
+    let argv: Vec<String> = p.argv.iter().map(|a| sh_quote(a)).collect();
+    s.push_str(&format!("exec {}\n", argv.join(" ")));
+    s
+}
+
+/// `/etc/vm.env` for the init.
+pub fn init_env(spec: &GuestSpec) -> String {
+    let mods: Vec<&str> = spec.devices.iter().filter_map(|d| d.module()).collect();
+    let mut s = String::new();
+    s.push_str(&format!(
+        "VM_MODE={}\n",
+        if spec.probe_only { "probe" } else { "run" }
+    ));
+    s.push_str(&format!("VM_MODULES={}\n", sh_quote(&mods.join(" "))));
+    let pci = spec.devices.iter().any(|d| {
+        matches!(
+            d,
+            DeviceKind::VirtioGpu | DeviceKind::Bochs | DeviceKind::Qxl | DeviceKind::Nvdimm
+        )
+    });
+    s.push_str(&format!("VM_MODALIAS={}\n", u8::from(pci)));
+    if spec.devices.contains(&DeviceKind::Nvdimm) {
+        s.push_str("VM_WAIT_PMEM=1\n");
+    }
+    s.push_str(&format!(
+        "VM_CMD={}\n",
+        u8::from(!spec.payload.argv.is_empty())
+    ));
+    s.push_str(&format!(
+        "VM_HOSTROOT={}\n",
+        u8::from(spec.payload.host_root)
+    ));
+    s
+}
+
+/// Builds the initramfs: busybox, the init, the kernel's modules, the payload.
+pub fn initramfs(spec: &GuestSpec, busybox: &Path) -> Result<Vec<u8>> {
+    let mut w = CpioWriter::new();
+    for d in [
+        "bin", "sbin", "etc", "proc", "sys", "dev", "tmp", "run", "host", "lib", "usr",
+    ] {
+        w.dir(d, 0o755);
+    }
+    w.char_dev("dev/console", 0o600, 5, 1);
+    let bb = fs::read(busybox).map_err(|e| {
+        VmError::with_fix(
+            format!("cannot read {}: {e}", busybox.display()),
+            "scripts/setup (installs busybox-static)",
+        )
+    })?;
+    w.file("bin/busybox", 0o755, &bb);
+    w.file("init", 0o755, INIT.as_bytes());
+    w.file("etc/vm.env", 0o644, init_env(spec).as_bytes());
+    w.file(
+        "etc/vm-payload.sh",
+        0o755,
+        payload_script(&spec.payload).as_bytes(),
+    );
+    if let Some(mods) = &spec.kernel.modules
+        && !spec.probe_only
+    {
+        let dest = format!("lib/modules/{}", spec.kernel.release);
+        w.dir_all(&dest);
+        add_tree(&mut w, mods, &dest)?;
+    }
+    Ok(w.finish())
+}
+
+fn add_tree(w: &mut CpioWriter, src: &Path, dest: &str) -> Result<()> {
+    let mut entries: Vec<_> = fs::read_dir(src)
+        .map_err(|e| VmError::new(format!("{}: {e}", src.display())))?
+        .flatten()
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        let to = format!("{dest}/{name}");
+        let ft = e.file_type().map_err(|e| VmError::new(e.to_string()))?;
+        if ft.is_dir() {
+            w.dir(&to, 0o755);
+            add_tree(w, &path, &to)?;
+        } else if ft.is_file() {
+            let data =
+                fs::read(&path).map_err(|e| VmError::new(format!("{}: {e}", path.display())))?;
+            w.file(&to, 0o644, &data);
+        }
+    }
+    Ok(())
+}
+
+/// Host files of one boot.
+#[derive(Debug, Clone)]
+pub struct RunFiles {
+    /// Directory holding everything below.
+    pub dir: PathBuf,
+    /// The initramfs.
+    pub initrd: PathBuf,
+    /// Serial console log (kernel messages).
+    pub console: PathBuf,
+    /// Framed result records.
+    pub results: PathBuf,
+    /// The payload's stdout and stderr.
+    pub output: PathBuf,
+    /// NVDIMM backing file.
+    pub nvdimm: PathBuf,
+}
+
+impl RunFiles {
+    /// Fresh files under a new directory in `base`.
+    pub fn new(base: &Path, tag: &str) -> Result<Self> {
+        let dir = base.join(format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ u128::from(rand_u32())
+        ));
+        fs::create_dir_all(&dir).map_err(|e| VmError::new(format!("{}: {e}", dir.display())))?;
+        Ok(Self {
+            initrd: dir.join("initramfs.cpio"),
+            console: dir.join("console.log"),
+            results: dir.join("results.bin"),
+            output: dir.join("output.log"),
+            nvdimm: dir.join("nvdimm.img"),
+            dir,
+        })
+    }
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
+}
+
+/// NVDIMM size: enough for a namespace with fsdax metadata and a small ext4.
+pub const NVDIMM_MIB: u32 = 256;
+
+/// The QEMU command line for a boot.
+pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |s: &[&str]| a.extend(s.iter().map(|x| x.to_string()));
+    let nvdimm = spec.devices.contains(&DeviceKind::Nvdimm);
+    let machine = if nvdimm {
+        format!("pc,accel={},nvdimm=on", spec.accel.name())
+    } else {
+        format!("pc,accel={}", spec.accel.name())
+    };
+    push(&["-machine", &machine]);
+    push(&[
+        "-cpu",
+        if spec.accel == Accel::Kvm {
+            "host"
+        } else {
+            "max,la57=off"
+        },
+    ]);
+    push(&["-smp", "2"]);
+    let mem = if nvdimm {
+        format!(
+            "{}M,slots=2,maxmem={}M",
+            spec.memory_mib,
+            spec.memory_mib + 2048
+        )
+    } else {
+        format!("{}M", spec.memory_mib)
+    };
+    push(&["-m", &mem]);
+    push(&[
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+    ]);
+    push(&["-kernel", &spec.kernel.image.to_string_lossy()]);
+    push(&["-initrd", &files.initrd.to_string_lossy()]);
+    push(&[
+        "-append",
+        "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable",
+    ]);
+    push(&[
+        "-chardev",
+        &format!("file,id=con,path={}", files.console.display()),
+    ]);
+    push(&["-serial", "chardev:con"]);
+    push(&["-device", "virtio-serial-pci,id=vser"]);
+    push(&[
+        "-chardev",
+        &format!("file,id=res,path={}", files.results.display()),
+    ]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser.0,chardev=res,name=vm.results",
+    ]);
+    push(&[
+        "-chardev",
+        &format!("file,id=out,path={}", files.output.display()),
+    ]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser.0,chardev=out,name=vm.output",
+    ]);
+    if spec.payload.host_root && !spec.probe_only {
+        push(&[
+            "-fsdev",
+            "local,id=hostroot,path=/,security_model=none,readonly=on",
+        ]);
+        push(&["-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot"]);
+    }
+    for d in &spec.devices {
+        match d {
+            DeviceKind::VirtioGpu => push(&["-device", "virtio-gpu-pci"]),
+            DeviceKind::Bochs => push(&["-vga", "std"]),
+            DeviceKind::Qxl => push(&["-device", "qxl"]),
+            DeviceKind::Nvdimm => {
+                push(&[
+                    "-object",
+                    &format!(
+                        "memory-backend-file,id=nvmem0,share=on,mem-path={},size={}M",
+                        files.nvdimm.display(),
+                        NVDIMM_MIB
+                    ),
+                ]);
+                push(&["-device", "nvdimm,id=nvdimm0,memdev=nvmem0"]);
+            }
+            _ => {}
+        }
+    }
+    a
+}
+
+/// How a boot ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// The payload ran and exited with this status.
+    Exited(i32),
+    /// The guest never reported that it reached the payload.
+    NeverBooted,
+    /// The kernel panicked (the panic line).
+    Panic(String),
+    /// The wall-clock limit passed; QEMU was killed.
+    Timeout,
+    /// The result stream was incomplete or corrupt.
+    BrokenStream(String),
+    /// QEMU itself failed (its stderr).
+    QemuFailed(String),
+}
+
+/// The outcome of a boot.
+#[derive(Debug, Clone)]
+pub struct BootResult {
+    /// How it ended.
+    pub ending: Ending,
+    /// Records received.
+    pub parsed: Parsed,
+    /// Host wall time from QEMU start to the `boot` record.
+    pub boot_time: Option<Duration>,
+    /// Host wall time from the `boot` record to the end.
+    pub run_time: Duration,
+    /// The last console lines (for failures).
+    pub console_tail: Vec<String>,
+    /// The run's files (kept for inspection).
+    pub files: RunFiles,
+}
+
+/// Finds a kernel panic in console text.
+pub fn find_panic(console: &str) -> Option<String> {
+    console
+        .lines()
+        .find(|l| l.contains("Kernel panic - not syncing"))
+        .map(|l| l.trim().to_string())
+}
+
+/// The last `n` non-empty lines of `text`.
+pub fn tail_lines(text: &str, n: usize) -> Vec<String> {
+    let v: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    v[v.len().saturating_sub(n)..].to_vec()
+}
+
+/// Classifies a finished boot from its records and console.
+pub fn classify(parsed: &Parsed, console: &str, timed_out: bool, qemu_err: Option<&str>) -> Ending {
+    let booted = parsed
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Boot { .. }));
+    if let Some(p) = find_panic(console) {
+        return Ending::Panic(p);
+    }
+    if timed_out {
+        return if booted {
+            Ending::Timeout
+        } else {
+            Ending::NeverBooted
+        };
+    }
+    if !booted {
+        return match qemu_err {
+            Some(e) if !e.trim().is_empty() => Ending::QemuFailed(e.trim().to_string()),
+            _ => Ending::NeverBooted,
+        };
+    }
+    if !parsed.corrupt.is_empty() {
+        return Ending::BrokenStream(format!("{} corrupt record(s)", parsed.corrupt.len()));
+    }
+    if !parsed.complete() {
+        return Ending::BrokenStream("no matching end record: results were lost".into());
+    }
+    match parsed.records.iter().rev().find_map(|r| match r {
+        Record::Exit { code } => Some(*code),
+        _ => None,
+    }) {
+        Some(code) => Ending::Exited(code),
+        None => Ending::BrokenStream("no exit record".into()),
+    }
+}
+
+/// Boots one guest and waits for it.
+pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootResult> {
+    let initrd = initramfs(spec, busybox)?;
+    fs::write(&files.initrd, initrd)
+        .map_err(|e| VmError::new(format!("{}: {e}", files.initrd.display())))?;
+    for f in [&files.console, &files.results, &files.output] {
+        fs::write(f, b"").map_err(|e| VmError::new(format!("{}: {e}", f.display())))?;
+    }
+    if spec.devices.contains(&DeviceKind::Nvdimm) {
+        let f = fs::File::create(&files.nvdimm)
+            .map_err(|e| VmError::new(format!("{}: {e}", files.nvdimm.display())))?;
+        f.set_len(u64::from(NVDIMM_MIB) << 20)
+            .map_err(|e| VmError::new(format!("{}: {e}", files.nvdimm.display())))?;
+    }
+    let qemu = qemu_binary()?;
+    let args = qemu_args(spec, &files);
+    fs::write(
+        files.dir.join("qemu.cmdline"),
+        format!(
+            "{} {}\n",
+            qemu.display(),
+            args.iter()
+                .map(|a| sh_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    )
+    .ok();
+    let start = Instant::now();
+    let mut child = Command::new(&qemu)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            VmError::with_fix(
+                format!("cannot start {}: {e}", qemu.display()),
+                "scripts/setup",
+            )
+        })?;
+    let mut out_pos = 0u64;
+    let mut boot_at = None;
+    let mut timed_out = false;
+    loop {
+        let exited = child.try_wait().ok().flatten().is_some();
+        if spec.stream_output {
+            out_pos = copy_new(&files.output, out_pos);
+        }
+        if boot_at.is_none() {
+            let bytes = fs::read(&files.results).unwrap_or_default();
+            if stream::parse(&bytes)
+                .records
+                .iter()
+                .any(|r| matches!(r, Record::Boot { .. }))
+            {
+                boot_at = Some(start.elapsed());
+            }
+        }
+        if exited {
+            break;
+        }
+        if start.elapsed() > spec.timeout {
+            timed_out = true;
+            kill(&mut child);
+            break;
+        }
+        // A panic with panic=-1 reboots and -no-reboot ends QEMU; keep polling until then.
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let end = start.elapsed();
+    if spec.stream_output {
+        copy_new(&files.output, out_pos);
+    }
+    let mut qemu_err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut qemu_err);
+    }
+    let _ = child.wait();
+    let console =
+        String::from_utf8_lossy(&fs::read(&files.console).unwrap_or_default()).into_owned();
+    let parsed = stream::parse(&fs::read(&files.results).unwrap_or_default());
+    let ending = classify(&parsed, &console, timed_out, Some(&qemu_err));
+    Ok(BootResult {
+        ending,
+        parsed,
+        boot_time: boot_at,
+        run_time: end - boot_at.unwrap_or_default(),
+        console_tail: tail_lines(&console, 30),
+        files,
+    })
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Copies bytes appended to `path` since `pos` to stdout; returns the new position.
+fn copy_new(path: &Path, pos: u64) -> u64 {
+    let Ok(mut f) = fs::File::open(path) else {
+        return pos;
+    };
+    if f.seek(SeekFrom::Start(pos)).is_err() {
+        return pos;
+    }
+    let mut buf = Vec::new();
+    let n = f.read_to_end(&mut buf).unwrap_or(0);
+    if n > 0 {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(&buf);
+        let _ = o.flush();
+    }
+    pos + n as u64
+}
+
+/// Finds `qemu-system-x86_64` (`$VM_QEMU` overrides).
+pub fn qemu_binary() -> Result<PathBuf> {
+    if let Some(q) = std::env::var_os("VM_QEMU") {
+        return Ok(PathBuf::from(q));
+    }
+    which("qemu-system-x86_64").ok_or_else(|| {
+        VmError::with_fix(
+            "qemu-system-x86_64 not found",
+            "scripts/setup (or apt-get install qemu-system-x86)",
+        )
+    })
+}
+
+/// Finds a static busybox for the initramfs (`$VM_BUSYBOX` overrides).
+pub fn busybox_binary() -> Result<PathBuf> {
+    if let Some(b) = std::env::var_os("VM_BUSYBOX") {
+        return Ok(PathBuf::from(b));
+    }
+    for p in ["/bin/busybox", "/usr/bin/busybox"] {
+        let p = Path::new(p);
+        if p.exists() {
+            return Ok(p.to_path_buf());
+        }
+    }
+    Err(VmError::with_fix(
+        "busybox not found (the guest init needs a static busybox)",
+        "scripts/setup (or apt-get install busybox-static)",
+    ))
+}
+
+/// Looks a program up on `PATH`.
+pub fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::encode;
+
+    fn spec(devices: Vec<DeviceKind>) -> GuestSpec {
+        GuestSpec {
+            kernel: BuiltKernel {
+                name: "debian-6.12".into(),
+                image: "/k/vmlinux".into(),
+                modules: None,
+                release: "6.12.117".into(),
+                built_from: None,
+                cache_dir: None,
+            },
+            devices,
+            payload: Payload {
+                argv: vec!["drmtool".into(), "devices".into()],
+                cwd: "/work/main".into(),
+                env: vec![("KERNEL_TESTS_STRICT".into(), "1".into())],
+                host_root: true,
+            },
+            accel: Accel::Tcg,
+            timeout: Duration::from_secs(60),
+            memory_mib: 1024,
+            probe_only: false,
+            stream_output: false,
+        }
+    }
+
+    fn files() -> RunFiles {
+        RunFiles {
+            dir: "/r".into(),
+            initrd: "/r/initramfs.cpio".into(),
+            console: "/r/console.log".into(),
+            results: "/r/results.bin".into(),
+            output: "/r/output.log".into(),
+            nvdimm: "/r/nvdimm.img".into(),
+        }
+    }
+
+    #[test]
+    fn qemu_command_for_the_full_device_set() {
+        let a = qemu_args(&spec(DeviceKind::ALL.to_vec()), &files()).join(" ");
+        for want in [
+            "-machine pc,accel=tcg,nvdimm=on",
+            "-cpu max,la57=off",
+            "-m 1024M,slots=2,maxmem=3072M",
+            "-kernel /k/vmlinux",
+            "-initrd /r/initramfs.cpio",
+            "-no-reboot",
+            "panic=-1",
+            "-serial chardev:con",
+            "name=vm.results",
+            "name=vm.output",
+            "-fsdev local,id=hostroot,path=/,security_model=none,readonly=on",
+            "-device virtio-gpu-pci",
+            "-vga std",
+            "-device qxl",
+            "memory-backend-file,id=nvmem0,share=on,mem-path=/r/nvdimm.img,size=256M",
+            "-device nvdimm,id=nvdimm0,memdev=nvmem0",
+        ] {
+            assert!(a.contains(want), "missing {want:?} in {a}");
+        }
+    }
+
+    #[test]
+    fn qemu_command_minimal_and_kvm() {
+        let mut s = spec(vec![]);
+        s.accel = Accel::Kvm;
+        s.payload.host_root = false;
+        let a = qemu_args(&s, &files()).join(" ");
+        assert!(a.contains("-machine pc,accel=kvm "), "{a}");
+        assert!(a.contains("-cpu host"));
+        assert!(a.contains("-m 1024M "));
+        for absent in ["nvdimm", "virtio-9p", "-vga", "qxl", "virtio-gpu"] {
+            assert!(!a.contains(absent), "{absent} in {a}");
+        }
+    }
+
+    #[test]
+    fn payload_script_quotes_everything() {
+        let mut p = spec(vec![]).payload;
+        p.argv = vec![
+            "/bin/echo".into(),
+            "it's".into(),
+            "a b".into(),
+            "$HOME".into(),
+        ];
+        p.env = vec![("X".into(), "1 2".into())];
+        let s = payload_script(&p);
+        assert!(s.contains("export X='1 2'\n"), "{s}");
+        assert!(s.contains("cd /work/main || exit 126\n"), "{s}");
+        assert!(
+            s.contains("exec /bin/echo 'it'\\''s' 'a b' '$HOME'\n"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn init_env_lists_modules_and_modes() {
+        let e = init_env(&spec(DeviceKind::ALL.to_vec()));
+        assert!(e.contains("VM_MODULES='vkms vgem test_hmm'\n"), "{e}");
+        assert!(e.contains("VM_MODALIAS=1\n"));
+        assert!(e.contains("VM_WAIT_PMEM=1\n"));
+        assert!(e.contains("VM_CMD=1\n"));
+        assert!(e.contains("VM_HOSTROOT=1\n"));
+        let mut s = spec(vec![]);
+        s.probe_only = true;
+        assert!(init_env(&s).contains("VM_MODE=probe\n"));
+    }
+
+    fn stream_of(records: &[&str]) -> Parsed {
+        let mut s = String::new();
+        for r in records {
+            s.push_str(&encode(r));
+        }
+        stream::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn classify_endings() {
+        let ok = stream_of(&["boot 1.2 6.12.117", "exit 3", "end 2"]);
+        assert_eq!(classify(&ok, "", false, None), Ending::Exited(3));
+        let nothing = stream_of(&[]);
+        assert_eq!(classify(&nothing, "", false, Some("")), Ending::NeverBooted);
+        assert_eq!(
+            classify(&nothing, "", false, Some("qemu: could not open kernel")),
+            Ending::QemuFailed("qemu: could not open kernel".into())
+        );
+        assert_eq!(classify(&nothing, "", true, None), Ending::NeverBooted);
+        let booted = stream_of(&["boot 1.2 6.12.117"]);
+        assert_eq!(classify(&booted, "", true, None), Ending::Timeout);
+        let console =
+            "[    2.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n[ 2.1] end";
+        assert_eq!(
+            classify(&booted, console, false, None),
+            Ending::Panic(
+                "[    2.0] Kernel panic - not syncing: VFS: Unable to mount root fs".into()
+            )
+        );
+        // Lost records: end says 3 but only 2 came before it.
+        let lost = stream_of(&["boot 1.2 x", "exit 0", "end 3"]);
+        assert!(matches!(
+            classify(&lost, "", false, None),
+            Ending::BrokenStream(_)
+        ));
+        let no_exit = stream_of(&["boot 1.2 x", "end 1"]);
+        assert!(matches!(
+            classify(&no_exit, "", false, None),
+            Ending::BrokenStream(_)
+        ));
+    }
+
+    #[test]
+    fn tail_and_quote() {
+        assert_eq!(tail_lines("a\n\nb\nc\n", 2), ["b", "c"]);
+        assert_eq!(sh_quote("plain-arg_1.2"), "plain-arg_1.2");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(DeviceKind::parse("virtio-gpu"), Some(DeviceKind::VirtioGpu));
+        assert_eq!(DeviceKind::parse("gpu"), None);
+    }
+}

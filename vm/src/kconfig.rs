@@ -1,0 +1,279 @@
+//! Linux kernel `.config` and config-fragment handling: parse, merge, render, check.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// A kernel configuration: option names (`CONFIG_...`) mapped to their raw value text,
+/// in first-seen order. `None` stands for `# CONFIG_X is not set`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KConfig {
+    entries: Vec<(String, Option<String>)>,
+    index: HashMap<String, usize>,
+}
+
+/// An option whose value [`KConfig::merge`] changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// Option name, e.g. `CONFIG_DRM_VKMS`.
+    pub name: String,
+    /// Previous value: outer `None` when the option was absent, inner `None` when
+    /// it was "is not set".
+    pub old: Option<Option<String>>,
+    /// New value (`None`: "is not set").
+    pub new: Option<String>,
+}
+
+/// A required option whose value differs, as reported by [`KConfig::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// Option name.
+    pub name: String,
+    /// Required value (`None`: not set).
+    pub want: Option<String>,
+    /// Actual value (`None`: not set or absent).
+    pub got: Option<String>,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "not set".to_owned());
+        write!(
+            f,
+            "{}: want {}, got {}",
+            self.name,
+            show(&self.want),
+            show(&self.got)
+        )
+    }
+}
+
+impl KConfig {
+    /// Parses `.config` text. Accepts `CONFIG_X=v` and `# CONFIG_X is not set` lines,
+    /// ignores blank lines, other comments and anything unrecognised; a later line for
+    /// an option overrides an earlier one.
+    pub fn parse(text: &str) -> KConfig {
+        let mut cfg = KConfig::default();
+        for line in text.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix('#') {
+                let name = rest
+                    .trim_start()
+                    .strip_suffix(" is not set")
+                    .map(str::trim_end);
+                if let Some(name) = name.filter(|n| valid_name(n)) {
+                    cfg.set(name, None);
+                }
+            } else if let Some((name, value)) = line.split_once('=') {
+                let name = name.trim_end();
+                if valid_name(name) {
+                    cfg.set(name, Some(value.trim_start().to_owned()));
+                }
+            }
+        }
+        cfg
+    }
+
+    /// The value of `name`: `None` when absent, `Some(None)` when "is not set".
+    pub fn get(&self, name: &str) -> Option<Option<&str>> {
+        self.index.get(name).map(|&i| self.entries[i].1.as_deref())
+    }
+
+    /// Number of options.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no options.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Sets `name` to `value` (`None`: "is not set"), keeping its position if present.
+    pub fn set(&mut self, name: &str, value: Option<String>) {
+        match self.index.get(name) {
+            Some(&i) => self.entries[i].1 = value,
+            None => {
+                self.index.insert(name.to_owned(), self.entries.len());
+                self.entries.push((name.to_owned(), value));
+            }
+        }
+    }
+
+    /// Applies `fragment` over `self` (the fragment wins) and returns the options
+    /// whose value changed.
+    pub fn merge(&mut self, fragment: &KConfig) -> Vec<Override> {
+        let mut changed = Vec::new();
+        for (name, new) in &fragment.entries {
+            let old = self.get(name).map(|v| v.map(str::to_owned));
+            if old.as_ref() != Some(new) {
+                changed.push(Override {
+                    name: name.clone(),
+                    old,
+                    new: new.clone(),
+                });
+                self.set(name, new.clone());
+            }
+        }
+        changed
+    }
+
+    /// Renders one line per option, in order, ending in a newline.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (name, value) in &self.entries {
+            match value {
+                Some(v) => out += &format!("{name}={v}\n"),
+                None => out += &format!("# {name} is not set\n"),
+            }
+        }
+        out
+    }
+
+    /// Reports every option of `required` whose value here differs; an absent option
+    /// counts as "is not set".
+    pub fn check(&self, required: &KConfig) -> Vec<Missing> {
+        required
+            .entries
+            .iter()
+            .filter_map(|(name, want)| {
+                let got = self.get(name).flatten();
+                (got != want.as_deref()).then(|| Missing {
+                    name: name.clone(),
+                    want: want.clone(),
+                    got: got.map(str::to_owned),
+                })
+            })
+            .collect()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    name.len() > "CONFIG_".len()
+        && name.starts_with("CONFIG_")
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A stable cache key over `parts`: the first 16 hex digits of SHA-256 over each part
+/// prefixed by its length as 8 little-endian bytes.
+pub fn fragment_hash(parts: &[&[u8]]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+#
+# Automatically generated file; DO NOT EDIT.
+#
+CONFIG_CC_VERSION_TEXT=\"gcc (Debian 14.2.0) 14.2.0\"
+CONFIG_DRM=y
+CONFIG_DRM_VKMS=m
+# CONFIG_TEST_HMM is not set
+CONFIG_BASE_SMALL=0x10
+CONFIG_NEG=-1
+";
+
+    #[test]
+    fn round_trip() {
+        let cfg = KConfig::parse(SAMPLE);
+        assert_eq!(cfg.len(), 6);
+        let rendered = cfg.render();
+        assert_eq!(
+            Some(rendered.as_str()),
+            SAMPLE.split_once("EDIT.\n#\n").map(|p| p.1)
+        );
+        assert_eq!(KConfig::parse(&rendered), cfg);
+        assert_eq!(
+            cfg.get("CONFIG_CC_VERSION_TEXT"),
+            Some(Some("\"gcc (Debian 14.2.0) 14.2.0\""))
+        );
+        assert_eq!(cfg.get("CONFIG_NEG"), Some(Some("-1")));
+        assert_eq!(cfg.get("CONFIG_ABSENT"), None);
+    }
+
+    #[test]
+    fn not_set_whitespace_crlf_and_overrides() {
+        let text = "  CONFIG_A=y  \r\n\r\n#CONFIG_B is not set\r\n# just a comment\r\n\
+                    garbage line\nCONFIG_=y\n=y\n# CONFIG_C is set\nCONFIG_B=m\nCONFIG_A=n\n# CONFIG_A is not set";
+        let cfg = KConfig::parse(text);
+        assert_eq!(cfg.get("CONFIG_A"), Some(None));
+        assert_eq!(cfg.get("CONFIG_B"), Some(Some("m")));
+        assert_eq!(cfg.get("CONFIG_C"), None);
+        assert_eq!(cfg.render(), "# CONFIG_A is not set\nCONFIG_B=m\n");
+    }
+
+    #[test]
+    fn merge_reports_overrides() {
+        let mut base = KConfig::parse("CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n");
+        let frag = KConfig::parse(
+            "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=m\nCONFIG_D=\"x\"\n# CONFIG_E is not set\n",
+        );
+        let changed = base.merge(&frag);
+        let o = |name: &str, old: Option<Option<&str>>, new: Option<&str>| Override {
+            name: name.to_owned(),
+            old: old.map(|v| v.map(str::to_owned)),
+            new: new.map(str::to_owned),
+        };
+        assert_eq!(
+            changed,
+            [
+                o("CONFIG_B", Some(Some("m")), Some("y")),
+                o("CONFIG_C", Some(None), Some("m")),
+                o("CONFIG_D", None, Some("\"x\"")),
+                o("CONFIG_E", None, None),
+            ]
+        );
+        assert_eq!(
+            base.render(),
+            "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=m\nCONFIG_D=\"x\"\n# CONFIG_E is not set\n"
+        );
+        assert!(base.merge(&frag).is_empty());
+    }
+
+    #[test]
+    fn check_reports_differences() {
+        let have = KConfig::parse("CONFIG_A=y\nCONFIG_B=y\n# CONFIG_C is not set\n");
+        let req = KConfig::parse(
+            "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n# CONFIG_D is not set\nCONFIG_TEST_HMM=m\n",
+        );
+        let missing = have.check(&req);
+        let text: Vec<String> = missing.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "CONFIG_B: want m, got y",
+                "CONFIG_TEST_HMM: want m, got not set"
+            ]
+        );
+        assert_eq!(missing[1].got, None);
+        let req = KConfig::parse("# CONFIG_B is not set\n");
+        assert_eq!(
+            have.check(&req)[0].to_string(),
+            "CONFIG_B: want not set, got y"
+        );
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let h = fragment_hash(&[b"CONFIG_A=y\n", b"6.12.48"]);
+        assert_eq!(h.len(), 16);
+        assert_eq!(h, EXPECTED);
+        assert_ne!(fragment_hash(&[b"CONFIG_A=m\n", b"6.12.48"]), h);
+        // Part boundaries matter, not just the concatenation.
+        assert_ne!(fragment_hash(&[b"CONFIG_A=y\n6", b".12.48"]), h);
+        assert_ne!(fragment_hash(&[]), fragment_hash(&[b""]));
+    }
+
+    const EXPECTED: &str = "196be40285976c2f";
+}

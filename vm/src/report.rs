@@ -1,0 +1,405 @@
+//! Per-kernel reports of `vm test`: the summary printed for people, JSON and JUnit for CI.
+
+use crate::guest::{BootResult, Ending};
+use crate::stream::{Outcome, Record};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One test's result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TestResult {
+    /// Suite (binary or external suite).
+    pub suite: String,
+    /// Test name.
+    pub name: String,
+    /// `pass`, `fail` or `skip`.
+    pub outcome: &'static str,
+    /// Duration in milliseconds.
+    pub duration_ms: u64,
+    /// Why it failed or was skipped.
+    pub reason: String,
+}
+
+impl TestResult {
+    /// A failure listed in [`crate::runner::KNOWN_FAILURES`]: reported, not fatal.
+    pub fn known(&self) -> bool {
+        self.outcome == "fail" && self.reason.starts_with("known:")
+    }
+}
+
+/// A module the init tried to load.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModuleResult {
+    /// Module name.
+    pub name: String,
+    /// Whether it loaded.
+    pub ok: bool,
+    /// modprobe's message when it did not.
+    pub detail: String,
+}
+
+/// Everything one kernel's run produced.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct KernelReport {
+    /// Catalog or custom name.
+    pub kernel: String,
+    /// `uname -r` reported by the guest.
+    pub release: String,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// Host wall seconds from QEMU start to the guest init's first record.
+    pub boot_s: Option<f64>,
+    /// Kernel uptime at init (seconds).
+    pub kernel_boot_s: Option<f64>,
+    /// Seconds from boot to power-off.
+    pub test_s: f64,
+    /// How the boot ended (`exited 0`, `panic: ...`, `timeout`, ...).
+    pub ending: String,
+    /// Modules loaded.
+    pub modules: Vec<ModuleResult>,
+    /// Device nodes found, with their drivers.
+    pub nodes: Vec<(String, String)>,
+    /// Test results.
+    pub tests: Vec<TestResult>,
+    /// Notes from the guest.
+    pub notes: Vec<String>,
+    /// Last console lines when the boot failed.
+    pub console_tail: Vec<String>,
+    /// Whether this kernel passed: clean exit, no failed test, every module loaded.
+    pub passed: bool,
+}
+
+impl KernelReport {
+    /// Builds a report from a boot.
+    pub fn from_boot(kernel: &str, accel: &str, r: &BootResult) -> Self {
+        let mut rep = KernelReport {
+            kernel: kernel.to_string(),
+            release: String::new(),
+            accel: accel.to_string(),
+            boot_s: r.boot_time.map(|d| d.as_secs_f64()),
+            kernel_boot_s: None,
+            test_s: r.run_time.as_secs_f64(),
+            ending: ending_text(&r.ending),
+            modules: Vec::new(),
+            nodes: Vec::new(),
+            tests: Vec::new(),
+            notes: Vec::new(),
+            console_tail: Vec::new(),
+            passed: false,
+        };
+        for rec in &r.parsed.records {
+            match rec {
+                Record::Boot { uptime_s, release } => {
+                    rep.release = release.clone();
+                    rep.kernel_boot_s = Some(*uptime_s);
+                }
+                Record::Module { name, ok, detail } => rep.modules.push(ModuleResult {
+                    name: name.clone(),
+                    ok: *ok,
+                    detail: detail.clone(),
+                }),
+                Record::Node { path, driver } => rep
+                    .nodes
+                    .push((path.clone(), driver.clone().unwrap_or_else(|| "-".into()))),
+                Record::Test {
+                    suite,
+                    name,
+                    outcome,
+                    duration_ms,
+                    reason,
+                } => rep.tests.push(TestResult {
+                    suite: suite.clone(),
+                    name: name.clone(),
+                    outcome: outcome.as_str(),
+                    duration_ms: *duration_ms,
+                    reason: reason.clone(),
+                }),
+                Record::Note(n) => rep.notes.push(n.clone()),
+                _ => {}
+            }
+        }
+        for c in &r.parsed.corrupt {
+            rep.notes.push(format!("corrupt record: {c}"));
+        }
+        let clean = matches!(r.ending, Ending::Exited(0));
+        let tests_ok = rep
+            .tests
+            .iter()
+            .all(|t| t.outcome != Outcome::Fail.as_str() || t.known());
+        let mods_ok = rep.modules.iter().all(|m| m.ok);
+        rep.passed = clean && tests_ok && mods_ok;
+        if !clean || !rep.passed {
+            rep.console_tail = r.console_tail.clone();
+        }
+        rep
+    }
+
+    /// (passed, failed, skipped) test counts; known failures are not in `failed`.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let c = |o: Outcome| {
+            self.tests
+                .iter()
+                .filter(|t| t.outcome == o.as_str() && !t.known())
+                .count()
+        };
+        (c(Outcome::Pass), c(Outcome::Fail), c(Outcome::Skip))
+    }
+
+    /// Known kernel-side failures.
+    pub fn known_failures(&self) -> usize {
+        self.tests.iter().filter(|t| t.known()).count()
+    }
+}
+
+/// One line for an ending.
+pub fn ending_text(e: &Ending) -> String {
+    match e {
+        Ending::Exited(c) => format!("exited {c}"),
+        Ending::NeverBooted => "never reached the payload".into(),
+        Ending::Panic(p) => format!("kernel panic: {p}"),
+        Ending::Timeout => "timeout".into(),
+        Ending::BrokenStream(s) => format!("broken result stream: {s}"),
+        Ending::QemuFailed(s) => format!("qemu failed: {s}"),
+    }
+}
+
+/// The human summary of a matrix run.
+pub fn summary(reports: &[KernelReport]) -> String {
+    let mut s = String::new();
+    writeln!(s, "\n=== vm test summary ===").unwrap();
+    writeln!(
+        s,
+        "{:<14} {:<22} {:<5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6}  result",
+        "kernel", "release", "accel", "boot s", "test s", "pass", "fail", "skip", "known"
+    )
+    .unwrap();
+    for r in reports {
+        let (p, f, k) = r.counts();
+        writeln!(
+            s,
+            "{:<14} {:<22} {:<5} {:>7} {:>7.1} {:>6} {:>6} {:>6} {:>6}  {}",
+            r.kernel,
+            r.release,
+            r.accel,
+            r.boot_s.map_or("-".into(), |b| format!("{b:.2}")),
+            r.test_s,
+            p,
+            f,
+            k,
+            r.known_failures(),
+            if r.passed {
+                "PASS".to_string()
+            } else {
+                format!("FAIL ({})", r.ending)
+            }
+        )
+        .unwrap();
+    }
+    for r in reports {
+        let bad_mods: Vec<&ModuleResult> = r.modules.iter().filter(|m| !m.ok).collect();
+        let fails: Vec<&TestResult> = r.tests.iter().filter(|t| t.outcome == "fail").collect();
+        let fails_known = fails.iter().any(|t| t.known());
+        let skips: Vec<&TestResult> = r.tests.iter().filter(|t| t.outcome == "skip").collect();
+        if bad_mods.is_empty() && fails.is_empty() && skips.is_empty() && r.passed && !fails_known {
+            continue;
+        }
+        writeln!(s, "\n{} ({}):", r.kernel, r.ending).unwrap();
+        for m in bad_mods {
+            writeln!(s, "  module {} failed to load: {}", m.name, m.detail).unwrap();
+        }
+        for t in fails {
+            let tag = if t.known() { "KNOWN" } else { "FAIL" };
+            writeln!(s, "  {tag} {}::{}: {}", t.suite, t.name, t.reason).unwrap();
+        }
+        for t in skips {
+            writeln!(s, "  SKIP {}::{}: {}", t.suite, t.name, t.reason).unwrap();
+        }
+        if !r.console_tail.is_empty() {
+            writeln!(s, "  last console lines:").unwrap();
+            for l in &r.console_tail {
+                writeln!(s, "    | {l}").unwrap();
+            }
+        }
+    }
+    let (p, f, k) = reports.iter().fold((0, 0, 0), |a, r| {
+        let c = r.counts();
+        (a.0 + c.0, a.1 + c.1, a.2 + c.2)
+    });
+    let bad = reports.iter().filter(|r| !r.passed).count();
+    writeln!(
+        s,
+        "\nkernels: {} passed, {} failed; tests: {p} passed, {f} failed, {k} skipped",
+        reports.len() - bad,
+        bad
+    )
+    .unwrap();
+    s
+}
+
+/// The JSON document of a matrix run.
+pub fn json(reports: &[KernelReport]) -> String {
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        schema_version: u32,
+        kernels: &'a [KernelReport],
+    }
+    serde_json::to_string_pretty(&Doc {
+        schema_version: 1,
+        kernels: reports,
+    })
+    .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+fn xml_escape(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .map(|c| match c {
+            '&' => "&amp;".to_string(),
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '"' => "&quot;".to_string(),
+            '\'' => "&apos;".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The JUnit XML of a matrix run: one testsuite per kernel; a boot failure is a failed
+/// testcase named `boot`, so it can never look like an empty pass.
+pub fn junit(reports: &[KernelReport]) -> String {
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n");
+    for r in reports {
+        let (_, f, k) = r.counts();
+        let boot_failed = !r.ending.starts_with("exited");
+        writeln!(
+            s,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
+            xml_escape(&r.kernel),
+            r.tests.len() + 1,
+            f + usize::from(boot_failed),
+            k,
+            r.test_s
+        )
+        .unwrap();
+        write!(
+            s,
+            "    <testcase classname=\"{0}\" name=\"boot\" time=\"{1:.3}\">",
+            xml_escape(&r.kernel),
+            r.boot_s.unwrap_or(0.0)
+        )
+        .unwrap();
+        if boot_failed {
+            write!(
+                s,
+                "<failure message=\"{}\">{}</failure>",
+                xml_escape(&r.ending),
+                xml_escape(&r.console_tail.join("\n"))
+            )
+            .unwrap();
+        }
+        s.push_str("</testcase>\n");
+        for t in &r.tests {
+            write!(
+                s,
+                "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\">",
+                xml_escape(&r.kernel),
+                xml_escape(&t.suite),
+                xml_escape(&t.name),
+                t.duration_ms as f64 / 1000.0
+            )
+            .unwrap();
+            match t.outcome {
+                "fail" => write!(s, "<failure message=\"{}\"/>", xml_escape(&t.reason)).unwrap(),
+                "skip" => write!(s, "<skipped message=\"{}\"/>", xml_escape(&t.reason)).unwrap(),
+                _ => {}
+            }
+            s.push_str("</testcase>\n");
+        }
+        s.push_str("  </testsuite>\n");
+    }
+    s.push_str("</testsuites>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::RunFiles;
+    use crate::stream::{encode, parse};
+    use std::time::Duration;
+
+    fn boot_result(records: &[&str], ending: Ending) -> BootResult {
+        let text: String = records.iter().map(|r| encode(r)).collect();
+        BootResult {
+            ending,
+            parsed: parse(text.as_bytes()),
+            boot_time: Some(Duration::from_millis(1500)),
+            run_time: Duration::from_secs(3),
+            console_tail: vec!["[ 1.0] last <line> & more".into()],
+            files: RunFiles {
+                dir: "/r".into(),
+                initrd: "/r/i".into(),
+                console: "/r/c".into(),
+                results: "/r/r".into(),
+                output: "/r/o".into(),
+                nvdimm: "/r/n".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn report_counts_and_verdicts() {
+        let r = boot_result(
+            &[
+                "boot 1.1 6.12.117",
+                "module vkms ok",
+                "node /dev/dri/card0 vkms",
+                "test smoke vkms_bound pass 12",
+                "test smoke pmem skip 1 no /dev/pmem0",
+                "exit 0",
+                "end 6",
+            ],
+            Ending::Exited(0),
+        );
+        let rep = KernelReport::from_boot("debian-6.12", "tcg", &r);
+        assert_eq!(rep.release, "6.12.117");
+        assert_eq!(rep.counts(), (1, 0, 1));
+        assert!(rep.passed);
+        assert_eq!(
+            rep.nodes,
+            [("/dev/dri/card0".to_string(), "vkms".to_string())]
+        );
+
+        let bad = boot_result(
+            &[
+                "boot 1.1 6.1.0",
+                "module test_hmm fail modprobe: not found",
+                "exit 0",
+                "end 3",
+            ],
+            Ending::Exited(0),
+        );
+        let rep2 = KernelReport::from_boot("debian-6.1", "tcg", &bad);
+        assert!(
+            !rep2.passed,
+            "a module that failed to load fails the kernel"
+        );
+        let s = summary(&[rep.clone(), rep2.clone()]);
+        assert!(s.contains("module test_hmm failed to load"), "{s}");
+        assert!(s.contains("SKIP smoke::pmem: no /dev/pmem0"), "{s}");
+        assert!(s.contains("kernels: 1 passed, 1 failed"), "{s}");
+
+        let panic = boot_result(&[], Ending::Panic("Kernel panic - not syncing: x".into()));
+        let rep3 = KernelReport::from_boot("custom", "tcg", &panic);
+        assert!(!rep3.passed);
+        let x = junit(&[rep, rep3]);
+        assert!(x.contains("name=\"boot\""));
+        assert!(
+            x.contains("<failure message=\"kernel panic: Kernel panic - not syncing: x\">"),
+            "{x}"
+        );
+        assert!(x.contains("&lt;line&gt; &amp; more"), "{x}");
+        assert!(x.contains("<skipped message=\"no /dev/pmem0\"/>"));
+        assert!(json(&[rep2]).contains("\"schema_version\": 1"));
+    }
+}

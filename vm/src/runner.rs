@@ -1,0 +1,488 @@
+//! The in-guest test runner (`vm guest-tests`): runs every test of the given libtest
+//! binaries one by one, and external suites (the kernel's selftests, libdrm's test programs),
+//! and writes one result line per test to `$VM_RESULTS_FILE` for the init to forward.
+
+use crate::stream::{Outcome, Record};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One libtest binary to run.
+#[derive(Debug, Clone)]
+pub struct TestBinary {
+    /// Suite name for reports (`smoke`, `gem`, ...).
+    pub suite: String,
+    /// The executable.
+    pub path: PathBuf,
+}
+
+/// The suite name of a cargo test executable: its file stem without the `-<hash>` suffix.
+pub fn suite_name(exe: &Path) -> String {
+    let stem = exe
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name.to_string()
+        }
+        _ => stem,
+    }
+}
+
+/// Parses `--list --format terse` output: lines `name: test`.
+pub fn parse_list(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// Decides a test's outcome from its exit status and output. A passing test that printed a
+/// `SKIP ` line (the `kernel_tests::skip!` macro) was skipped; the reason is that line.
+pub fn outcome_of(success: bool, output: &str) -> (Outcome, String) {
+    if success {
+        if let Some(l) = output.lines().find(|l| l.starts_with("SKIP ")) {
+            let reason = l.split_once(": ").map_or(l, |(_, r)| r);
+            return (Outcome::Skip, reason.to_string());
+        }
+        return (Outcome::Pass, String::new());
+    }
+    let reason = output
+        .lines()
+        .skip_while(|l| !l.contains("panicked at"))
+        .nth(1)
+        .or_else(|| output.lines().find(|l| l.contains("panicked at")))
+        .unwrap_or("non-zero exit")
+        .trim()
+        .to_string();
+    (Outcome::Fail, reason)
+}
+
+/// Where results go.
+pub struct Sink {
+    file: Option<std::fs::File>,
+    /// Counts per outcome: pass, fail, skip.
+    pub counts: [usize; 3],
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl Sink {
+    /// Opens `$VM_RESULTS_FILE` (or discards results when unset, printing them only).
+    pub fn from_env() -> Self {
+        let file = std::env::var_os("VM_RESULTS_FILE").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        Self {
+            file,
+            counts: [0; 3],
+        }
+    }
+
+    /// Records one result and echoes a line to stdout.
+    pub fn record(&mut self, suite: &str, name: &str, outcome: Outcome, d: Duration, reason: &str) {
+        let r = Record::Test {
+            suite: suite.to_string(),
+            name: name.to_string(),
+            outcome,
+            duration_ms: d.as_millis() as u64,
+            reason: reason.to_string(),
+        };
+        self.counts[match outcome {
+            Outcome::Pass => 0,
+            Outcome::Fail => 1,
+            Outcome::Skip => 2,
+        }] += 1;
+        println!(
+            "{:<4} {suite}::{name} ({} ms){}",
+            outcome.as_str().to_uppercase(),
+            d.as_millis(),
+            if reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {reason}")
+            }
+        );
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{}", r.to_payload());
+        }
+    }
+
+    /// Records a note line.
+    pub fn note(&mut self, text: &str) {
+        println!("note: {text}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{}", Record::Note(text.to_string()).to_payload());
+        }
+    }
+}
+
+/// Runs a command with a time limit; returns (success, combined output, duration).
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String, Duration) {
+    let start = Instant::now();
+    let dir = std::env::temp_dir().join(format!("vm-runner-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let log = dir.join("out.log");
+    let Ok((f, f_err)) = std::fs::File::create(&log).and_then(|f| Ok((f.try_clone()?, f))) else {
+        return (false, "cannot create a log file".into(), start.elapsed());
+    };
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(f))
+        .stderr(Stdio::from(f_err))
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return (false, format!("cannot start: {e}"), start.elapsed()),
+    };
+    let ok = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s.success(),
+            Ok(None) if start.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let mut out = std::fs::read_to_string(&log).unwrap_or_default();
+                out.push_str(&format!("\ntimed out after {} s\n", limit.as_secs()));
+                return (false, out, start.elapsed());
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break false,
+        }
+    };
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    (ok, out, start.elapsed())
+}
+
+/// Runs every test of every binary, one process per test (so one crash cannot hide the
+/// others, and skips are attributed exactly).
+pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: Duration) {
+    for b in bins {
+        let (ok, list, _) = run_limited(
+            Command::new(&b.path).args(["--list", "--format", "terse"]),
+            Duration::from_secs(30),
+        );
+        let names = parse_list(&list);
+        if !ok || names.is_empty() {
+            sink.record(
+                &b.suite,
+                "(list)",
+                Outcome::Fail,
+                Duration::ZERO,
+                &format!("cannot list tests of {}", b.path.display()),
+            );
+            continue;
+        }
+        for name in names {
+            let mut c = Command::new(&b.path);
+            c.args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"]);
+            if strict {
+                c.env("KERNEL_TESTS_STRICT", "1");
+            }
+            let (ok, out, d) = run_limited(&mut c, limit);
+            let (outcome, reason) = outcome_of(ok, &out);
+            if outcome == Outcome::Fail {
+                println!("---- {}::{name} output ----\n{}", b.suite, out.trim_end());
+            }
+            sink.record(&b.suite, &name, outcome, d, &reason);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suite_names() {
+        assert_eq!(
+            suite_name(Path::new("/t/deps/smoke-0123456789abcdef")),
+            "smoke"
+        );
+        assert_eq!(
+            suite_name(Path::new("/t/deps/dma-buf-0123456789abcdef")),
+            "dma-buf"
+        );
+        assert_eq!(suite_name(Path::new("/usr/bin/modetest")), "modetest");
+    }
+
+    #[test]
+    fn list_parsing() {
+        let out = "a::b: test\nc: test\nbench_x: benchmark\n\n2 tests, 1 benchmark\n";
+        assert_eq!(parse_list(out), ["a::b", "c"]);
+    }
+
+    #[test]
+    fn outcomes() {
+        assert_eq!(
+            outcome_of(true, "running 1 test\nok\n"),
+            (Outcome::Pass, String::new())
+        );
+        assert_eq!(
+            outcome_of(true, "SKIP smoke: no /dev/dri on this machine\n"),
+            (Outcome::Skip, "no /dev/dri on this machine".into())
+        );
+        let (o, r) = outcome_of(
+            false,
+            "thread 'x' panicked at kernel-tests/tests/smoke.rs:10:5:\nvkms is not bound\nnote: ...",
+        );
+        assert_eq!(o, Outcome::Fail);
+        assert_eq!(r, "vkms is not bound");
+        assert_eq!(outcome_of(false, "Segmentation fault").1, "non-zero exit");
+    }
+}
+
+/// One result line of TAP / kselftest output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapLine {
+    /// Test description.
+    pub name: String,
+    /// Pass, fail, or skip (`# SKIP`).
+    pub outcome: Outcome,
+    /// The directive text (`SKIP reason`, `XFAIL ...`).
+    pub directive: String,
+}
+
+/// Parses the `ok N name` / `not ok N name # SKIP why` lines of TAP output (kselftest and
+/// kselftest_harness both print them); indented subtest lines and comments are ignored.
+pub fn parse_tap(text: &str) -> Vec<TapLine> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let (ok, rest) = if let Some(r) = line.strip_prefix("not ok ") {
+            (false, r)
+        } else if let Some(r) = line.strip_prefix("ok ") {
+            (true, r)
+        } else {
+            continue;
+        };
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+        let (name, directive) = match rest.split_once(" # ") {
+            Some((n, d)) => (n.trim(), d.trim()),
+            None => match rest.strip_prefix("# ") {
+                Some(d) => ("", d.trim()),
+                None => (rest, ""),
+            },
+        };
+        let upper = directive.to_ascii_uppercase();
+        let outcome = if upper.starts_with("SKIP") {
+            Outcome::Skip
+        } else if ok || upper.starts_with("XFAIL") {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        };
+        out.push(TapLine {
+            name: name.trim_start_matches("- ").to_string(),
+            outcome,
+            directive: directive.to_string(),
+        });
+    }
+    out
+}
+
+/// Known kernel-side failures: (suite, substring of the test name, why). A matching failure
+/// is recorded as a failure whose reason starts with `known:`; reports count it apart and it
+/// does not fail the kernel, but it is never turned into a pass.
+pub const KNOWN_FAILURES: &[(&str, &str, &str)] = &[(
+    "hmm-tests",
+    "exclusive",
+    "known: make_device_exclusive returns EBUSY under QEMU TCG on these kernels",
+)];
+
+fn known_failure(suite: &str, name: &str) -> Option<&'static str> {
+    KNOWN_FAILURES
+        .iter()
+        .find(|(s, n, _)| *s == suite && name.contains(n))
+        .map(|(_, _, why)| *why)
+}
+
+/// Runs one kselftest program and records each TAP result; a program that printed no TAP
+/// result is one failure (never an empty pass).
+pub fn run_kselftest(exe: &Path, suite: &str, sink: &mut Sink, limit: Duration) {
+    if !exe.exists() {
+        sink.record(
+            suite,
+            "(build)",
+            Outcome::Fail,
+            Duration::ZERO,
+            &format!("{} was not built", exe.display()),
+        );
+        return;
+    }
+    let (ok, out, d) = run_limited(&mut Command::new(exe), limit);
+    let lines = parse_tap(&out);
+    if lines.is_empty() {
+        println!("---- {suite} output ----\n{}", out.trim_end());
+        sink.record(
+            suite,
+            "(run)",
+            Outcome::Fail,
+            d,
+            &format!("no TAP results (exit ok={ok})"),
+        );
+        return;
+    }
+    let per = d / lines.len() as u32;
+    let mut seen = std::collections::HashMap::new();
+    for t in lines {
+        let n = seen.entry(t.name.clone()).or_insert(0);
+        *n += 1;
+        let name = if *n > 1 {
+            format!("{}#{n}", t.name)
+        } else {
+            t.name.clone()
+        };
+        let name = name.replace(' ', "_");
+        let reason = match (t.outcome, known_failure(suite, &name)) {
+            (Outcome::Fail, Some(why)) => why.to_string(),
+            _ => t.directive.clone(),
+        };
+        sink.record(suite, &name, t.outcome, per, &reason);
+    }
+}
+
+/// Runs libdrm's test programs (Debian `libdrm-tests`) and `drm_info` against each KMS
+/// driver present; each program's verdict is its exit status plus the output it must print.
+pub fn run_libdrm(sink: &mut Sink, limit: Duration) {
+    let nodes = list_drm_drivers();
+    let kms: Vec<&str> = ["vkms", "virtio_gpu", "bochs-drm", "bochs", "qxl"]
+        .into_iter()
+        .filter(|d| nodes.iter().any(|n| n == d))
+        .collect();
+    if kms.is_empty() {
+        sink.record(
+            "libdrm",
+            "(drivers)",
+            Outcome::Fail,
+            Duration::ZERO,
+            "no KMS driver present",
+        );
+        return;
+    }
+    let have = |p: &str| Path::new(p).exists();
+    for d in &kms {
+        for (prog, args, must) in [
+            ("/usr/bin/modetest", vec!["-M", d], "Connectors:"),
+            ("/usr/bin/proptest", vec!["-M", d], "Connector"),
+        ] {
+            let name = format!("{}-{d}", prog.rsplit('/').next().unwrap_or(prog));
+            if !have(prog) {
+                sink.record(
+                    "libdrm",
+                    &name,
+                    Outcome::Skip,
+                    Duration::ZERO,
+                    "libdrm-tests not installed on the host",
+                );
+                continue;
+            }
+            let (ok, out, t) = run_limited(Command::new(prog).args(&args), limit);
+            let good = ok && out.contains(must);
+            if !good {
+                println!("---- {name} ----\n{}", out.trim_end());
+            }
+            let why = if good {
+                String::new()
+            } else {
+                format!("exit ok={ok}, {must:?} printed={}", out.contains(must))
+            };
+            sink.record(
+                "libdrm",
+                &name,
+                if good { Outcome::Pass } else { Outcome::Fail },
+                t,
+                &why,
+            );
+        }
+    }
+    for (prog, args, must) in [
+        ("/usr/bin/drmdevice", vec![], "device[0]"),
+        ("/usr/bin/drm_info", vec!["-j"], "\"driver\""),
+    ] {
+        let name = prog.rsplit('/').next().unwrap_or(prog).to_string();
+        if !have(prog) {
+            sink.record(
+                "libdrm",
+                &name,
+                Outcome::Skip,
+                Duration::ZERO,
+                &format!("{prog} not installed on the host"),
+            );
+            continue;
+        }
+        let (ok, out, t) = run_limited(Command::new(prog).args(&args), limit);
+        let good = ok && out.contains(must);
+        if !good {
+            println!("---- {name} ----\n{}", out.trim_end());
+        }
+        let why = if good {
+            String::new()
+        } else {
+            format!("exit ok={ok}, {must:?} printed={}", out.contains(must))
+        };
+        sink.record(
+            "libdrm",
+            &name,
+            if good { Outcome::Pass } else { Outcome::Fail },
+            t,
+            &why,
+        );
+    }
+}
+
+/// Driver names bound to DRM nodes, from sysfs.
+fn list_drm_drivers() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/class/drm") {
+        for e in rd.flatten() {
+            if let Ok(l) = std::fs::read_link(e.path().join("device/driver"))
+                && let Some(n) = l.file_name()
+            {
+                out.push(n.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tap_tests {
+    use super::*;
+
+    #[test]
+    fn tap_lines() {
+        let out = "TAP version 13\n1..4\n# Starting 4 tests\n#  RUN  hmm.open_close ...\n\
+                   ok 1 hmm.open_close\nnot ok 2 hmm.exclusive\nok 3 hmm.huge # SKIP no THP\n\
+                   ok 4 # SKIP whole test\n  ok 1 nested\n# Totals: pass:2 fail:1\n";
+        let t = parse_tap(out);
+        assert_eq!(t.len(), 4);
+        assert_eq!(
+            (t[0].name.as_str(), t[0].outcome),
+            ("hmm.open_close", Outcome::Pass)
+        );
+        assert_eq!(
+            (t[1].name.as_str(), t[1].outcome),
+            ("hmm.exclusive", Outcome::Fail)
+        );
+        assert_eq!(
+            (t[2].outcome, t[2].directive.as_str()),
+            (Outcome::Skip, "SKIP no THP")
+        );
+        assert_eq!((t[3].name.as_str(), t[3].outcome), ("", Outcome::Skip));
+        assert!(known_failure("hmm-tests", "hmm.exclusive").is_some());
+        assert_eq!(known_failure("hmm-tests", "hmm.open_close"), None);
+    }
+}
