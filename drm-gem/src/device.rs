@@ -177,8 +177,12 @@ pub struct NodeInfo {
     pub kind: NodeKind,
     /// Char-device major and minor.
     pub dev: (u32, u32),
-    /// Kernel driver bound to the parent device (`/sys/.../device/driver`), if any.
+    /// DRM driver name (`vkms`, `virtio_gpu`, `bochs-drm`, ...) from `DRM_IOCTL_VERSION`,
+    /// or from debugfs `dri/<minor>/name` when the node cannot be opened.
     pub driver: Option<String>,
+    /// Driver bound to the parent device in sysfs (`/sys/.../device/driver`): `virtio-pci`,
+    /// `bochs-drm`, `qxl`; none for virtual devices such as vkms and vgem.
+    pub parent_driver: Option<String>,
     /// Bus of the parent device (`pci`, `platform`, `virtio`, ...), if any.
     pub bus: Option<String>,
     /// PCI vendor and device ids where the parent is a PCI device.
@@ -233,8 +237,14 @@ pub fn enumerate_in(dir: &Path) -> core::result::Result<Vec<NodeInfo>, NoNodes> 
         } else {
             None
         };
+        let driver = Device::open(&path)
+            .and_then(|d| d.driver())
+            .map(|v| v.name)
+            .ok()
+            .or_else(|| debugfs_name(dev.1));
         out.push(NodeInfo {
-            driver: link_name(sysfs.join("device/driver")),
+            driver,
+            parent_driver: link_name(sysfs.join("device/driver")),
             bus,
             pci_id,
             path,
@@ -248,6 +258,12 @@ pub fn enumerate_in(dir: &Path) -> core::result::Result<Vec<NodeInfo>, NoNodes> 
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// The driver name from debugfs `dri/<minor>/name` ("vkms dev=vkms unique=vkms").
+fn debugfs_name(minor: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/sys/kernel/debug/dri/{minor}/name")).ok()?;
+    text.split_whitespace().next().map(str::to_string)
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ struct DeviceRow {
     kind: &'static str,
     dev: String,
     driver: Option<String>,
+    parent_driver: Option<String>,
     driver_version: Option<String>,
     bus: Option<String>,
     pci_id: Option<String>,
@@ -90,7 +91,7 @@ fn devices(json: bool) -> ExitCode {
     let header = [
         "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "PCI", "SYSFS",
     ];
-    let table: Vec<[String; 8]> = rows
+    let table: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
@@ -104,6 +105,7 @@ fn devices(json: bool) -> ExitCode {
                     .map(|e| format!("error: {e}"))
                     .unwrap_or_else(|| opt(&r.driver_version)),
                 opt(&r.bus),
+                opt(&r.parent_driver),
                 opt(&r.pci_id),
                 r.sysfs.clone(),
             ]
@@ -133,10 +135,7 @@ fn devices(json: bool) -> ExitCode {
 fn row(n: drm_gem::NodeInfo) -> DeviceRow {
     let (version, error) = match drm_gem::Device::open(&n.path).and_then(|d| d.driver()) {
         Ok(v) => (
-            Some(format!(
-                "{} {}.{}.{}",
-                v.name, v.version.0, v.version.1, v.version.2
-            )),
+            Some(format!("{}.{}.{}", v.version.0, v.version.1, v.version.2)),
             None,
         ),
         Err(e) => (None, Some(e.to_string())),
@@ -146,6 +145,7 @@ fn row(n: drm_gem::NodeInfo) -> DeviceRow {
         kind: n.kind.as_str(),
         dev: format!("{}:{}", n.dev.0, n.dev.1),
         driver: n.driver,
+        parent_driver: n.parent_driver,
         driver_version: version,
         bus: n.bus,
         pci_id: n.pci_id.map(|(v, d)| format!("{v:04x}:{d:04x}")),

@@ -79,8 +79,14 @@ for n in /dev/dri/* /dev/udmabuf /dev/hmm_dmirror* /dev/pmem* /dev/dax* /dev/dma
   drv=-
   case "$n" in
     /dev/dri/*)
-      d=/sys/class/drm/${n##*/}/device/driver
-      [ -e "$d" ] && drv=$(basename "$(readlink "$d")")
+      # The DRM driver's own name (debugfs), else the parent device's bound driver.
+      minor=$(( $(stat -c %T "$n" 2>/dev/null | sed 's/^/0x/') ))
+      if [ -r /sys/kernel/debug/dri/$minor/name ]; then
+        drv=$(cut -d' ' -f1 /sys/kernel/debug/dri/$minor/name)
+      else
+        d=/sys/class/drm/${n##*/}/device/driver
+        [ -e "$d" ] && drv=$(basename "$(readlink "$d")")
+      fi
       ;;
   esac
   rec "node $n $drv"

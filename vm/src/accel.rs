@@ -63,7 +63,7 @@ pub fn decide(choice: AccelChoice, kernel: &BuiltKernel, busybox: &Path) -> Deci
             note: "accel tcg: /dev/kvm is absent or not usable".into(),
         };
     }
-    let key = cache_key(kernel);
+    let key = cache_key();
     let cache = crate::catalog::cache_root().join("accel-probe");
     let file = cache.join(&key);
     if let Ok(meta) = std::fs::metadata(&file)
@@ -103,7 +103,9 @@ pub fn decide(choice: AccelChoice, kernel: &BuiltKernel, busybox: &Path) -> Deci
     }
 }
 
-fn cache_key(kernel: &BuiltKernel) -> String {
+/// KVM's brokenness is a property of the host, not of the guest kernel: one probe per host
+/// kernel and QEMU binary.
+fn cache_key() -> String {
     let host = rustix::system::uname();
     let qemu = guest::qemu_binary()
         .ok()
@@ -111,11 +113,7 @@ fn cache_key(kernel: &BuiltKernel) -> String {
         .and_then(|m| m.modified().ok())
         .map(|t| format!("{t:?}"))
         .unwrap_or_default();
-    crate::kconfig::fragment_hash(&[
-        host.release().to_bytes(),
-        qemu.as_bytes(),
-        kernel.image.to_string_lossy().as_bytes(),
-    ])
+    crate::kconfig::fragment_hash(&[host.release().to_bytes(), qemu.as_bytes()])
 }
 
 /// Boots `kernel` under KVM with the probe-only init; Ok(seconds to init) if it worked.

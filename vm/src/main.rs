@@ -544,7 +544,17 @@ fn test(
             probe_only: false,
             stream_output: true,
         };
-        let files = match RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{n}")) {
+        let tag: String = n
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let files = match RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}")) {
             Ok(f) => f,
             Err(e) => return fail(&e),
         };
