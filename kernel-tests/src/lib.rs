@@ -49,6 +49,35 @@ pub fn log_skip(test: &str, why: &str) {
     }
 }
 
+/// Whether the guest was built to have `feature` (`vkms`, `vgem`, `virtio_gpu`, `bochs`,
+/// `qxl`, `udmabuf`, `test_hmm`, `pmem`, `dma_heap`, `sw_sync`). The harness lists what a
+/// kernel lacks by construction (a stock Debian kernel has no test_hmm, for example) in
+/// `VM_MISSING_FEATURES`; everything else is expected.
+pub fn expected(feature: &str) -> bool {
+    std::env::var("VM_MISSING_FEATURES")
+        .map(|v| !v.split(',').any(|f| f.trim() == feature))
+        .unwrap_or(true)
+}
+
+/// Skips (loudly, even in strict mode) when the guest's kernel was not built to have
+/// `feature`: that is a fact about the kernel, not a broken guest.
+#[macro_export]
+macro_rules! require_feature {
+    ($feature:expr) => {
+        if !$crate::expected($feature) {
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or(module_path!());
+            let why = format!(
+                "this kernel is not built with {} (VM_MISSING_FEATURES)",
+                $feature
+            );
+            eprintln!("SKIP {test}: {why}");
+            $crate::log_skip(test, &why);
+            return;
+        }
+    };
+}
+
 /// Whether this process runs inside a `vm` guest.
 pub fn in_guest() -> bool {
     std::env::var_os("VM_GUEST").is_some()

@@ -1,7 +1,7 @@
 //! Guest smoke test: every driver and node the guest was built to have is there.
 //! On a host without them each test skips loudly; in the guest (strict) a miss fails.
 
-use kernel_tests::{node_of_driver, skip};
+use kernel_tests::{node_of_driver, require_feature, skip};
 use std::path::Path;
 
 /// Checks that a DRM node of one of the DRM drivers `names` exists, that DRM_IOCTL_VERSION
@@ -60,51 +60,61 @@ fn node_exists(path: &str, what: &str) {
 
 #[test]
 fn vkms_is_bound() {
+    require_feature!("vkms");
     driver_bound(&["vkms"], &[]);
 }
 
 #[test]
 fn vgem_is_bound() {
+    require_feature!("vgem");
     driver_bound(&["vgem"], &[]);
 }
 
 #[test]
 fn virtio_gpu_is_bound() {
+    require_feature!("virtio_gpu");
     driver_bound(&["virtio_gpu"], &["virtio-pci", "virtio_gpu"]);
 }
 
 #[test]
 fn bochs_is_bound() {
+    require_feature!("bochs");
     driver_bound(&["bochs-drm", "bochs"], &["bochs-drm", "bochs"]);
 }
 
 #[test]
 fn qxl_is_bound() {
+    require_feature!("qxl");
     driver_bound(&["qxl"], &["qxl"]);
 }
 
 #[test]
 fn udmabuf_node_exists() {
+    require_feature!("udmabuf");
     node_exists("/dev/udmabuf", "CONFIG_UDMABUF");
 }
 
 #[test]
 fn hmm_dmirror_nodes_exist() {
+    require_feature!("test_hmm");
     node_exists("/dev/hmm_dmirror0", "test_hmm module");
     node_exists("/dev/hmm_dmirror1", "test_hmm module");
 }
 
 #[test]
 fn pmem_node_exists() {
+    require_feature!("pmem");
     node_exists("/dev/pmem0", "emulated NVDIMM + ACPI NFIT + BLK_DEV_PMEM");
 }
 
 #[test]
 fn system_dma_heap_exists() {
+    require_feature!("dma_heap");
     node_exists("/dev/dma_heap/system", "CONFIG_DMABUF_HEAPS_SYSTEM");
 }
 
 #[test]
 fn sw_sync_debugfs_exists() {
+    require_feature!("sw_sync");
     node_exists("/sys/kernel/debug/sync/sw_sync", "CONFIG_SW_SYNC + debugfs");
 }

@@ -108,6 +108,9 @@ pub struct BuiltKernel {
     pub built_from: Option<(PathBuf, PathBuf)>,
     /// The cache directory of the build, when cached.
     pub cache_dir: Option<PathBuf>,
+    /// Features of the full device set this kernel lacks by construction (passed to the
+    /// guest as `VM_MISSING_FEATURES`; tests of them skip instead of failing).
+    pub missing_features: Vec<String>,
 }
 
 /// Prints a progress line with the elapsed time.
@@ -374,6 +377,7 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         release: m.release.clone(),
         built_from: Some((m.tree.clone(), m.obj.clone())),
         cache_dir: Some(dir.to_path_buf()),
+        missing_features: Vec::new(),
     }
 }
 

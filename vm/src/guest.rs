@@ -155,7 +155,12 @@ pub fn payload_script(p: &Payload) -> String {
 
 /// `/etc/vm.env` for the init.
 pub fn init_env(spec: &GuestSpec) -> String {
-    let mods: Vec<&str> = spec.devices.iter().filter_map(|d| d.module()).collect();
+    let mods: Vec<&str> = spec
+        .devices
+        .iter()
+        .filter_map(|d| d.module())
+        .filter(|m| !spec.kernel.missing_features.iter().any(|f| f == m))
+        .collect();
     let mut s = String::new();
     s.push_str(&format!(
         "VM_MODE={}\n",
@@ -639,6 +644,7 @@ mod tests {
                 release: "6.12.117".into(),
                 built_from: None,
                 cache_dir: None,
+                missing_features: Vec::new(),
             },
             devices,
             payload: Payload {

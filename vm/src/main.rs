@@ -283,6 +283,7 @@ fn resolve_kernel(
         release,
         built_from: None,
         cache_dir: None,
+        missing_features: Vec::new(),
     })
 }
 
@@ -526,6 +527,10 @@ fn test(
         argv.push("--libdrm".into());
         let decision = accel::decide(choice, &kernel, &busybox);
         eprintln!("vm: {} | kernel {} ({})", decision.note, n, kernel.release);
+        let missing = kernel.missing_features.join(",");
+        if !missing.is_empty() {
+            eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
+        }
         let spec = GuestSpec {
             kernel,
             devices: DeviceKind::ALL.to_vec(),
