@@ -412,6 +412,9 @@ pub struct BootResult {
     pub parsed: Parsed,
     /// Host wall time from QEMU start to the `boot` record.
     pub boot_time: Option<Duration>,
+    /// Host wall time from QEMU start to the payload's start (modules loaded, host root
+    /// mounted).
+    pub payload_time: Option<Duration>,
     /// Host wall time from the `boot` record to the end.
     pub run_time: Duration,
     /// The last console lines (for failures).
@@ -518,6 +521,7 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
         })?;
     let mut out_pos = 0u64;
     let mut boot_at = None;
+    let mut payload_at = None;
     let mut timed_out = false;
     loop {
         let exited = child.try_wait().ok().flatten().is_some();
@@ -562,6 +566,7 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
         ending,
         parsed,
         boot_time: boot_at,
+        payload_time: payload_at,
         run_time: end - boot_at.unwrap_or_default(),
         console_tail: tail_lines(&console, 30),
         files,

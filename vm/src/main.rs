@@ -503,6 +503,7 @@ fn test(
                     release: String::new(),
                     accel: "-".into(),
                     boot_s: None,
+                    payload_s: None,
                     kernel_boot_s: None,
                     test_s: 0.0,
                     ending: format!("not built: {e}"),

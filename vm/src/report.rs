@@ -49,6 +49,8 @@ pub struct KernelReport {
     pub accel: String,
     /// Host wall seconds from QEMU start to the guest init's first record.
     pub boot_s: Option<f64>,
+    /// Host wall seconds from QEMU start to the payload's start.
+    pub payload_s: Option<f64>,
     /// Kernel uptime at init (seconds).
     pub kernel_boot_s: Option<f64>,
     /// Seconds from boot to power-off.
@@ -77,6 +79,7 @@ impl KernelReport {
             release: String::new(),
             accel: accel.to_string(),
             boot_s: r.boot_time.map(|d| d.as_secs_f64()),
+            payload_s: r.payload_time.map(|d| d.as_secs_f64()),
             kernel_boot_s: None,
             test_s: r.run_time.as_secs_f64(),
             ending: ending_text(&r.ending),
@@ -169,19 +172,29 @@ pub fn summary(reports: &[KernelReport]) -> String {
     writeln!(s, "\n=== vm test summary ===").unwrap();
     writeln!(
         s,
-        "{:<14} {:<22} {:<5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6}  result",
-        "kernel", "release", "accel", "boot s", "test s", "pass", "fail", "skip", "known"
+        "{:<14} {:<18} {:<5} {:>6} {:>9} {:>7} {:>5} {:>5} {:>5} {:>5}  result",
+        "kernel",
+        "release",
+        "accel",
+        "boot s",
+        "payload s",
+        "test s",
+        "pass",
+        "fail",
+        "skip",
+        "known"
     )
     .unwrap();
     for r in reports {
         let (p, f, k) = r.counts();
         writeln!(
             s,
-            "{:<14} {:<22} {:<5} {:>7} {:>7.1} {:>6} {:>6} {:>6} {:>6}  {}",
+            "{:<14} {:<18} {:<5} {:>6} {:>9} {:>7.1} {:>5} {:>5} {:>5} {:>5}  {}",
             r.kernel,
             r.release,
             r.accel,
             r.boot_s.map_or("-".into(), |b| format!("{b:.2}")),
+            r.payload_s.map_or("-".into(), |b| format!("{b:.2}")),
             r.test_s,
             p,
             f,
@@ -334,6 +347,7 @@ mod tests {
             ending,
             parsed: parse(text.as_bytes()),
             boot_time: Some(Duration::from_millis(1500)),
+            payload_time: Some(Duration::from_millis(2500)),
             run_time: Duration::from_secs(3),
             console_tail: vec!["[ 1.0] last <line> & more".into()],
             files: RunFiles {
