@@ -111,6 +111,13 @@ pub struct BuiltKernel {
     /// Features of the full device set this kernel lacks by construction (passed to the
     /// guest as `VM_MISSING_FEATURES`; tests of them skip instead of failing).
     pub missing_features: Vec<String>,
+    /// Modules the init loads explicitly before the device modules (`VM_MODULES`): what a
+    /// distribution kernel builds as modules but the guest needs without a device uevent to
+    /// load it (9p for the host root, the NVDIMM drivers). Empty for the harness's own builds.
+    pub extra_modules: Vec<String>,
+    /// Modules the init must load before it looks for its virtio result ports
+    /// (`VM_EARLY_MODULES`: virtio_pci and virtio_console where they are modules).
+    pub early_modules: Vec<String>,
 }
 
 /// Prints a progress line with the elapsed time.
@@ -129,7 +136,9 @@ pub struct ResolvedSource {
 
 /// Finds the version of a catalog kernel's source without downloading it.
 pub fn resolve(k: &CatalogKernel) -> Result<ResolvedSource> {
-    let Source::DebianSource { package, suites } = &k.source;
+    let Source::DebianSource { package, suites } = &k.source else {
+        return Err(not_a_source_build(k));
+    };
     let series = package.trim_start_matches("linux-source-");
     let tarball = PathBuf::from(format!("/usr/src/{package}.tar.xz"));
     if tarball.exists() {
@@ -155,14 +164,23 @@ pub fn resolve(k: &CatalogKernel) -> Result<ResolvedSource> {
     })
 }
 
+/// The error for a source-build operation asked of a kernel that is not built from source.
+fn not_a_source_build(k: &CatalogKernel) -> VmError {
+    VmError::new(format!(
+        "{} is a stock kernel image, not built from source",
+        k.name
+    ))
+}
+
 /// A private apt state (lists and cache under the harness cache) used to find and download
 /// packages from other suites without touching the host's apt configuration.
-struct PrivateApt {
+pub(crate) struct PrivateApt {
     dir: PathBuf,
 }
 
 impl PrivateApt {
-    fn new(suites: &[&str]) -> Result<Self> {
+    /// Opens (and, when older than 6 hours, refreshes) the private state for `suites`.
+    pub(crate) fn new(suites: &[&str]) -> Result<Self> {
         let key = suites.join("+");
         let dir = catalog::cache_root().join("apt").join(key);
         mkdirs(&dir.join("lists/partial"))?;
@@ -215,7 +233,8 @@ impl PrivateApt {
         ]
     }
 
-    fn candidate(&self, package: &str) -> Result<Option<String>> {
+    /// The candidate version of `package`, if any suite offers it.
+    pub(crate) fn candidate(&self, package: &str) -> Result<Option<String>> {
         let out = run_capture(
             Command::new("apt-cache")
                 .args(self.opts())
@@ -229,7 +248,35 @@ impl PrivateApt {
             .filter(|v| v != "(none)"))
     }
 
-    fn download(&self, package: &str, version: &str, into: &Path) -> Result<PathBuf> {
+    /// Every package name that starts with `prefix` (`apt-cache pkgnames`).
+    pub(crate) fn pkgnames(&self, prefix: &str) -> Result<Vec<String>> {
+        let out = run_capture(
+            Command::new("apt-cache")
+                .args(self.opts())
+                .args(["pkgnames", prefix]),
+        )
+        .map_err(VmError::new)?;
+        Ok(out.lines().map(|l| l.trim().to_string()).collect())
+    }
+
+    /// The `Depends:` field of `package` at `version` (`apt-cache show`).
+    pub(crate) fn depends(&self, package: &str, version: &str) -> Result<String> {
+        let out = run_capture(
+            Command::new("apt-cache")
+                .args(self.opts())
+                .args(["show", &format!("{package}={version}")]),
+        )
+        .map_err(VmError::new)?;
+        Ok(out
+            .lines()
+            .find_map(|l| l.strip_prefix("Depends:"))
+            .unwrap_or("")
+            .trim()
+            .to_string())
+    }
+
+    /// Downloads `package` at `version` into `into` (never installs); returns the .deb.
+    pub(crate) fn download(&self, package: &str, version: &str, into: &Path) -> Result<PathBuf> {
         mkdirs(into)?;
         run_checked(
             Command::new("apt-get")
@@ -258,17 +305,30 @@ pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Re
     if let Some(t) = &r.tarball {
         return Ok(t.clone());
     }
-    let Source::DebianSource { package, suites } = &k.source;
+    let Source::DebianSource { package, suites } = &k.source else {
+        return Err(not_a_source_build(k));
+    };
+    fetch_debian_source(package, suites, &r.version, start)
+}
+
+/// Downloads (once, into the cache) and unpacks the `.deb` of the source package `package`
+/// at `version` from `suites`; returns its `/usr/src/<package>.tar.xz`.
+pub(crate) fn fetch_debian_source(
+    package: &str,
+    suites: &[&str],
+    version: &str,
+    start: Instant,
+) -> Result<PathBuf> {
     let root = catalog::cache_root()
         .join("debs")
-        .join(format!("{package}-{}", r.version));
+        .join(format!("{package}-{version}"));
     let tarball = root.join(format!("usr/src/{package}.tar.xz"));
     if tarball.exists() && root.join(".complete").exists() {
         return Ok(tarball);
     }
     let apt = PrivateApt::new(suites)?;
-    progress(start, &format!("downloading {package} {}", r.version));
-    let deb = apt.download(package, &r.version, &root)?;
+    progress(start, &format!("downloading {package} {version}"));
+    let deb = apt.download(package, version, &root)?;
     let size = fs::metadata(&deb).map(|m| m.len()).unwrap_or(0);
     progress(
         start,
@@ -285,8 +345,7 @@ pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Re
     let _ = fs::remove_file(&deb);
     if !tarball.exists() {
         return Err(VmError::new(format!(
-            "{package} {} contains no {}",
-            r.version,
+            "{package} {version} contains no {}",
             tarball.display()
         )));
     }
@@ -294,7 +353,7 @@ pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Re
     Ok(tarball)
 }
 
-fn mib(bytes: u64) -> f64 {
+pub(crate) fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
 
@@ -378,11 +437,16 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         built_from: Some((m.tree.clone(), m.obj.clone())),
         cache_dir: Some(dir.to_path_buf()),
         missing_features: Vec::new(),
+        extra_modules: Vec::new(),
+        early_modules: Vec::new(),
     }
 }
 
-/// Builds (or finds in the cache) a catalog kernel.
+/// Builds (or finds in the cache) a catalog kernel; stock images go to [`crate::stock`].
 pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
+    if matches!(k.source, Source::DebianStock { .. }) {
+        return crate::stock::ensure(k, rebuild);
+    }
     let start = Instant::now();
     let r = resolve(k)?;
     let key = catalog::cache_key(k.name, &r.version);
@@ -395,7 +459,9 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
         }
         Err(why) => progress(start, &format!("{}: cache entry {why}; rebuilding", k.name)),
     }
-    let Source::DebianSource { package, .. } = &k.source;
+    let Source::DebianSource { package, .. } = &k.source else {
+        return Err(not_a_source_build(k));
+    };
     let tarball = fetch_source(k, &r, start)?;
     let tree = unpack(&tarball, package, &r.version, start)?;
     build_tree(k.name, package, &r.version, &tree, &key, start)
@@ -438,7 +504,7 @@ pub fn ensure_tree(tree: &Path, rebuild: bool) -> Result<BuiltKernel> {
     )
 }
 
-fn free_bytes(dir: &Path) -> Option<u64> {
+pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
     let st = rustix::fs::statvfs(dir).ok()?;
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
@@ -575,7 +641,9 @@ fn build_tree(
     Ok(as_built(&out, &m))
 }
 
-fn collect_files(base: &Path, dir: &Path, out: &mut Vec<FileEntry>) -> Result<()> {
+/// Lists every regular file under `dir` (recursively) with its size and SHA-256, paths
+/// relative to `base`.
+pub(crate) fn collect_files(base: &Path, dir: &Path, out: &mut Vec<FileEntry>) -> Result<()> {
     let rd = fs::read_dir(dir).map_err(|e| VmError::new(format!("{}: {e}", dir.display())))?;
     for e in rd.flatten() {
         let p = e.path();
@@ -619,7 +687,7 @@ pub fn sha256_file(p: &Path) -> std::io::Result<String> {
 
 /// Runs a command with its output appended to `log`, printing elapsed time every 30 s; on
 /// failure reports the last lines of the log and recognises a full disk.
-fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant) -> Result<()> {
+pub(crate) fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant) -> Result<()> {
     let file = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -675,7 +743,8 @@ fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant) -> Result
     ))
 }
 
-fn run_checked(c: &mut Command, what: &str) -> Result<()> {
+/// Runs a command; on failure, a one-line error with its last line of stderr.
+pub(crate) fn run_checked(c: &mut Command, what: &str) -> Result<()> {
     let out = c
         .output()
         .map_err(|e| VmError::with_fix(format!("{what}: {e}"), "scripts/setup"))?;
@@ -816,7 +885,7 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
     Ok(out)
 }
 
-fn mkdirs(p: &Path) -> Result<()> {
+pub(crate) fn mkdirs(p: &Path) -> Result<()> {
     fs::create_dir_all(p).map_err(|e| {
         VmError::with_fix(
             format!("cannot create {}: {e}", p.display()),
@@ -825,15 +894,15 @@ fn mkdirs(p: &Path) -> Result<()> {
     })
 }
 
-fn write(p: &Path, data: &[u8]) -> Result<()> {
+pub(crate) fn write(p: &Path, data: &[u8]) -> Result<()> {
     fs::write(p, data).map_err(|e| VmError::new(format!("cannot write {}: {e}", p.display())))
 }
 
-fn read(p: &Path) -> Result<String> {
+pub(crate) fn read(p: &Path) -> Result<String> {
     fs::read_to_string(p).map_err(|e| VmError::new(format!("cannot read {}: {e}", p.display())))
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     fs::copy(from, to)
         .map(|_| ())
         .map_err(|e| VmError::new(format!("copy {} -> {}: {e}", from.display(), to.display())))

@@ -14,6 +14,20 @@ pub enum Source {
         /// `deb` lines' suites to search when the package is not installed.
         suites: &'static [&'static str],
     },
+    /// A stock Debian kernel image, booted as Debian ships it: the newest
+    /// `linux-image-<series>.<abi>-amd64-unsigned` found at run time (private apt state),
+    /// reduced to the modules the guest needs, plus vkms built out of tree against
+    /// Debian's headers from the matching `linux-source-<series>` (see [`crate::stock`]).
+    DebianStock {
+        /// Kernel series, e.g. `6.12` (image packages `linux-image-6.12.*-amd64-unsigned`,
+        /// source package `linux-source-6.12`).
+        series: &'static str,
+        /// `deb` lines' suites to search for the image, headers and (when the installed one
+        /// does not match) source packages.
+        suites: &'static [&'static str],
+        /// A test-only patch applied with `patch -p1` to the extracted vkms sources.
+        vkms_patch: Option<&'static str>,
+    },
 }
 
 /// One named kernel of the catalog.
@@ -58,7 +72,45 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: true,
         about: "Debian bookworm's 6.12 source, project config (the bindings' kernel)",
     },
+    CatalogKernel {
+        name: "stock-6.1",
+        source: Source::DebianStock {
+            series: "6.1",
+            suites: &["bookworm-security", "bookworm"],
+            vkms_patch: None,
+        },
+        default_matrix: false,
+        about: "Debian bookworm's own 6.1 image (linux-image-6.1.0-NN-amd64-unsigned), \
+                vkms built out of tree",
+    },
+    CatalogKernel {
+        name: "stock-6.12",
+        source: Source::DebianStock {
+            series: "6.12",
+            suites: &["bookworm-security", "bookworm-backports", "bookworm"],
+            vkms_patch: None,
+        },
+        default_matrix: false,
+        about: "Debian bookworm's own 6.12 image (linux-image-6.12.NNN+deb12-amd64-unsigned), \
+                vkms built out of tree",
+    },
+    CatalogKernel {
+        name: "stock-6.12-fdinfo",
+        source: Source::DebianStock {
+            series: "6.12",
+            suites: &["bookworm-security", "bookworm-backports", "bookworm"],
+            vkms_patch: Some(VKMS_FDINFO_PATCH),
+        },
+        default_matrix: false,
+        about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
+                stats (config/vkms-fdinfo.patch)",
+    },
 ];
+
+/// Test-only vkms patch (6.12): `drm_show_fdinfo` + `drm_show_memory_stats`, so an open
+/// vkms fd's `/proc/<pid>/fdinfo/<fd>` shows `drm-driver`, `drm-client-id`,
+/// `drm-total-memory` and the other DRM usage-stats keys.
+pub const VKMS_FDINFO_PATCH: &str = include_str!("../config/vkms-fdinfo.patch");
 
 /// Looks a kernel up by name.
 pub fn find(name: &str) -> Option<&'static CatalogKernel> {
@@ -128,6 +180,18 @@ mod tests {
             default_matrix(),
             ["debian-5.10", "debian-6.1", "debian-6.12"]
         );
+        for n in ["stock-6.1", "stock-6.12", "stock-6.12-fdinfo"] {
+            let k = find(n).unwrap();
+            assert!(matches!(k.source, Source::DebianStock { .. }), "{n}");
+            assert!(!k.default_matrix, "{n}");
+        }
+    }
+
+    #[test]
+    fn fdinfo_patch_touches_only_vkms_drv() {
+        assert!(VKMS_FDINFO_PATCH.contains("--- a/vkms_drv.c\n+++ b/vkms_drv.c\n"));
+        assert!(VKMS_FDINFO_PATCH.contains(".show_fdinfo\t= drm_show_fdinfo"));
+        assert!(VKMS_FDINFO_PATCH.contains("drm_show_memory_stats(p, file);"));
     }
 
     #[test]

@@ -155,17 +155,30 @@ pub fn payload_script(p: &Payload) -> String {
 
 /// `/etc/vm.env` for the init.
 pub fn init_env(spec: &GuestSpec) -> String {
+    // The kernel's own explicit modules (9p, NVDIMM on a stock kernel) come first.
     let mods: Vec<&str> = spec
-        .devices
+        .kernel
+        .extra_modules
         .iter()
-        .filter_map(|d| d.module())
-        .filter(|m| !spec.kernel.missing_features.iter().any(|f| f == m))
+        .map(String::as_str)
+        .chain(
+            spec.devices
+                .iter()
+                .filter_map(|d| d.module())
+                .filter(|m| !spec.kernel.missing_features.iter().any(|f| f == m)),
+        )
         .collect();
     let mut s = String::new();
     s.push_str(&format!(
         "VM_MODE={}\n",
         if spec.probe_only { "probe" } else { "run" }
     ));
+    if !spec.kernel.early_modules.is_empty() {
+        s.push_str(&format!(
+            "VM_EARLY_MODULES={}\n",
+            sh_quote(&spec.kernel.early_modules.join(" "))
+        ));
+    }
     s.push_str(&format!("VM_MODULES={}\n", sh_quote(&mods.join(" "))));
     let pci = spec.devices.iter().any(|d| {
         matches!(
@@ -211,8 +224,9 @@ pub fn initramfs(spec: &GuestSpec, busybox: &Path) -> Result<Vec<u8>> {
         0o755,
         payload_script(&spec.payload).as_bytes(),
     );
+    // A probe boot needs no modules, unless the result ports themselves are modules.
     if let Some(mods) = &spec.kernel.modules
-        && !spec.probe_only
+        && (!spec.probe_only || !spec.kernel.early_modules.is_empty())
     {
         let dest = format!("lib/modules/{}", spec.kernel.release);
         w.dir_all(&dest);
@@ -358,9 +372,12 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
         "virtserialport,bus=vser.0,chardev=out,name=vm.output",
     ]);
     if spec.payload.host_root && !spec.probe_only {
+        // multidevs=remap: the host root spans several filesystems whose inode numbers
+        // collide (the root directories of /proc and /sys are both inode 1); without it the
+        // guest's 9p client merges such directories and /proc in the chroot shows sysfs.
         push(&[
             "-fsdev",
-            "local,id=hostroot,path=/,security_model=none,readonly=on",
+            "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
         ]);
         push(&["-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot"]);
     }
@@ -528,14 +545,17 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
         if spec.stream_output {
             out_pos = copy_new(&files.output, out_pos);
         }
-        if boot_at.is_none() {
+        if boot_at.is_none() || payload_at.is_none() {
             let bytes = fs::read(&files.results).unwrap_or_default();
-            if stream::parse(&bytes)
-                .records
-                .iter()
-                .any(|r| matches!(r, Record::Boot { .. }))
-            {
+            let recs = stream::parse(&bytes).records;
+            if boot_at.is_none() && recs.iter().any(|r| matches!(r, Record::Boot { .. })) {
                 boot_at = Some(start.elapsed());
+            }
+            if recs
+                .iter()
+                .any(|r| matches!(r, Record::Note(n) if n.starts_with("payload start")))
+            {
+                payload_at = Some(start.elapsed());
             }
         }
         if exited {
@@ -650,6 +670,8 @@ mod tests {
                 built_from: None,
                 cache_dir: None,
                 missing_features: Vec::new(),
+                extra_modules: Vec::new(),
+                early_modules: Vec::new(),
             },
             devices,
             payload: Payload {
@@ -691,7 +713,7 @@ mod tests {
             "-serial chardev:con",
             "name=vm.results",
             "name=vm.output",
-            "-fsdev local,id=hostroot,path=/,security_model=none,readonly=on",
+            "-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
             "-device virtio-gpu-pci",
             "-vga std",
             "-device qxl",
@@ -743,9 +765,24 @@ mod tests {
         assert!(e.contains("VM_WAIT_PMEM=1\n"));
         assert!(e.contains("VM_CMD=1\n"));
         assert!(e.contains("VM_HOSTROOT=1\n"));
+        assert!(!e.contains("VM_EARLY_MODULES"), "{e}");
         let mut s = spec(vec![]);
         s.probe_only = true;
         assert!(init_env(&s).contains("VM_MODE=probe\n"));
+    }
+
+    #[test]
+    fn init_env_for_a_stock_kernel() {
+        let mut s = spec(DeviceKind::ALL.to_vec());
+        s.kernel.extra_modules = vec!["virtio_pci".into(), "9pnet_virtio".into(), "9p".into()];
+        s.kernel.early_modules = vec!["virtio_pci".into()];
+        s.kernel.missing_features = vec!["test_hmm".into(), "sw_sync".into()];
+        let e = init_env(&s);
+        assert!(
+            e.contains("VM_MODULES='virtio_pci 9pnet_virtio 9p vkms vgem'\n"),
+            "{e}"
+        );
+        assert!(e.contains("VM_EARLY_MODULES=virtio_pci\n"), "{e}");
     }
 
     fn stream_of(records: &[&str]) -> Parsed {

@@ -1,5 +1,6 @@
 //! QEMU kernel-matrix harness: builds the project's guest kernels from Debian source
-//! packages (cached by package version and config-fragment hash), boots them with real GPU
+//! packages (cached by package version and config-fragment hash), or prepares Debian's own
+//! stock kernel images with an out-of-tree vkms ([`stock`]), boots them with real GPU
 //! drivers (vkms, vgem, virtio-gpu, bochs, qxl, test_hmm, an emulated NVDIMM, udmabuf,
 //! sw_sync), runs any host program or test suite inside, and reports results over a framed
 //! channel that kernel messages cannot corrupt.
@@ -20,4 +21,5 @@ pub mod guest;
 pub mod kconfig;
 pub mod report;
 pub mod runner;
+pub mod stock;
 pub mod stream;

@@ -203,20 +203,29 @@ fn unknown_kernel(n: &str) -> VmError {
 }
 
 fn kernels() -> ExitCode {
-    println!("{:<14} {:<9} {:<26} about", "name", "matrix", "cached");
+    println!("{:<18} {:<9} {:<26} about", "name", "matrix", "cached");
     for k in catalog::CATALOG {
-        let state = match build::resolve(k) {
-            Ok(r) => {
-                let key = catalog::cache_key(k.name, &r.version);
-                match build::cached(&key).1 {
-                    Ok(m) => format!("yes ({})", m.release),
-                    Err(why) => format!("no: {why} ({})", r.version),
-                }
+        let stock = matches!(k.source, catalog::Source::DebianStock { .. });
+        let state = if stock {
+            match vm::stock::cache_state(k) {
+                Ok((_, Ok(m))) => format!("yes ({})", m.release),
+                Ok((v, Err(why))) => format!("no: {why} ({v})"),
+                Err(e) => format!("no image: {}", e.what),
             }
-            Err(e) => format!("no source: {}", e.what),
+        } else {
+            match build::resolve(k) {
+                Ok(r) => {
+                    let key = catalog::cache_key(k.name, &r.version);
+                    match build::cached(&key).1 {
+                        Ok(m) => format!("yes ({})", m.release),
+                        Err(why) => format!("no: {why} ({})", r.version),
+                    }
+                }
+                Err(e) => format!("no source: {}", e.what),
+            }
         };
         println!(
-            "{:<14} {:<9} {:<26} {}",
+            "{:<18} {:<9} {:<26} {}",
             k.name,
             if k.default_matrix { "default" } else { "-" },
             state,
@@ -284,6 +293,8 @@ fn resolve_kernel(
         built_from: None,
         cache_dir: None,
         missing_features: Vec::new(),
+        extra_modules: Vec::new(),
+        early_modules: Vec::new(),
     })
 }
 
@@ -346,6 +357,12 @@ fn run(
         Ok(b) => b,
         Err(e) => return fail(&e),
     };
+    if !kernel.missing_features.is_empty() {
+        envs.push((
+            "VM_MISSING_FEATURES".into(),
+            kernel.missing_features.join(","),
+        ));
+    }
     let busybox = match guest::busybox_binary() {
         Ok(b) => b,
         Err(e) => return fail(&e),
@@ -541,12 +558,14 @@ fn test(
                 env: vec![
                     ("KERNEL_TESTS_STRICT".into(), "1".into()),
                     ("VM_KERNEL".into(), n.clone()),
+                    ("VM_MISSING_FEATURES".into(), missing.clone()),
                 ],
                 host_root: true,
             },
             accel: decision.accel,
             timeout: Duration::from_secs(timeout),
-            memory_mib: 1024,
+            // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
+            memory_mib: 2048,
             probe_only: false,
             stream_output: true,
         };

@@ -129,40 +129,177 @@ impl Sink {
     }
 }
 
-/// Runs a command with a time limit; returns (success, combined output, duration).
-pub fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String, Duration) {
+/// Bytes of a program's output kept from its start and from its end; the middle is counted
+/// and dropped (a kselftest whose failing teardown loops can print gigabytes).
+const KEEP_HEAD: usize = 64 << 10;
+const KEEP_TAIL: usize = 256 << 10;
+
+/// A bounded capture of a program's combined stdout and stderr.
+#[derive(Debug, Default, Clone)]
+pub struct Captured {
+    /// The first and last bytes (with a marker where the middle was dropped), for display
+    /// and for finding panic messages.
+    pub text: String,
+    /// Every line, from the whole stream, that starts with `ok `, `not ok `, `SKIP ` or
+    /// `#  RUN ` (kselftest_harness names a test there before a nameless `# SKIP`).
+    pub verdict_lines: String,
+    /// Up to 50 lines that mention `FAIL` (for programs that print no TAP).
+    pub fail_lines: Vec<String>,
+    /// Total bytes the program wrote.
+    pub total: u64,
+}
+
+/// Accumulates a stream into a [`Captured`].
+#[derive(Debug, Default)]
+struct Capture {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    line: Vec<u8>,
+    verdicts: String,
+    fails: Vec<String>,
+    total: u64,
+}
+
+impl Capture {
+    fn feed(&mut self, buf: &[u8]) {
+        self.total += buf.len() as u64;
+        for &b in buf {
+            if self.head.len() < KEEP_HEAD {
+                self.head.push(b);
+            } else {
+                if self.tail.len() == KEEP_TAIL {
+                    self.tail.pop_front();
+                }
+                self.tail.push_back(b);
+            }
+            if b == b'\n' {
+                self.end_line();
+            } else if self.line.len() < 4096 {
+                self.line.push(b);
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let l = String::from_utf8_lossy(&self.line);
+        if l.starts_with("ok ")
+            || l.starts_with("not ok ")
+            || l.starts_with("SKIP ")
+            || l.starts_with("#  RUN ")
+        {
+            self.verdicts.push_str(&l);
+            self.verdicts.push('\n');
+        } else if l.contains("FAIL") && self.fails.len() < 50 {
+            self.fails.push(l.trim().to_string());
+        }
+        self.line.clear();
+    }
+
+    fn finish(mut self) -> Captured {
+        if !self.line.is_empty() {
+            self.end_line();
+        }
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        if self.total > kept {
+            text.push_str(&format!(
+                "\n[... {} bytes not kept ...]\n",
+                self.total - kept
+            ));
+        }
+        let tail: Vec<u8> = self.tail.into_iter().collect();
+        text.push_str(&String::from_utf8_lossy(&tail));
+        Captured {
+            text,
+            verdict_lines: self.verdicts,
+            fail_lines: self.fails,
+            total: self.total,
+        }
+    }
+}
+
+/// Runs a command with a time limit, capturing its combined output within bounded memory;
+/// returns (success, capture, duration).
+pub fn run_captured(cmd: &mut Command, limit: Duration) -> (bool, Captured, Duration) {
     let start = Instant::now();
-    let dir = std::env::temp_dir().join(format!("vm-runner-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let log = dir.join("out.log");
-    let Ok((f, f_err)) = std::fs::File::create(&log).and_then(|f| Ok((f.try_clone()?, f))) else {
-        return (false, "cannot create a log file".into(), start.elapsed());
+    let (mut reader, writer) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => return (false, captured(format!("pipe: {e}")), start.elapsed()),
     };
+    let writer2 = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return (false, captured(format!("pipe: {e}")), start.elapsed()),
+    };
+    use std::os::unix::process::CommandExt;
+    // Own process group, so a timeout (or a straggler left behind) can be killed whole:
+    // kselftest harnesses fork, and a forked child holding the pipe would hold us too.
     let child = cmd
         .stdin(Stdio::null())
-        .stdout(Stdio::from(f))
-        .stderr(Stdio::from(f_err))
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
         .spawn();
+    // The Command still holds the pipe's write ends: drop them so EOF can arrive.
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => return (false, format!("cannot start: {e}"), start.elapsed()),
+        Err(e) => {
+            return (
+                false,
+                captured(format!("cannot start: {e}")),
+                start.elapsed(),
+            );
+        }
     };
+    let reader_thread = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut cap = Capture::default();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => cap.feed(&buf[..n]),
+            }
+        }
+        cap.finish()
+    });
+    let mut timed_out = false;
     let ok = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s.success(),
             Ok(None) if start.elapsed() > limit => {
                 let _ = child.kill();
                 let _ = child.wait();
-                let mut out = std::fs::read_to_string(&log).unwrap_or_default();
-                out.push_str(&format!("\ntimed out after {} s\n", limit.as_secs()));
-                return (false, out, start.elapsed());
+                timed_out = true;
+                break false;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(_) => break false,
         }
     };
-    let out = std::fs::read_to_string(&log).unwrap_or_default();
-    (ok, out, start.elapsed())
+    let d = start.elapsed();
+    if let Some(pgid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+    let mut cap = reader_thread.join().unwrap_or_default();
+    if timed_out {
+        cap.text
+            .push_str(&format!("\ntimed out after {} s\n", limit.as_secs()));
+    }
+    (ok, cap, d)
+}
+
+fn captured(text: String) -> Captured {
+    Captured {
+        text,
+        ..Default::default()
+    }
+}
+
+/// [`run_captured`] returning only the displayable text.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String, Duration) {
+    let (ok, c, d) = run_captured(cmd, limit);
+    (ok, c.text, d)
 }
 
 /// Runs every test of every binary, one process per test (so one crash cannot hide the
@@ -190,7 +327,8 @@ pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: D
             if strict {
                 c.env("KERNEL_TESTS_STRICT", "1");
             }
-            let (ok, out, d) = run_limited(&mut c, limit);
+            let (ok, cap, d) = run_captured(&mut c, limit);
+            let out = format!("{}{}", cap.verdict_lines, cap.text);
             let (outcome, reason) = outcome_of(ok, &out);
             if outcome == Outcome::Fail {
                 println!("---- {}::{name} output ----\n{}", b.suite, out.trim_end());
@@ -258,7 +396,12 @@ pub struct TapLine {
 /// kselftest_harness both print them); indented subtest lines and comments are ignored.
 pub fn parse_tap(text: &str) -> Vec<TapLine> {
     let mut out = Vec::new();
+    let mut running = String::new();
     for line in text.lines() {
+        if let Some(r) = line.strip_prefix("#  RUN ") {
+            running = r.trim().trim_end_matches("...").trim().to_string();
+            continue;
+        }
         let (ok, rest) = if let Some(r) = line.strip_prefix("not ok ") {
             (false, r)
         } else if let Some(r) = line.strip_prefix("ok ") {
@@ -282,11 +425,18 @@ pub fn parse_tap(text: &str) -> Vec<TapLine> {
         } else {
             Outcome::Fail
         };
+        let name = name.trim_start_matches("- ");
+        let name = if name.is_empty() {
+            running.as_str()
+        } else {
+            name
+        };
         out.push(TapLine {
-            name: name.trim_start_matches("- ").to_string(),
+            name: name.to_string(),
             outcome,
             directive: directive.to_string(),
         });
+        running.clear();
     }
     out
 }
@@ -320,10 +470,16 @@ pub fn run_kselftest(exe: &Path, suite: &str, sink: &mut Sink, limit: Duration) 
         );
         return;
     }
-    let (ok, out, d) = run_limited(&mut Command::new(exe), limit);
-    let lines = parse_tap(&out);
+    let (ok, cap, d) = run_captured(&mut Command::new(exe), limit);
+    let lines = parse_tap(&cap.verdict_lines);
+    if cap.total > (KEEP_HEAD + KEEP_TAIL) as u64 {
+        sink.note(&format!(
+            "{suite} printed {} bytes; kept the first and last",
+            cap.total
+        ));
+    }
     if lines.is_empty() {
-        println!("---- {suite} output ----\n{}", out.trim_end());
+        println!("---- {suite} output ----\n{}", cap.text.trim_end());
         sink.record(
             suite,
             "(run)",
@@ -472,6 +628,46 @@ mod tap_tests {
     use super::*;
 
     #[test]
+    fn capture_is_bounded_and_keeps_every_verdict() {
+        let mut c = Capture::default();
+        c.feed(b"TAP version 13\nok 1 first\n");
+        let spam = b"# hmm-tests.c:157:exclusive:Expected ret (-1) == 0 (0)\n".repeat(50_000);
+        c.feed(&spam);
+        c.feed(b"not ok 2 second\nSKIP t: why\nok 3 last");
+        let total = c.total;
+        let cap = c.finish();
+        assert_eq!(cap.total, total);
+        assert!(
+            cap.text.len() < KEEP_HEAD + KEEP_TAIL + 100,
+            "{}",
+            cap.text.len()
+        );
+        assert!(cap.text.contains("bytes not kept"));
+        assert_eq!(
+            cap.verdict_lines,
+            "ok 1 first\nnot ok 2 second\nSKIP t: why\nok 3 last\n"
+        );
+        assert!(cap.text.ends_with("ok 3 last"));
+    }
+
+    #[test]
+    fn run_captured_times_out_and_reports() {
+        let (ok, cap, _) = run_captured(
+            Command::new("sh").args(["-c", "echo ok 1 a; echo SKIP x: y >&2; sleep 5"]),
+            Duration::from_millis(300),
+        );
+        assert!(!ok);
+        assert!(cap.text.contains("timed out"), "{}", cap.text);
+        assert!(cap.verdict_lines.contains("ok 1 a"));
+        let (ok, cap, _) = run_captured(
+            Command::new("sh").args(["-c", "echo hi; exit 0"]),
+            Duration::from_secs(5),
+        );
+        assert!(ok);
+        assert_eq!(cap.text, "hi\n");
+    }
+
+    #[test]
     fn tap_lines() {
         let out = "TAP version 13\n1..4\n# Starting 4 tests\n#  RUN  hmm.open_close ...\n\
                    ok 1 hmm.open_close\nnot ok 2 hmm.exclusive\nok 3 hmm.huge # SKIP no THP\n\
@@ -491,6 +687,11 @@ mod tap_tests {
             (Outcome::Skip, "SKIP no THP")
         );
         assert_eq!((t[3].name.as_str(), t[3].outcome), ("", Outcome::Skip));
+        let named = parse_tap(
+            "#  RUN           hmm.hmm_device_private.anon_write_hugetlbfs ...\n#      SKIP      no size\nok 9 # SKIP no size\n",
+        );
+        assert_eq!(named[0].name, "hmm.hmm_device_private.anon_write_hugetlbfs");
+        assert_eq!(named[0].outcome, Outcome::Skip);
         assert!(known_failure("hmm-tests", "hmm.exclusive").is_some());
         assert_eq!(known_failure("hmm-tests", "hmm.open_close"), None);
     }
