@@ -24,6 +24,17 @@ mount -t configfs configfs /sys/kernel/config
 
 . /etc/vm.env
 
+# Kernels that build the virtio transport or console as modules (stock distribution
+# kernels): load them before looking for the result ports, and wait until the ports are
+# named (the device announces them asynchronously).
+if [ -n "$VM_EARLY_MODULES" ]; then
+  for m in $VM_EARLY_MODULES; do modprobe "$m" 2>/dev/null; done
+  i=0
+  until grep -qsx vm.results /sys/class/virtio-ports/*/name || [ $i -ge 50 ]; do
+    sleep 0.1; i=$((i + 1))
+  done
+fi
+
 RES=""
 for p in /sys/class/virtio-ports/*; do
   [ -e "$p/name" ] || continue
@@ -56,7 +67,15 @@ rec "boot $(cut -d' ' -f1 /proc/uptime) $(uname -r)"
 for m in $VM_MODULES; do
   name=${m%%:*}; args=""
   [ "$name" != "$m" ] && args=$(echo "${m#*:}" | tr ',' ' ')
-  if err=$(modprobe "$name" $args 2>&1); then rec "module $name ok"; else rec "module $name fail $err"; fi
+  if [ -d "/sys/module/$name" ] && [ ! -e "/sys/module/$name/initstate" ]; then
+    rec "module $name ok built in"
+  elif [ -e "/sys/module/$name/initstate" ]; then
+    rec "module $name ok already loaded"
+  elif err=$(modprobe "$name" $args 2>&1); then
+    rec "module $name ok"
+  else
+    rec "module $name fail $err"
+  fi
 done
 if [ -n "$VM_MODULES" ] || [ "$VM_MODALIAS" = 1 ]; then
   for a in /sys/bus/*/devices/*/modalias; do

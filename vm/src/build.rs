@@ -860,6 +860,13 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
             c.arg("-I").arg(i);
         }
         c.args(&srcs).args(["-lpthread", "-lrt"]);
+        // 5.10's hmm-tests uses libhugetlbfs (Debian libhugetlbfs-dev).
+        if srcs
+            .iter()
+            .any(|s| fs::read_to_string(s).is_ok_and(|t| t.contains("<hugetlbfs.h>")))
+        {
+            c.arg("-lhugetlbfs");
+        }
         match c.output() {
             Ok(o) if o.status.success() => built.push(exe),
             Ok(o) => {

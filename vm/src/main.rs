@@ -559,6 +559,7 @@ fn test(
                     ("KERNEL_TESTS_STRICT".into(), "1".into()),
                     ("VM_KERNEL".into(), n.clone()),
                     ("VM_MISSING_FEATURES".into(), missing.clone()),
+                    ("VM_ACCEL".into(), decision.accel.name().into()),
                 ],
                 host_root: true,
             },

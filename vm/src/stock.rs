@@ -401,7 +401,7 @@ fn io_err(what: &Path, e: std::io::Error) -> VmError {
     VmError::new(format!("{}: {e}", what.display()))
 }
 
-/// Runs `prog args... < (nothing)` with stdout into `to` (decompressors, extract-vmlinux).
+/// Runs a command with its stdout written to `to` (decompressors, extract-vmlinux).
 fn run_to_file(c: &mut Command, to: &Path, what: &str) -> Result<()> {
     let f = fs::File::create(to).map_err(|e| io_err(to, e))?;
     let out = c
