@@ -88,6 +88,9 @@ if grep -q HMM_DMIRROR /proc/devices && [ ! -e /dev/hmm_dmirror0 ]; then
   for i in 0 1; do mknod /dev/hmm_dmirror$i c "$major" $i; done
   rec "note made /dev/hmm_dmirror0,1 with mknod (major $major): this kernel creates no nodes"
 fi
+# Huge pages for the hmm selftests' hugetlbfs cases (libhugetlbfs needs a mount).
+echo 32 > /proc/sys/vm/nr_hugepages 2>/dev/null
+mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages 2>/dev/null
 # NVDIMM namespaces appear asynchronously.
 if [ -n "$VM_WAIT_PMEM" ]; then
   i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
@@ -121,7 +124,7 @@ if [ "$VM_HOSTROOT" = 1 ]; then
   fi
   mount -t proc proc /host/proc
   mount -t sysfs sysfs /host/sys
-  mount -o bind /dev /host/dev
+  mount -o rbind /dev /host/dev
   mount -t debugfs debugfs /host/sys/kernel/debug
   mount -t configfs configfs /host/sys/kernel/config 2>/dev/null
   mount -t tmpfs tmpfs /host/tmp
