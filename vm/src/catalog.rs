@@ -79,7 +79,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             suites: &["bookworm-security", "bookworm"],
             vkms_patch: None,
         },
-        default_matrix: false,
+        default_matrix: true,
         about: "Debian bookworm's own 6.1 image (linux-image-6.1.0-NN-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -90,7 +90,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             suites: &["bookworm-security", "bookworm-backports", "bookworm"],
             vkms_patch: None,
         },
-        default_matrix: false,
+        default_matrix: true,
         about: "Debian bookworm's own 6.12 image (linux-image-6.12.NNN+deb12-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -101,7 +101,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             suites: &["bookworm-security", "bookworm-backports", "bookworm"],
             vkms_patch: Some(VKMS_FDINFO_PATCH),
         },
-        default_matrix: false,
+        default_matrix: true,
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
                 stats (config/vkms-fdinfo.patch)",
     },
@@ -178,12 +178,18 @@ mod tests {
         assert!(find("debian-9.9").is_none());
         assert_eq!(
             default_matrix(),
-            ["debian-5.10", "debian-6.1", "debian-6.12"]
+            [
+                "debian-5.10",
+                "debian-6.1",
+                "debian-6.12",
+                "stock-6.1",
+                "stock-6.12",
+                "stock-6.12-fdinfo"
+            ]
         );
         for n in ["stock-6.1", "stock-6.12", "stock-6.12-fdinfo"] {
             let k = find(n).unwrap();
             assert!(matches!(k.source, Source::DebianStock { .. }), "{n}");
-            assert!(!k.default_matrix, "{n}");
         }
     }
 
