@@ -65,6 +65,8 @@ pub struct Sink {
     file: Option<std::fs::File>,
     /// Counts per outcome: pass, fail, skip.
     pub counts: [usize; 3],
+    /// Failures listed in [`KNOWN_FAILURES`] (also counted in `counts[1]`).
+    pub known: usize,
 }
 
 impl std::fmt::Debug for Sink {
@@ -88,6 +90,7 @@ impl Sink {
         Self {
             file,
             counts: [0; 3],
+            known: 0,
         }
     }
 
@@ -100,6 +103,9 @@ impl Sink {
             duration_ms: d.as_millis() as u64,
             reason: reason.to_string(),
         };
+        if outcome == Outcome::Fail && reason.starts_with("known:") {
+            self.known += 1;
+        }
         self.counts[match outcome {
             Outcome::Pass => 0,
             Outcome::Fail => 1,
