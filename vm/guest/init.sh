@@ -77,11 +77,13 @@ for m in $VM_MODULES; do
     rec "module $name fail $err"
   fi
 done
+rec "note phase modules $(cut -d' ' -f1 /proc/uptime)"
 if [ -n "$VM_MODULES" ] || [ "$VM_MODALIAS" = 1 ]; then
-  for a in /sys/bus/*/devices/*/modalias; do
-    modprobe -q "$(cat "$a")" 2>/dev/null
-  done
+  # One modprobe for every distinct alias: each call re-reads modules.alias.
+  aliases=$(cat /sys/bus/*/devices/*/modalias 2>/dev/null | sort -u)
+  [ -n "$aliases" ] && modprobe -qa $aliases 2>/dev/null
 fi
+rec "note phase modalias $(cut -d' ' -f1 /proc/uptime)"
 # Kernels before 5.16 register test_hmm's char devices without creating nodes.
 if grep -q HMM_DMIRROR /proc/devices && [ ! -e /dev/hmm_dmirror0 ]; then
   major=$(awk '$2 == "HMM_DMIRROR" {print $1}' /proc/devices)
@@ -94,6 +96,7 @@ mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages 2>/dev/nu
 # NVDIMM namespaces appear asynchronously.
 if [ -n "$VM_WAIT_PMEM" ]; then
   i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  rec "note phase pmem $(cut -d' ' -f1 /proc/uptime)"
 fi
 
 for n in /dev/dri/* /dev/udmabuf /dev/hmm_dmirror* /dev/pmem* /dev/dax* /dev/dma_heap/* /sys/kernel/debug/sync/sw_sync; do

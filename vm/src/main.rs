@@ -408,6 +408,7 @@ fn run(
             eprintln!("vm: module {name} failed to load: {detail}");
         }
     }
+    eprintln!("vm: {}", boot_breakdown(&r));
     match &r.ending {
         Ending::Exited(code) => {
             let _ = std::fs::remove_dir_all(&r.files.dir);
@@ -422,6 +423,34 @@ fn run(
             ExitCode::from(125)
         }
     }
+}
+
+/// One line: where the guest's boot time went (guest uptime at each phase) and the host's
+/// wall time to init and to the payload.
+fn boot_breakdown(r: &guest::BootResult) -> String {
+    let mut parts = Vec::new();
+    for rec in &r.parsed.records {
+        match rec {
+            vm::stream::Record::Boot { uptime_s, .. } => parts.push(format!("init {uptime_s:.2}")),
+            vm::stream::Record::Note(n) => {
+                let w: Vec<&str> = n.split_whitespace().collect();
+                match w.as_slice() {
+                    ["phase", name, t] => parts.push(format!("{name} {t}")),
+                    ["payload", "start", t] => parts.push(format!("payload {t}")),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let host =
+        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.2}", d.as_secs_f64()));
+    format!(
+        "guest uptime at: {} s; host wall to init {} s, to payload {} s",
+        parts.join(", "),
+        host(r.boot_time),
+        host(r.payload_time)
+    )
 }
 
 /// Builds the kernel-tests test binaries and returns their paths.
