@@ -118,3 +118,28 @@ fn sw_sync_debugfs_exists() {
     require_feature!("sw_sync");
     node_exists("/sys/kernel/debug/sync/sw_sync", "CONFIG_SW_SYNC + debugfs");
 }
+
+/// On the `stock-6.12-fdinfo` guest (vkms with the harness's test-only fdinfo patch), an
+/// open vkms fd must print the DRM usage-stats keys; elsewhere vkms prints none, so the test
+/// does not apply.
+#[test]
+fn patched_vkms_prints_drm_fdinfo_keys() {
+    use std::os::fd::{AsFd, AsRawFd};
+    if !std::env::var("VM_KERNEL").is_ok_and(|k| k.ends_with("-fdinfo")) {
+        eprintln!("not applicable: only the *-fdinfo guests patch vkms's fdinfo");
+        return;
+    }
+    let Some(node) = node_of_driver(&["vkms"]) else {
+        skip!("no vkms node");
+    };
+    let dev = drm_gem::Device::open(&node.path).expect("open vkms");
+    let fd = dev.as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).expect("fdinfo");
+    for key in ["drm-driver:", "drm-client-id:", "drm-total-memory:"] {
+        assert!(info.contains(key), "{key} missing from fdinfo:\n{info}");
+    }
+    assert!(
+        info.contains("drm-driver:\tvkms") || info.contains("drm-driver: vkms"),
+        "{info}"
+    );
+}
