@@ -20,7 +20,7 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t debugfs debugfs /sys/kernel/debug
-mount -t configfs configfs /sys/kernel/config
+mount -t configfs configfs /sys/kernel/config 2>/dev/null
 
 . /etc/vm.env
 
@@ -130,7 +130,16 @@ if [ "$VM_HOSTROOT" = 1 ]; then
   mount -o rbind /dev /host/dev
   mount -t debugfs debugfs /host/sys/kernel/debug
   mount -t configfs configfs /host/sys/kernel/config 2>/dev/null
+  # /tmp becomes a writable tmpfs; host directories under /tmp that the payload needs
+  # (its working directory, programs given by path) are bound back in, read-only.
+  mkdir -p /mnt/hosttmp
+  mount -o bind /host/tmp /mnt/hosttmp
   mount -t tmpfs tmpfs /host/tmp
+  for k in $VM_TMP_KEEP; do
+    if [ -d "/mnt/hosttmp/$k" ]; then
+      mkdir -p "/host/tmp/$k" && mount -o bind "/mnt/hosttmp/$k" "/host/tmp/$k"
+    fi
+  done
   mount -t tmpfs tmpfs /host/run
   ROOT=/host
 fi

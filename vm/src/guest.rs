@@ -198,7 +198,28 @@ pub fn init_env(spec: &GuestSpec) -> String {
         "VM_HOSTROOT={}\n",
         u8::from(spec.payload.host_root)
     ));
+    s.push_str(&format!(
+        "VM_TMP_KEEP={}\n",
+        sh_quote(&tmp_keep(&spec.payload).join(" "))
+    ));
     s
+}
+
+/// The top-level directories under `/tmp` that the payload refers to (its working directory
+/// and any absolute path among its arguments). The guest mounts a tmpfs over `/tmp` and
+/// binds these back from the host so a checkout under `/tmp` still works.
+pub fn tmp_keep(p: &Payload) -> Vec<String> {
+    let mut keep: Vec<String> = std::iter::once(p.cwd.to_string_lossy().into_owned())
+        .chain(p.argv.iter().cloned())
+        .filter_map(|a| {
+            let rest = a.strip_prefix("/tmp/")?;
+            let first = rest.split('/').next()?;
+            (!first.is_empty() && first != "." && first != "..").then(|| first.to_string())
+        })
+        .collect();
+    keep.sort();
+    keep.dedup();
+    keep
 }
 
 /// Builds the initramfs: busybox, the init, the kernel's modules, the payload.
@@ -825,6 +846,21 @@ mod tests {
             classify(&no_exit, "", false, None),
             Ending::BrokenStream(_)
         ));
+    }
+
+    #[test]
+    fn tmp_paths_are_kept() {
+        let mut p = spec(vec![]).payload;
+        p.cwd = "/tmp/ci-clone".into();
+        p.argv = vec![
+            "/tmp/ci-clone/target/release/vm".into(),
+            "--bin".into(),
+            "/tmp/other/x".into(),
+            "/tmpfoo/y".into(),
+            "/tmp/../etc".into(),
+        ];
+        assert_eq!(tmp_keep(&p), ["ci-clone", "other"]);
+        assert!(init_env(&spec(vec![])).contains("VM_TMP_KEEP=''\n"));
     }
 
     #[test]
