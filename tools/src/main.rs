@@ -88,8 +88,8 @@ fn devices(json: bool) -> ExitCode {
         eprintln!("drmtool: {r}");
         return ExitCode::SUCCESS;
     }
-    let header = [
-        "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "PCI", "SYSFS",
+    let header: [&str; 9] = [
+        "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "BOUND TO", "PCI", "SYSFS",
     ];
     let table: Vec<[String; 9]> = rows
         .iter()
