@@ -53,6 +53,10 @@ pub struct DriverVersion {
 pub struct Device {
     fd: OwnedFd,
     kind: NodeKind,
+    /// GEM handles owned through this device, with how many owners each has. The kernel
+    /// gives the same handle for every import of one dma-buf on one open file, so two
+    /// imports share one handle, which must be closed once, by the last owner.
+    pub(crate) handles: std::sync::Mutex<std::collections::HashMap<u32, u32>>,
 }
 
 impl Device {
@@ -78,7 +82,11 @@ impl Device {
     pub fn from_fd(fd: OwnedFd) -> Result<Self> {
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall("fstat", e))?;
         let kind = classify(st.st_mode, st.st_rdev)?;
-        Ok(Self { fd, kind })
+        Ok(Self {
+            fd,
+            kind,
+            handles: Default::default(),
+        })
     }
 
     /// Which kind of node this is.

@@ -35,6 +35,12 @@ pub enum Error {
         /// Why it was rejected.
         why: String,
     },
+    /// An argument was rejected before the kernel was asked (the kernel would reject it too,
+    /// or the value cannot be represented in the ioctl's fields).
+    InvalidArgument {
+        /// What is wrong.
+        what: String,
+    },
     /// The kernel or driver lacks what this call needs (learned from a probe).
     Unsupported {
         /// The missing feature.
@@ -82,6 +88,7 @@ impl core::fmt::Display for Error {
             }
             Self::Open { path, errno } => write!(f, "open {}: {errno}", path.display()),
             Self::NotDrm { why } => write!(f, "not a DRM device node: {why}"),
+            Self::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
             Self::Unsupported { feature, reason } => {
                 write!(
                     f,

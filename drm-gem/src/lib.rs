@@ -20,10 +20,20 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod caps;
 mod device;
+mod dmabuf;
+mod dumb;
 mod error;
+mod gem;
+mod mapping;
 mod sys_call;
 
+pub use caps::{Caps, ClientCap, DriverCap};
 pub use device::{Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in};
+pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
+pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
+pub use gem::{GemHandle, GemObject};
+pub use mapping::Mapping;
 pub use rustix::io::Errno;

@@ -12,6 +12,7 @@ use ioctl_sys::drm as sys;
 use rustix::fd::BorrowedFd;
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, ioctl};
+use std::ptr::NonNull;
 
 /// Retries `f` while it fails with EINTR or EAGAIN, as libdrm's `drmIoctl` does.
 fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
@@ -26,6 +27,9 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<
 macro_rules! drm_ioctl {
     // Plain-data argument: any value of the type is harmless to pass.
     (safe $(#[$m:meta])* $cname:ident => $fname:ident(&mut $ty:ty)) => {
+        drm_ioctl!(safe $(#[$m])* drm::$cname => $fname(&mut $ty));
+    };
+    (safe $(#[$m:meta])* $module:ident::$cname:ident => $fname:ident(&mut $ty:ty)) => {
         $(#[$m])*
         #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
         pub(crate) fn $fname(fd: BorrowedFd<'_>, arg: &mut $ty) -> Result<(), Error> {
@@ -33,7 +37,12 @@ macro_rules! drm_ioctl {
                 // SAFETY: `$cname` is an ioctl over exactly one `$ty` (checked by
                 // ioctl-sys/tests/opcodes.rs); `$ty` has no pointer fields, and `arg` is an
                 // exclusive borrow valid for the whole call.
-                unsafe { ioctl(fd, Updater::<{ sys::$cname as Opcode }, $ty>::new(&mut *arg)) }
+                unsafe {
+                    ioctl(
+                        fd,
+                        Updater::<{ ioctl_sys::$module::$cname as Opcode }, $ty>::new(&mut *arg),
+                    )
+                }
             })
             .map_err(|errno| Error::ioctl(stringify!($cname), errno))
         }
@@ -89,4 +98,135 @@ pub(crate) fn version(
     v.date = core::ptr::null_mut();
     v.desc = core::ptr::null_mut();
     Ok(v)
+}
+
+drm_ioctl!(safe
+    /// Sets a client capability on this open file. Nodes: primary and render.
+    DRM_IOCTL_SET_CLIENT_CAP => set_client_cap(&mut sys::drm_set_client_cap));
+drm_ioctl!(safe
+    /// Creates a dumb buffer. Nodes: primary (and render on vgem). Permissions: none.
+    DRM_IOCTL_MODE_CREATE_DUMB => mode_create_dumb(&mut sys::drm_mode_create_dumb));
+drm_ioctl!(safe
+    /// Gets the fake mmap offset of a dumb buffer.
+    DRM_IOCTL_MODE_MAP_DUMB => mode_map_dumb(&mut sys::drm_mode_map_dumb));
+drm_ioctl!(safe
+    /// Destroys a dumb buffer's handle (the object lives on while mapped or shared).
+    DRM_IOCTL_MODE_DESTROY_DUMB => mode_destroy_dumb(&mut sys::drm_mode_destroy_dumb));
+drm_ioctl!(safe
+    /// Closes a GEM handle of this open file.
+    DRM_IOCTL_GEM_CLOSE => gem_close(&mut sys::drm_gem_close));
+drm_ioctl!(safe
+    /// Exports a GEM handle as a dma-buf fd (the kernel returns a new fd in `fd`).
+    DRM_IOCTL_PRIME_HANDLE_TO_FD => prime_handle_to_fd(&mut sys::drm_prime_handle));
+drm_ioctl!(safe
+    /// Imports a dma-buf fd as a GEM handle of this open file.
+    DRM_IOCTL_PRIME_FD_TO_HANDLE => prime_fd_to_handle(&mut sys::drm_prime_handle));
+drm_ioctl!(safe
+    /// Begins or ends CPU access to a dma-buf.
+    dma_buf::DMA_BUF_IOCTL_SYNC => dma_buf_sync(&mut ioctl_sys::dma_buf::dma_buf_sync));
+
+/// One shared read-write mapping, owned: unmapped on drop. All pointer work on mapped
+/// memory happens here.
+#[derive(Debug)]
+pub(crate) struct RawMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl RawMap {
+    /// Maps `len` (> 0) bytes of `fd` at `offset`.
+    pub(crate) fn new(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Self, Error> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap};
+        // SAFETY: a null hint lets the kernel choose the address, so no existing mapping is
+        // replaced; the result is owned by the returned RawMap, which unmaps it once.
+        let p = unsafe {
+            mmap(
+                core::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }
+        .map_err(|e| Error::syscall("mmap", e))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::syscall("mmap", Errno::FAULT))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn range_ok(&self, offset: usize, n: usize) -> bool {
+        offset.checked_add(n).is_some_and(|end| end <= self.len)
+    }
+
+    /// Copies `src` in at `offset`; false (nothing copied) if it does not fit.
+    pub(crate) fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
+        if !self.range_ok(offset, src.len()) {
+            return false;
+        }
+        // SAFETY: the range is inside this live mapping (checked above); `src` is a Rust
+        // slice, which cannot alias a mapping we never expose as a reference here.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+        };
+        true
+    }
+
+    /// Copies out at `offset` into `dst`; false (nothing copied) if it does not fit.
+    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if !self.range_ok(offset, dst.len()) {
+            return false;
+        }
+        // SAFETY: as for write_at, in the other direction.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+        true
+    }
+
+    /// The mapping as a slice.
+    ///
+    /// # Safety
+    /// Nothing may write the memory while the slice lives (device, importer, other process).
+    pub(crate) unsafe fn slice(&self) -> &[u8] {
+        // SAFETY: ptr/len are this live mapping, which outlives `&self`; exclusivity is the
+        // caller's contract.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as a mutable slice.
+    ///
+    /// # Safety
+    /// Nothing else may read or write the memory while the slice lives.
+    pub(crate) unsafe fn slice_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `slice`, with exclusive access the caller's contract.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for RawMap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly the mapping made in `new`, unmapped only here.
+        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+        debug_assert!(r.is_ok(), "munmap failed: {r:?}");
+    }
+}
+
+/// Adopts an fd the kernel just returned in an ioctl struct.
+pub(crate) fn own_fd(raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
+    use rustix::fd::FromRawFd;
+    if raw < 0 {
+        return Err(Error::syscall("ioctl returned fd", Errno::BADF));
+    }
+    // SAFETY: the kernel created this fd for us in the ioctl that just returned; nothing
+    // else owns it, so taking ownership closes it exactly once.
+    Ok(unsafe { rustix::fd::OwnedFd::from_raw_fd(raw) })
 }
