@@ -33,6 +33,26 @@ impl core::fmt::Debug for GemHandle {
     }
 }
 
+/// A global GEM name (flink): visible to every open file of the device, unlike a handle.
+#[repr(transparent)]
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct GemName(NonZeroU32);
+
+impl GemName {
+    /// Wraps a raw name; `None` for 0.
+    pub const fn new(raw: u32) -> Option<Self> {
+        match NonZeroU32::new(raw) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// The raw name.
+    pub const fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
 /// How the last owner releases a handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -83,6 +103,19 @@ impl<'d> GemObject<'d> {
     pub fn owners(&self) -> u32 {
         let t = self.dev.handles.lock().unwrap_or_else(|p| p.into_inner());
         t.get(&self.handle.get()).copied().unwrap_or(0)
+    }
+
+    /// `DRM_IOCTL_GEM_FLINK`: a global name others can open with [`Device::open_name`]. The
+    /// name lives as long as the object. Primary nodes only (render nodes answer EACCES).
+    pub fn flink(&self) -> Result<GemName> {
+        let mut a = sys::drm_gem_flink {
+            handle: self.handle.get(),
+            name: 0,
+        };
+        sys_call::gem_flink(self.dev.as_fd(), &mut a)?;
+        GemName::new(a.name).ok_or(Error::NotDrm {
+            why: "the kernel returned GEM name 0".into(),
+        })
     }
 
     /// Gives up this ownership without releasing the handle (cf. `OwnedFd::into_raw_fd`);
@@ -138,6 +171,19 @@ impl Drop for GemObject<'_> {
             }
         };
         debug_assert!(r.is_ok(), "releasing GEM handle {raw} failed: {r:?}");
+    }
+}
+
+impl Device {
+    /// `DRM_IOCTL_GEM_OPEN`: opens a flinked object by name; returns it and its size.
+    pub fn open_name(&self, name: GemName) -> Result<(GemObject<'_>, u64)> {
+        let mut a = sys::drm_gem_open {
+            name: name.get(),
+            handle: 0,
+            size: 0,
+        };
+        sys_call::gem_open(self.as_fd(), &mut a)?;
+        Ok((GemObject::adopt(self, a.handle, Release::Close)?, a.size))
     }
 }
 

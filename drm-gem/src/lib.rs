@@ -34,6 +34,6 @@ pub use device::{Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, 
 pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
-pub use gem::{GemHandle, GemObject};
+pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use rustix::io::Errno;

@@ -230,3 +230,10 @@ pub(crate) fn own_fd(raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
     // else owns it, so taking ownership closes it exactly once.
     Ok(unsafe { rustix::fd::OwnedFd::from_raw_fd(raw) })
 }
+
+drm_ioctl!(safe
+    /// Gives a GEM object a global name. Nodes: primary only; needs an authenticated file.
+    DRM_IOCTL_GEM_FLINK => gem_flink(&mut sys::drm_gem_flink));
+drm_ioctl!(safe
+    /// Opens a GEM object by global name. Nodes: primary only; needs an authenticated file.
+    DRM_IOCTL_GEM_OPEN => gem_open(&mut sys::drm_gem_open));

@@ -320,3 +320,72 @@ fn caps_probe_on_every_node() {
         }
     }
 }
+
+#[test]
+fn flink_names_open_across_open_files() {
+    let a = require_driver!("vkms", &["vkms"]);
+    let b = require_driver!("vkms", &["vkms"]);
+    let buf = DumbBuffer::create(
+        &a,
+        DumbSpec {
+            width: 16,
+            height: 16,
+            bpp: 32,
+        },
+    )
+    .unwrap();
+    let name = buf.gem().flink().expect("GEM_FLINK");
+    assert_eq!(
+        buf.gem().flink().unwrap(),
+        name,
+        "a second flink returns the same name"
+    );
+    let (obj, size) = b.open_name(name).expect("GEM_OPEN");
+    assert_eq!(size, buf.size());
+    assert_eq!(obj.owners(), 1);
+    // A name nobody made: ENOENT, named after the ioctl.
+    match b.open_name(drm_gem::GemName::new(0x7fff_fff0).unwrap()) {
+        Err(Error::Ioctl {
+            name: "DRM_IOCTL_GEM_OPEN",
+            errno,
+        }) => assert_eq!(errno, Errno::NOENT),
+        other => panic!("expected ENOENT, got {other:?}"),
+    }
+}
+
+#[test]
+fn render_nodes_refuse_dumb_create_and_flink_with_eacces() {
+    let card = require_driver!("vgem", &["vgem"]);
+    let Some(node) = drm_gem::enumerate().ok().and_then(|v| {
+        v.into_iter()
+            .find(|n| n.kind == drm_gem::NodeKind::Render && n.driver.as_deref() == Some("vgem"))
+    }) else {
+        skip!("no vgem render node");
+    };
+    let render = Device::open(&node.path).unwrap();
+    let spec = DumbSpec {
+        width: 16,
+        height: 16,
+        bpp: 32,
+    };
+    match DumbBuffer::create(&render, spec) {
+        Err(Error::Ioctl {
+            name: "DRM_IOCTL_MODE_CREATE_DUMB",
+            errno,
+        }) => assert_eq!(errno, Errno::ACCESS),
+        other => panic!("expected EACCES for CREATE_DUMB on a render node, got {other:?}"),
+    }
+    // A handle on the render node, by PRIME (which render nodes allow), cannot be flinked.
+    let buf = DumbBuffer::create(&card, spec).unwrap();
+    let dmabuf = card.export(buf.gem(), PrimeFlags::default()).unwrap();
+    let obj = render
+        .import(dmabuf.as_fd())
+        .expect("PRIME import on the render node");
+    match obj.flink() {
+        Err(Error::Ioctl {
+            name: "DRM_IOCTL_GEM_FLINK",
+            errno,
+        }) => assert_eq!(errno, Errno::ACCESS),
+        other => panic!("expected EACCES for GEM_FLINK on a render node, got {other:?}"),
+    }
+}
