@@ -27,6 +27,7 @@ mod dumb;
 mod error;
 mod gem;
 mod mapping;
+mod sync_file;
 mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
@@ -37,3 +38,4 @@ pub use error::{Error, Result};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use rustix::io::Errno;
+pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};

@@ -237,3 +237,47 @@ drm_ioctl!(safe
 drm_ioctl!(safe
     /// Opens a GEM object by global name. Nodes: primary only; needs an authenticated file.
     DRM_IOCTL_GEM_OPEN => gem_open(&mut sys::drm_gem_open));
+
+drm_ioctl!(safe
+    /// Merges two sync_files into a new one (returned in `fence`).
+    sync_file::SYNC_IOC_MERGE => sync_merge(&mut ioctl_sys::sync_file::sync_merge_data));
+drm_ioctl!(safe
+    /// Creates a fence on a sw_sync timeline (debugfs), returned as a sync_file fd.
+    sync_file::SW_SYNC_IOC_CREATE_FENCE => sw_sync_create_fence(&mut ioctl_sys::sync_file::sw_sync_create_fence_data));
+drm_ioctl!(safe
+    /// Advances a sw_sync timeline, signalling fences at or below the new value.
+    sync_file::SW_SYNC_IOC_INC => sw_sync_inc(&mut u32));
+
+/// `SYNC_IOC_FILE_INFO` filling `fences` (at most `fences.len()` entries; with an empty
+/// slice the kernel reports only the count). EINVAL if the file has more fences than fit.
+pub(crate) fn sync_file_info(
+    fd: BorrowedFd<'_>,
+    fences: &mut [ioctl_sys::sync_file::sync_fence_info],
+) -> Result<ioctl_sys::sync_file::sync_file_info, Error> {
+    use ioctl_sys::sync_file as ssys;
+    let mut info = ssys::sync_file_info {
+        num_fences: u32::try_from(fences.len()).unwrap_or(u32::MAX),
+        sync_fence_info: if fences.is_empty() {
+            0
+        } else {
+            fences.as_mut_ptr() as u64
+        },
+        ..Default::default()
+    };
+    retry(|| {
+        // SAFETY: SYNC_IOC_FILE_INFO is an _IOWR over exactly one sync_file_info (checked by
+        // ioctl-sys/tests/opcodes.rs); its pointer names `fences`, an exclusive borrow of
+        // exactly `num_fences` entries that outlives the call.
+        unsafe {
+            ioctl(
+                fd,
+                Updater::<{ ssys::SYNC_IOC_FILE_INFO as Opcode }, ssys::sync_file_info>::new(
+                    &mut info,
+                ),
+            )
+        }
+    })
+    .map_err(|errno| Error::ioctl("SYNC_IOC_FILE_INFO", errno))?;
+    info.sync_fence_info = 0;
+    Ok(info)
+}
