@@ -153,8 +153,13 @@ pub fn cache_key(name: &str, version: &str) -> String {
         REQUIRED.as_bytes(),
         crate::build::RECIPE_VERSION.as_bytes(),
     ]);
-    let clean: String = version
-        .chars()
+    format!("{name}-{}-{hash}", path_safe(version))
+}
+
+/// `s` with every character other than ASCII letters, digits, `.` and `-` replaced by `_`,
+/// for cache keys and file names.
+pub fn path_safe(s: &str) -> String {
+    s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
                 c
@@ -162,8 +167,7 @@ pub fn cache_key(name: &str, version: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    format!("{name}-{clean}-{hash}")
+        .collect()
 }
 
 #[cfg(test)]

@@ -599,16 +599,7 @@ fn test(
             probe_only: false,
             stream_output: true,
         };
-        let tag: String = n
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let tag = catalog::path_safe(n);
         let files = match RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}")) {
             Ok(f) => f,
             Err(e) => return fail(&e),

@@ -555,75 +555,60 @@ pub fn run_libdrm(sink: &mut Sink, limit: Duration) {
         );
         return;
     }
-    let have = |p: &str| Path::new(p).exists();
     for d in &kms {
-        for (prog, args, must) in [
-            ("/usr/bin/modetest", vec!["-M", d], "Connectors:"),
-            ("/usr/bin/proptest", vec!["-M", d], "Connector"),
+        for (prog, flag, must) in [
+            ("/usr/bin/modetest", "-M", "Connectors:"),
+            ("/usr/bin/proptest", "-M", "Connector"),
         ] {
-            let name = format!("{}-{d}", prog.rsplit('/').next().unwrap_or(prog));
-            if !have(prog) {
-                sink.record(
-                    "libdrm",
-                    &name,
-                    Outcome::Skip,
-                    Duration::ZERO,
-                    "libdrm-tests not installed on the host",
-                );
-                continue;
-            }
-            let (ok, out, t) = run_limited(Command::new(prog).args(&args), limit);
-            let good = ok && out.contains(must);
-            if !good {
-                println!("---- {name} ----\n{}", out.trim_end());
-            }
-            let why = if good {
-                String::new()
-            } else {
-                format!("exit ok={ok}, {must:?} printed={}", out.contains(must))
-            };
-            sink.record(
-                "libdrm",
-                &name,
-                if good { Outcome::Pass } else { Outcome::Fail },
-                t,
-                &why,
-            );
+            let base = prog.rsplit('/').next().unwrap_or(prog);
+            check_program(sink, &format!("{base}-{d}"), prog, &[flag, d], must, limit);
         }
     }
-    for (prog, args, must) in [
-        ("/usr/bin/drmdevice", vec![], "device[0]"),
-        ("/usr/bin/drm_info", vec!["-j"], "\"driver\""),
-    ] {
-        let name = prog.rsplit('/').next().unwrap_or(prog).to_string();
-        if !have(prog) {
-            sink.record(
-                "libdrm",
-                &name,
-                Outcome::Skip,
-                Duration::ZERO,
-                &format!("{prog} not installed on the host"),
-            );
-            continue;
-        }
-        let (ok, out, t) = run_limited(Command::new(prog).args(&args), limit);
-        let good = ok && out.contains(must);
-        if !good {
-            println!("---- {name} ----\n{}", out.trim_end());
-        }
-        let why = if good {
-            String::new()
-        } else {
-            format!("exit ok={ok}, {must:?} printed={}", out.contains(must))
-        };
-        sink.record(
-            "libdrm",
-            &name,
-            if good { Outcome::Pass } else { Outcome::Fail },
-            t,
-            &why,
-        );
+    check_program(
+        sink,
+        "drmdevice",
+        "/usr/bin/drmdevice",
+        &[],
+        "device[0]",
+        limit,
+    );
+    check_program(
+        sink,
+        "drm_info",
+        "/usr/bin/drm_info",
+        &["-j"],
+        "\"driver\"",
+        limit,
+    );
+}
+
+/// Runs one peer program; it passes when it exits 0 and prints `must`. A program missing
+/// from the host is a skip naming the package.
+fn check_program(
+    sink: &mut Sink,
+    name: &str,
+    prog: &str,
+    args: &[&str],
+    must: &str,
+    limit: Duration,
+) {
+    if !Path::new(prog).exists() {
+        let why = format!("{prog} is not installed on the host (libdrm-tests, drm-info)");
+        sink.record("libdrm", name, Outcome::Skip, Duration::ZERO, &why);
+        return;
     }
+    let (ok, out, t) = run_limited(Command::new(prog).args(args), limit);
+    let good = ok && out.contains(must);
+    if !good {
+        println!("---- {name} ----\n{}", out.trim_end());
+    }
+    let why = if good {
+        String::new()
+    } else {
+        format!("exit ok={ok}, {must:?} printed={}", out.contains(must))
+    };
+    let outcome = if good { Outcome::Pass } else { Outcome::Fail };
+    sink.record("libdrm", name, outcome, t, &why);
 }
 
 /// DRM driver names present: debugfs `dri/<minor>/name`, plus drivers bound in sysfs.

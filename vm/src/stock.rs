@@ -223,17 +223,7 @@ pub fn cache_key(name: &str, version: &str, vkms_patch: Option<&str>) -> String 
         explicit.as_bytes(),
         vkms_patch.unwrap_or("").as_bytes(),
     ]);
-    let clean: String = version
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{name}-{clean}-{hash}")
+    format!("{name}-{}-{hash}", catalog::path_safe(version))
 }
 
 /// The version a stock kernel resolves to now, and the state of its cache entry.
