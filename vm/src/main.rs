@@ -544,22 +544,7 @@ fn test(
             Ok(k) => k,
             Err(e) => {
                 eprintln!("vm: {e}");
-                reports.push(KernelReport {
-                    kernel: n.clone(),
-                    release: String::new(),
-                    accel: "-".into(),
-                    boot_s: None,
-                    payload_s: None,
-                    kernel_boot_s: None,
-                    test_s: 0.0,
-                    ending: format!("not built: {e}"),
-                    modules: Vec::new(),
-                    nodes: Vec::new(),
-                    tests: Vec::new(),
-                    notes: Vec::new(),
-                    console_tail: Vec::new(),
-                    passed: false,
-                });
+                reports.push(KernelReport::not_built(n, &e.to_string()));
                 continue;
             }
         };
