@@ -25,6 +25,15 @@ macro_rules! require_driver {
     }};
 }
 
+/// A 32 bpp dumb-buffer spec.
+fn spec32(width: u32, height: u32) -> DumbSpec {
+    DumbSpec {
+        width,
+        height,
+        bpp: 32,
+    }
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -32,11 +41,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn dumb_roundtrip(dev: &Device) {
-    let spec = DumbSpec {
-        width: 64,
-        height: 48,
-        bpp: 32,
-    };
+    let spec = spec32(64, 48);
     let mut buf = DumbBuffer::create(dev, spec).expect("CREATE_DUMB");
     assert!(buf.pitch() >= 256, "pitch {}", buf.pitch());
     assert!(
@@ -128,15 +133,7 @@ fn bad_dumb_specs_never_reach_the_kernel() {
 #[test]
 fn mapping_rejects_out_of_range_copies() {
     let dev = require_driver!("vkms", &["vkms"]);
-    let mut b = DumbBuffer::create(
-        &dev,
-        DumbSpec {
-            width: 16,
-            height: 16,
-            bpp: 32,
-        },
-    )
-    .unwrap();
+    let mut b = DumbBuffer::create(&dev, spec32(16, 16)).unwrap();
     let mut m = b.map().unwrap();
     let len = m.len();
     assert!(matches!(
@@ -185,15 +182,7 @@ macro_rules! require_prime_pair {
 #[test]
 fn prime_export_import_shares_memory_and_handles() {
     let (vkms, vgem) = require_prime_pair!();
-    let mut src = DumbBuffer::create(
-        &vkms,
-        DumbSpec {
-            width: 32,
-            height: 32,
-            bpp: 32,
-        },
-    )
-    .unwrap();
+    let mut src = DumbBuffer::create(&vkms, spec32(32, 32)).unwrap();
     let mut dmabuf = vkms
         .export(src.gem(), PrimeFlags::default())
         .expect("PRIME_HANDLE_TO_FD");
@@ -247,15 +236,7 @@ fn import_of_a_non_dmabuf_fd_is_einval() {
 #[test]
 fn export_through_the_wrong_device_is_refused() {
     let (vkms, vgem) = require_prime_pair!();
-    let b = DumbBuffer::create(
-        &vkms,
-        DumbSpec {
-            width: 8,
-            height: 8,
-            bpp: 32,
-        },
-    )
-    .unwrap();
+    let b = DumbBuffer::create(&vkms, spec32(8, 8)).unwrap();
     assert!(matches!(
         vgem.export(b.gem(), PrimeFlags::default()),
         Err(Error::InvalidArgument { .. })
@@ -265,15 +246,7 @@ fn export_through_the_wrong_device_is_refused() {
 #[test]
 fn cpu_access_needs_a_direction() {
     let (vkms, _) = require_prime_pair!();
-    let b = DumbBuffer::create(
-        &vkms,
-        DumbSpec {
-            width: 8,
-            height: 8,
-            bpp: 32,
-        },
-    )
-    .unwrap();
+    let b = DumbBuffer::create(&vkms, spec32(8, 8)).unwrap();
     let d = vkms.export(b.gem(), PrimeFlags::default()).unwrap();
     assert!(matches!(
         d.begin_cpu_access(false, false),
@@ -296,14 +269,7 @@ fn caps_probe_on_every_node() {
         }
         // What the probe says must match what the ioctl does.
         if n.kind == drm_gem::NodeKind::Primary
-            && let Ok(b) = DumbBuffer::create(
-                &dev,
-                DumbSpec {
-                    width: 8,
-                    height: 8,
-                    bpp: 32,
-                },
-            )
+            && let Ok(b) = DumbBuffer::create(&dev, spec32(8, 8))
         {
             match dev.export(b.gem(), PrimeFlags::default()) {
                 Ok(_) => assert!(
@@ -325,15 +291,7 @@ fn caps_probe_on_every_node() {
 fn flink_names_open_across_open_files() {
     let a = require_driver!("vkms", &["vkms"]);
     let b = require_driver!("vkms", &["vkms"]);
-    let buf = DumbBuffer::create(
-        &a,
-        DumbSpec {
-            width: 16,
-            height: 16,
-            bpp: 32,
-        },
-    )
-    .unwrap();
+    let buf = DumbBuffer::create(&a, spec32(16, 16)).unwrap();
     let name = buf.gem().flink().expect("GEM_FLINK");
     assert_eq!(
         buf.gem().flink().unwrap(),
@@ -363,11 +321,7 @@ fn render_nodes_refuse_dumb_create_and_flink_with_eacces() {
         skip!("no vgem render node");
     };
     let render = Device::open(&node.path).unwrap();
-    let spec = DumbSpec {
-        width: 16,
-        height: 16,
-        bpp: 32,
-    };
+    let spec = spec32(16, 16);
     match DumbBuffer::create(&render, spec) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_MODE_CREATE_DUMB",
