@@ -5,6 +5,9 @@
 //! is paired with the exact struct type the kernel copies for it; `ioctl-sys/tests/opcodes.rs`
 //! checks each pairing, because the request number encodes the struct's size. Calls whose
 //! struct embeds user pointers are `unsafe fn`: their callers vouch for the pointers.
+//!
+//! The module is one file per area (this file: core DRM, GEM, PRIME, dma-buf, sync_file);
+//! the `drm_ioctl!` macro below is declared before the submodules so that they use it too.
 #![allow(unsafe_code)]
 
 use crate::error::Error;
@@ -49,6 +52,9 @@ macro_rules! drm_ioctl {
     };
     // The argument embeds user pointers: the caller vouches for them.
     (unsafe $(#[$m:meta])* $cname:ident => $fname:ident(&mut $ty:ty)) => {
+        drm_ioctl!(unsafe $(#[$m])* drm::$cname => $fname(&mut $ty));
+    };
+    (unsafe $(#[$m:meta])* $module:ident::$cname:ident => $fname:ident(&mut $ty:ty)) => {
         $(#[$m])*
         #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
         ///
@@ -59,7 +65,12 @@ macro_rules! drm_ioctl {
             retry(|| {
                 // SAFETY: request/type pairing as above; pointer validity is the caller's
                 // contract, stated in this function's `# Safety` section.
-                unsafe { ioctl(fd, Updater::<{ sys::$cname as Opcode }, $ty>::new(&mut *arg)) }
+                unsafe {
+                    ioctl(
+                        fd,
+                        Updater::<{ ioctl_sys::$module::$cname as Opcode }, $ty>::new(&mut *arg),
+                    )
+                }
             })
             .map_err(|errno| Error::ioctl(stringify!($cname), errno))
         }
