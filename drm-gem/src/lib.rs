@@ -22,6 +22,7 @@
 
 mod caps;
 mod device;
+pub mod driver;
 mod dmabuf;
 mod dumb;
 mod error;

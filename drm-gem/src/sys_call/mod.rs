@@ -292,3 +292,10 @@ pub(crate) fn sync_file_info(
     info.sync_fence_info = 0;
     Ok(info)
 }
+
+// One file per area; declared after the macro so that they can use it.
+mod dma_buf;
+mod qxl;
+mod syncobj;
+mod vgem;
+mod virtio_gpu;

@@ -1,0 +1,1 @@
+//! `bochs`: driver-specific objects (in progress).

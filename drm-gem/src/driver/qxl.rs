@@ -1,0 +1,1 @@
+//! `qxl`: driver-specific objects (in progress).

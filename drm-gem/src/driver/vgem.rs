@@ -1,0 +1,1 @@
+//! `vgem`: driver-specific objects (in progress).

@@ -1,0 +1,1 @@
+//! `virtio_gpu`: driver-specific objects (in progress).
