@@ -22,17 +22,20 @@
 
 mod caps;
 mod device;
-pub mod driver;
 mod dmabuf;
+pub mod driver;
 mod dumb;
 mod error;
 mod gem;
+pub mod kms;
 mod mapping;
 mod sync_file;
 mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
-pub use device::{Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in};
+pub use device::{
+    AuthMagic, Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in,
+};
 pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
