@@ -118,6 +118,20 @@ impl<'d> GemObject<'d> {
         })
     }
 
+    /// Maps the first `len` bytes of the object through its fake offset
+    /// (`DRM_IOCTL_MODE_MAP_DUMB`), which drivers with dumb-buffer support give for their
+    /// own GEM objects however the handle was obtained (create, `GETFB2`, `GEM_OPEN`). The
+    /// kernel refuses imported objects (EINVAL: map the dma-buf instead) and mappings
+    /// larger than the object.
+    pub fn map(&mut self, len: usize) -> Result<crate::Mapping<'_>> {
+        let mut a = sys::drm_mode_map_dumb {
+            handle: self.handle.get(),
+            ..Default::default()
+        };
+        sys_call::mode_map_dumb(self.dev.as_fd(), &mut a)?;
+        crate::Mapping::new(self.dev.as_fd(), a.offset, len)
+    }
+
     /// Gives up this ownership without releasing the handle (cf. `OwnedFd::into_raw_fd`);
     /// the caller becomes responsible for closing it.
     pub fn into_raw(self) -> GemHandle {

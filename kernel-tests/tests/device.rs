@@ -119,6 +119,19 @@ fn getfb2_handles_are_owned_and_closed() {
         let p = &info.planes[0];
         assert_eq!((p.pitch, p.offset), (buf.pitch(), 0));
         let obj = p.object.as_ref().expect("root gets handles");
+        // The fresh handle maps like the buffer itself (what a screenshot reads).
+        {
+            let mut mine = dev
+                .framebuffer_info(fb.id())
+                .unwrap()
+                .planes
+                .remove(0)
+                .object
+                .unwrap();
+            let mut px = [0u8; 4];
+            mine.map(4096).unwrap().read_at(0, &mut px).unwrap();
+            assert_eq!(px, [0x11, 0x22, 0x33, 0x44]);
+        }
         fresh = obj.handle();
         assert_ne!(fresh, buf.handle(), "GETFB2 creates a new handle");
         assert_eq!(obj.owners(), 1);

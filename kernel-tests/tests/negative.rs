@@ -496,3 +496,23 @@ fn open_driver_names_what_it_found_instead() {
         other => panic!("vkms has no render node, got {other:?}"),
     }
 }
+
+#[test]
+fn map_of_an_imported_object_is_refused() {
+    let vkms = node!("vkms", "vkms", NodeKind::Primary);
+    let vgem = node!("vgem", "vgem", NodeKind::Primary);
+    let caps = |d: &Device| drm_gem::Caps::probe(d).unwrap();
+    // 5.10's vkms cannot export: then vgem exports and vkms imports.
+    let (exporter, importer) = if caps(&vkms).prime_export {
+        (&vkms, &vgem)
+    } else {
+        (&vgem, &vkms)
+    };
+    no_leak(importer, |importer| {
+        let buf = small(exporter);
+        let dmabuf = exporter.export(buf.gem(), Default::default()).unwrap();
+        let mut obj = importer.import(dmabuf.as_fd()).unwrap();
+        let e = lib_ioctl_errno(obj.map(4096), "DRM_IOCTL_MODE_MAP_DUMB");
+        assert_eq!(e, Errno::INVAL);
+    });
+}
