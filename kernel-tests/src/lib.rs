@@ -111,3 +111,39 @@ pub fn kernel_version() -> (u32, u32) {
         .filter_map(|p| p.parse().ok());
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
+
+/// Turns every CRTC, connector and plane of `dev` off with one atomic commit (the caller
+/// must be master with the ATOMIC client cap), so that a test starts from a known state
+/// even on kernels whose fbdev emulation lit a CRTC at boot.
+pub fn kms_all_off(dev: &drm_gem::Device) -> drm_gem::Result<()> {
+    use drm_gem::kms::{AtomicFlags, AtomicRequest, Snapshot};
+    let snap = Snapshot::take(dev)?;
+    let mut req = AtomicRequest::new();
+    let find = |props: &[drm_gem::kms::ObjectProperty], name: &str| {
+        props
+            .iter()
+            .find(|p| p.property.name == name)
+            .map(|p| p.property.id)
+    };
+    for c in &snap.crtcs {
+        for name in ["ACTIVE", "MODE_ID"] {
+            if let Some(p) = find(&c.properties, name) {
+                req.set(c.crtc.id, p, 0);
+            }
+        }
+    }
+    for c in &snap.connectors {
+        if let Some(p) = find(&c.properties, "CRTC_ID") {
+            req.set(c.connector.id, p, 0);
+        }
+    }
+    for p in &snap.planes {
+        for name in ["FB_ID", "CRTC_ID"] {
+            if let Some(id) = find(&p.properties, name) {
+                req.set(p.plane.id, id, 0);
+            }
+        }
+    }
+    dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
+        .map(|_| ())
+}

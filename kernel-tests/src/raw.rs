@@ -36,6 +36,12 @@ raw_ioctl!(DRM_IOCTL_PRIME_HANDLE_TO_FD => prime_handle_to_fd(sys::drm_prime_han
 raw_ioctl!(DRM_IOCTL_PRIME_FD_TO_HANDLE => prime_fd_to_handle(sys::drm_prime_handle));
 raw_ioctl!(DRM_IOCTL_MODE_ADDFB2 => addfb2(sys::drm_mode_fb_cmd2));
 raw_ioctl!(DRM_IOCTL_MODE_GETFB2 => getfb2(sys::drm_mode_fb_cmd2));
+raw_ioctl!(DRM_IOCTL_MODE_RMFB => rmfb_raw(u32));
+
+/// `DRM_IOCTL_MODE_RMFB` of `id` (for framebuffers made by [`addfb2`]).
+pub fn rmfb(fd: BorrowedFd<'_>, id: &mut u32) -> Result<(), Errno> {
+    rmfb_raw(fd, *id).map(|_| ())
+}
 
 /// A number that is not an open fd of this process right now (the lowest free number after
 /// the current ones, just closed).

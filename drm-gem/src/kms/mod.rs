@@ -19,6 +19,8 @@ mod events;
 mod framebuffer;
 mod ids;
 pub mod in_formats;
+mod lease;
+mod legacy;
 mod mode;
 mod property;
 mod resources;
@@ -29,6 +31,8 @@ pub use atomic::{AtomicFlags, AtomicRequest, Committed, Culprit, Explanation, Fe
 pub use events::{Event, VblankEvent, parse_events};
 pub use framebuffer::{FbPlane, FbPlaneInfo, FbSpec, Framebuffer, FramebufferId, FramebufferInfo};
 pub use ids::{BlobId, ConnectorId, CrtcId, EncoderId, ModeObject, PlaneId, PropertyId};
+pub use lease::Lease;
+pub use legacy::PlaneRect;
 pub use mode::Mode;
 pub use property::{Property, PropertyBlob, PropertyKind, PropertyValue};
 pub use resources::{

@@ -3,8 +3,8 @@
 use super::edid::{self, Edid};
 use super::in_formats::{self, FormatModifiers};
 use super::{
-    Connector, Crtc, CrtcId, Encoder, FramebufferId, ModeObject, Plane, Property, PropertyValue,
-    Resources,
+    Connector, Crtc, Encoder, FramebufferId, ModeObject, Plane, Property, PropertyId,
+    PropertyValue, Resources,
 };
 use crate::caps::ClientCap;
 use crate::device::Device;
@@ -95,16 +95,32 @@ pub struct Snapshot {
     pub framebuffers: Vec<FramebufferSummary>,
 }
 
-fn props<O: ModeObject>(dev: &Device, obj: O) -> Result<Vec<ObjectProperty>> {
-    Ok(dev
-        .properties_of(obj)?
-        .into_iter()
-        .map(|(property, raw)| ObjectProperty {
+/// Property metadata by id: many objects share one property (every plane's `FB_ID`), so
+/// each is asked for once per snapshot.
+type PropCache = std::collections::HashMap<PropertyId, Property>;
+
+fn props<O: ModeObject>(
+    dev: &Device,
+    cache: &mut PropCache,
+    obj: O,
+) -> Result<Vec<ObjectProperty>> {
+    let mut out = Vec::new();
+    for (id, raw) in dev.object_properties(obj)? {
+        let property = match cache.get(&id) {
+            Some(p) => p.clone(),
+            None => {
+                let p = dev.property(id)?;
+                cache.insert(id, p.clone());
+                p
+            }
+        };
+        out.push(ObjectProperty {
             value: property.decode(raw),
             property,
             raw,
-        })
-        .collect())
+        });
+    }
+    Ok(out)
 }
 
 fn blob_of(dev: &Device, props: &[ObjectProperty], name: &str) -> Option<Vec<u8>> {
@@ -131,10 +147,11 @@ impl Snapshot {
             }
         }
         let resources = dev.resources()?;
+        let mut cache = PropCache::new();
         let mut connectors = Vec::new();
         for &id in &resources.connectors {
             let connector = dev.connector(id)?;
-            let properties = props(dev, id)?;
+            let properties = props(dev, &mut cache, id)?;
             let edid = blob_of(dev, &properties, "EDID").and_then(|b| edid::parse(&b).ok());
             connectors.push(ConnectorState {
                 connector,
@@ -147,20 +164,17 @@ impl Snapshot {
             .iter()
             .map(|&id| dev.encoder(id))
             .collect::<Result<_>>()?;
-        let crtcs = resources
-            .crtcs
-            .iter()
-            .map(|&id: &CrtcId| {
-                Ok(CrtcState {
-                    crtc: dev.crtc(id)?,
-                    properties: props(dev, id)?,
-                })
-            })
-            .collect::<Result<_>>()?;
+        let mut crtcs = Vec::new();
+        for &id in &resources.crtcs {
+            crtcs.push(CrtcState {
+                crtc: dev.crtc(id)?,
+                properties: props(dev, &mut cache, id)?,
+            });
+        }
         let mut planes = Vec::new();
         for id in dev.plane_ids()? {
             let plane = dev.plane(id)?;
-            let properties = props(dev, id)?;
+            let properties = props(dev, &mut cache, id)?;
             let kind = properties
                 .iter()
                 .find(|p| p.property.name == "type")

@@ -323,3 +323,148 @@ pub(crate) fn mode_atomic(
 pub(crate) fn read_events(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Error> {
     retry(|| rustix::io::read(fd, &mut *buf)).map_err(|e| Error::syscall("read", e))
 }
+
+drm_ioctl!(unsafe
+    /// Sets a CRTC's mode, framebuffer and connectors (legacy modeset).
+    DRM_IOCTL_MODE_SETCRTC => mode_setcrtc_raw(&mut sys::drm_mode_crtc));
+drm_ioctl!(safe
+    /// Shows a framebuffer on a plane (legacy).
+    DRM_IOCTL_MODE_SETPLANE => mode_setplane(&mut sys::drm_mode_set_plane));
+drm_ioctl!(safe
+    /// Sets or moves a CRTC's cursor (with hotspot).
+    DRM_IOCTL_MODE_CURSOR2 => mode_cursor2(&mut sys::drm_mode_cursor2));
+drm_ioctl!(unsafe
+    /// Reads a CRTC's gamma ramps.
+    DRM_IOCTL_MODE_GETGAMMA => mode_getgamma_raw(&mut sys::drm_mode_crtc_lut));
+drm_ioctl!(unsafe
+    /// Sets a CRTC's gamma ramps.
+    DRM_IOCTL_MODE_SETGAMMA => mode_setgamma_raw(&mut sys::drm_mode_crtc_lut));
+drm_ioctl!(unsafe
+    /// Flushes damaged rectangles of a framebuffer.
+    DRM_IOCTL_MODE_DIRTYFB => mode_dirtyfb_raw(&mut sys::drm_mode_fb_dirty_cmd));
+drm_ioctl!(safe
+    /// Removes a framebuffer without turning off the planes showing it (6.8+).
+    DRM_IOCTL_MODE_CLOSEFB => mode_closefb(&mut sys::drm_mode_closefb));
+drm_ioctl!(unsafe
+    /// Leases objects to a new file (the lessee fd is returned).
+    DRM_IOCTL_MODE_CREATE_LEASE => mode_create_lease_raw(&mut sys::drm_mode_create_lease));
+drm_ioctl!(unsafe
+    /// Lists this master's lessees.
+    DRM_IOCTL_MODE_LIST_LESSEES => mode_list_lessees_raw(&mut sys::drm_mode_list_lessees));
+drm_ioctl!(unsafe
+    /// Lists the objects leased to this file.
+    DRM_IOCTL_MODE_GET_LEASE => mode_get_lease_raw(&mut sys::drm_mode_get_lease));
+drm_ioctl!(safe
+    /// Revokes a lease.
+    DRM_IOCTL_MODE_REVOKE_LEASE => mode_revoke_lease(&mut sys::drm_mode_revoke_lease));
+
+/// `DRM_IOCTL_MODE_SETCRTC` over `connectors` (empty with fb 0 and no mode: off).
+pub(crate) fn mode_setcrtc(
+    fd: BorrowedFd<'_>,
+    mut arg: sys::drm_mode_crtc,
+    connectors: &[u32],
+) -> Result<(), Error> {
+    arg.count_connectors = u32::try_from(connectors.len()).unwrap_or(u32::MAX);
+    arg.set_connectors_ptr = if connectors.is_empty() {
+        0
+    } else {
+        connectors.as_ptr() as u64
+    };
+    // SAFETY: the kernel reads `count_connectors` u32 ids at `set_connectors_ptr`, which
+    // is exactly `connectors`, borrowed for the call.
+    unsafe { mode_setcrtc_raw(fd, &mut arg) }
+}
+
+/// `DRM_IOCTL_MODE_GETGAMMA` / `SETGAMMA` over three equal ramps.
+pub(crate) fn mode_gamma(
+    fd: BorrowedFd<'_>,
+    crtc: u32,
+    red: &mut [u16],
+    green: &mut [u16],
+    blue: &mut [u16],
+    set: bool,
+) -> Result<(), Error> {
+    if red.len() != green.len() || red.len() != blue.len() {
+        return Err(Error::InvalidArgument {
+            what: "gamma ramps of different lengths".into(),
+        });
+    }
+    let mut a = sys::drm_mode_crtc_lut {
+        crtc_id: crtc,
+        gamma_size: u32::try_from(red.len()).unwrap_or(u32::MAX),
+        red: red.as_mut_ptr() as u64,
+        green: green.as_mut_ptr() as u64,
+        blue: blue.as_mut_ptr() as u64,
+    };
+    // SAFETY: the kernel reads (SETGAMMA) or writes (GETGAMMA) `gamma_size` u16s at each
+    // of the three pointers, exclusive borrows of exactly that length; it refuses a size
+    // other than the CRTC's before touching them.
+    unsafe {
+        if set {
+            mode_setgamma_raw(fd, &mut a)
+        } else {
+            mode_getgamma_raw(fd, &mut a)
+        }
+    }
+}
+
+/// `DRM_IOCTL_MODE_DIRTYFB` of `fb` with `clips` (x1, y1, x2, y2 as u16; empty: all).
+pub(crate) fn mode_dirtyfb(
+    fd: BorrowedFd<'_>,
+    fb: u32,
+    clips: &[sys::drm_clip_rect],
+) -> Result<(), Error> {
+    let mut a = sys::drm_mode_fb_dirty_cmd {
+        fb_id: fb,
+        flags: 0,
+        color: 0,
+        num_clips: u32::try_from(clips.len()).unwrap_or(u32::MAX),
+        clips_ptr: if clips.is_empty() {
+            0
+        } else {
+            clips.as_ptr() as u64
+        },
+    };
+    // SAFETY: the kernel reads `num_clips` drm_clip_rect at `clips_ptr`, exactly `clips`.
+    unsafe { mode_dirtyfb_raw(fd, &mut a) }
+}
+
+/// `DRM_IOCTL_MODE_CREATE_LEASE` of `objects`; returns (lessee id, lessee fd number).
+pub(crate) fn mode_create_lease(
+    fd: BorrowedFd<'_>,
+    objects: &[u32],
+    flags: u32,
+) -> Result<(u32, i32), Error> {
+    let mut a = sys::drm_mode_create_lease {
+        object_ids: if objects.is_empty() {
+            0
+        } else {
+            objects.as_ptr() as u64
+        },
+        object_count: u32::try_from(objects.len()).unwrap_or(u32::MAX),
+        flags,
+        lessee_id: 0,
+        fd: 0,
+    };
+    // SAFETY: the kernel reads `object_count` u32 ids at `object_ids`, exactly `objects`.
+    unsafe { mode_create_lease_raw(fd, &mut a)? };
+    Ok((a.lessee_id, a.fd as i32))
+}
+
+/// `DRM_IOCTL_MODE_LIST_LESSEES` into `ids`; returns the kernel's total.
+pub(crate) fn mode_list_lessees(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+    let mut a = sys::drm_mode_list_lessees::default();
+    (a.count_lessees, a.lessees_ptr) = count_ptr(ids);
+    // SAFETY: the kernel writes at most `count_lessees` u32s at `lessees_ptr` (`ids`).
+    unsafe { mode_list_lessees_raw(fd, &mut a)? };
+    Ok(a.count_lessees)
+}
+
+/// `DRM_IOCTL_MODE_GET_LEASE` into `ids`; returns the kernel's total.
+pub(crate) fn mode_get_lease(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+    let mut a = sys::drm_mode_get_lease::default();
+    (a.count_objects, a.objects_ptr) = count_ptr(ids);
+    // SAFETY: the kernel writes at most `count_objects` u32s at `objects_ptr` (`ids`).
+    unsafe { mode_get_lease_raw(fd, &mut a)? };
+    Ok(a.count_objects)
+}
