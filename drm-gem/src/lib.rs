@@ -25,6 +25,7 @@ mod gem;
 pub mod kms;
 mod mapping;
 mod sync_file;
+mod syncobj;
 mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
@@ -38,3 +39,6 @@ pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};
+pub use syncobj::{
+    Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs, monotonic_now_ns,
+};

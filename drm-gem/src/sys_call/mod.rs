@@ -317,6 +317,7 @@ mod syncobj;
 mod vgem;
 mod virtio_gpu;
 pub(crate) use kms::*;
+pub(crate) use syncobj::*;
 
 drm_ioctl_noarg!(
     /// Becomes DRM master of the device (primary nodes; needs no other master, or
