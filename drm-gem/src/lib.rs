@@ -32,7 +32,7 @@ pub use caps::{Caps, ClientCap, DriverCap};
 pub use device::{
     AuthMagic, Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in,
 };
-pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
+pub use dmabuf::{CpuAccess, DmaBuf, DmaBufInfo, DmaBufSync, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
 pub use gem::{GemHandle, GemName, GemObject};

@@ -316,6 +316,7 @@ mod qxl;
 mod syncobj;
 mod vgem;
 mod virtio_gpu;
+pub(crate) use dma_buf::*;
 pub(crate) use kms::*;
 pub(crate) use syncobj::*;
 
