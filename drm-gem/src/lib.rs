@@ -24,6 +24,7 @@ mod error;
 mod gem;
 pub mod kms;
 mod mapping;
+pub mod raw;
 mod sync_file;
 mod syncobj;
 mod sys_call;
