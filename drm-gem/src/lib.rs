@@ -40,6 +40,4 @@ pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};
-pub use syncobj::{
-    Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs, monotonic_now_ns,
-};
+pub use syncobj::{Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs};

@@ -79,25 +79,27 @@ impl SyncobjTimeout {
         Self(ns)
     }
 
+    /// The current `CLOCK_MONOTONIC` time as a deadline (a wait with it checks without
+    /// blocking); `now().as_ns()` is the clock reading deadlines are compared with.
+    pub fn now() -> Self {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        Self(
+            t.tv_sec
+                .saturating_mul(1_000_000_000)
+                .saturating_add(t.tv_nsec),
+        )
+    }
+
     /// A deadline `d` from now (saturating at [`SyncobjTimeout::FOREVER`]).
     pub fn after(d: Duration) -> Self {
-        let now = monotonic_now_ns();
         let d = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        Self(now.saturating_add(d).max(1))
+        Self(Self::now().0.saturating_add(d).max(1))
     }
 
     /// The deadline as the kernel's `timeout_nsec`.
     pub const fn as_ns(self) -> i64 {
         self.0
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock sync object deadlines are on.
-pub fn monotonic_now_ns() -> i64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec)
 }
 
 /// Sync objects on one [`Device`], with what its driver supports. Copy it freely: it is a
@@ -347,7 +349,8 @@ fn timed_out_as_none(r: Result<u32>) -> Result<Option<u32>> {
 /// (`DRM_IOCTL_SYNCOBJ_DESTROY`) on drop. The kernel object lives on while exported fds or
 /// other handles refer to it.
 ///
-/// Creates and destroys one object, the rest through [`Syncobjs`]:
+/// Single-object calls are methods here; calls over several objects (and the
+/// multi-handle forms of these) are on [`Syncobjs`].
 ///
 /// ```no_run
 /// use drm_gem::{Device, Syncobj, SyncobjTimeout, SyncobjWaitFlags};
@@ -568,7 +571,8 @@ mod tests {
 
     #[test]
     fn timeouts_are_absolute_monotonic() {
-        let before = monotonic_now_ns();
+        let before = SyncobjTimeout::now().as_ns();
+        assert!(before > 0);
         let t = SyncobjTimeout::after(Duration::from_secs(1));
         assert!(t.as_ns() >= before + 1_000_000_000);
         assert_eq!(
