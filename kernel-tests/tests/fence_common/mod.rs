@@ -1,6 +1,6 @@
 //! Helpers shared by the fence tests (`syncobj`, `dmabuf`, `vgem`): opening a driver's
-//! node, the running kernel's version (for test gating only), fd counting for leak checks,
-//! and exact-errno assertions.
+//! node, the running kernel's version (for test gating only), fd counting for leak checks
+//! (both from `kernel_tests`), and exact-errno assertions.
 #![allow(dead_code, unused_macros)]
 
 use drm_gem::{Device, Errno, Error};
@@ -40,16 +40,10 @@ macro_rules! skip_on_this_kernel {
     }};
 }
 
-/// The running kernel's (major, minor), from uname. For test gating and per-kernel
-/// expectations only; the library probes instead.
+/// The running kernel's (major, minor), from uname ([`kernel_tests::kernel_version`]).
+/// For test gating and per-kernel expectations only; the library probes instead.
 pub fn kernel() -> (u32, u32) {
-    let uts = rustix::system::uname();
-    let release = uts.release().to_string_lossy().into_owned();
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    kernel_tests::kernel_version()
 }
 
 /// Whether the running kernel is at least `major.minor`.
@@ -57,12 +51,9 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     kernel() >= (major, minor)
 }
 
-/// Open fds of this process (entries of /proc/self/fd; the directory's own fd is counted
-/// the same way each time).
+/// Open fds of this process ([`kernel_tests::open_fds`]), for leak checks.
 pub fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .expect("read /proc/self/fd")
-        .count()
+    kernel_tests::open_fds()
 }
 
 /// Asserts that `r` failed in the ioctl `name` with exactly `errno`.
@@ -90,9 +81,5 @@ pub fn expect_unsupported<T: Debug>(case: &str, r: drm_gem::Result<T>) {
 
 /// A number that is not an open fd of this process: one that was, and was closed.
 pub fn closed_fd() -> i32 {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open("/dev/null").unwrap();
-    let n = f.as_raw_fd();
-    drop(f);
-    n
+    kernel_tests::raw::closed_fd_number()
 }
