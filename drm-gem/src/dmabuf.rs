@@ -1,12 +1,67 @@
-//! dma-buf file descriptors: PRIME export and import, size, mapping, CPU-access sync.
+//! dma-buf file descriptors: PRIME export and import, size, mapping, CPU-access sync,
+//! names, fdinfo, and the implicit fences (sync_file export and import, poll).
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::gem::{GemObject, Release};
 use crate::mapping::Mapping;
+use crate::sync_file::SyncFile;
 use crate::sys_call;
 use ioctl_sys::{dma_buf as dsys, drm as sys};
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::io::Errno;
+use std::time::Duration;
+
+bitflags::bitflags! {
+    /// Which side of a dma-buf's implicit fences a call is about (`DMA_BUF_SYNC_READ`,
+    /// `DMA_BUF_SYNC_WRITE`). A reader waits for writers; a writer waits for everyone.
+    /// Bits this crate does not name can be passed with `from_bits_retain`; the kernel
+    /// rejects them (and an empty set) with EINVAL.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct DmaBufSync: u32 {
+        /// The reader side.
+        const READ = dsys::DMA_BUF_SYNC_READ;
+        /// The writer side.
+        const WRITE = dsys::DMA_BUF_SYNC_WRITE;
+    }
+}
+
+/// What a dma-buf's fdinfo (`/proc/<pid>/fdinfo/<fd>`) says about it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DmaBufInfo {
+    /// Size in bytes (`size:`).
+    pub size: u64,
+    /// Open file references to the dma-buf (`count:`).
+    pub count: Option<u64>,
+    /// The exporter (`exp_name:`): a driver or module name such as `drm`, `udmabuf`.
+    pub exp_name: Option<String>,
+    /// The name set with [`DmaBuf::set_name`] (`name:`), if any.
+    pub name: Option<String>,
+}
+
+impl DmaBufInfo {
+    /// Parses fdinfo text. `None` when it has no `size:` line (not a dma-buf).
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut info = Self::default();
+        let mut size = None;
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match key {
+                "size" => size = value.parse().ok(),
+                "count" => info.count = value.parse().ok(),
+                "exp_name" => info.exp_name = Some(value.to_string()),
+                "name" => info.name = Some(value.to_string()),
+                _ => {}
+            }
+        }
+        info.size = size?;
+        Some(info)
+    }
+}
 
 /// Flags for PRIME export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +138,104 @@ impl DmaBuf {
     }
 }
 
+impl DmaBuf {
+    /// `DMA_BUF_SET_NAME_B`: names the buffer, for debugging; the name shows in its fdinfo
+    /// ([`DmaBuf::info`]) and replaces any earlier one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name with a NUL byte. The kernel takes at most 31
+    /// bytes (`DMA_BUF_NAME_LEN` with the NUL) and answers EINVAL for longer names; Linux
+    /// 5.10 answers EBUSY while a device has the buffer attached (imported).
+    pub fn set_name(&self, name: &str) -> Result<()> {
+        let c = std::ffi::CString::new(name).map_err(|_| Error::InvalidArgument {
+            what: format!("dma-buf name {name:?} contains a NUL byte"),
+        })?;
+        sys_call::dma_buf_set_name(self.0.as_fd(), &c)
+    }
+
+    /// Reads `/proc/self/fdinfo/<fd>`: size, reference count, exporter and name.
+    pub fn info(&self) -> Result<DmaBufInfo> {
+        let path = format!("/proc/self/fdinfo/{}", self.0.as_raw_fd());
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Open {
+            path: path.clone().into(),
+            errno: e.raw_os_error().map_or(Errno::IO, Errno::from_raw_os_error),
+        })?;
+        DmaBufInfo::parse(&text).ok_or_else(|| Error::InvalidArgument {
+            what: format!("{path} has no size: line (not a dma-buf)"),
+        })
+    }
+
+    /// `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` (since Linux 6.0): a sync_file holding the fences a
+    /// [`DmaBufSync::READ`]er must wait for (the writers) or that a
+    /// [`DmaBufSync::WRITE`]r must wait for (all). Without such fences it holds an
+    /// already signalled one.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the kernel does not know the ioctl (ENOTTY).
+    pub fn export_sync_file(&self, access: DmaBufSync) -> Result<SyncFile> {
+        let mut a = dsys::dma_buf_export_sync_file {
+            flags: access.bits(),
+            fd: -1,
+        };
+        sys_call::dma_buf_export_sync_file(self.0.as_fd(), &mut a).map_err(no_sync_file_ioctl)?;
+        Ok(SyncFile::from_fd(sys_call::own_fd(a.fd)?))
+    }
+
+    /// `DMA_BUF_IOCTL_IMPORT_SYNC_FILE` (since Linux 6.0): adds the sync_file's fences to
+    /// the buffer as readers ([`DmaBufSync::READ`]) or writers ([`DmaBufSync::WRITE`]), so
+    /// implicit-sync users (poll, CPU access, other drivers) wait for them.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the kernel does not know the ioctl (ENOTTY); EINVAL from
+    /// the kernel when `sync_file` is not a sync_file.
+    pub fn import_sync_file(&self, sync_file: BorrowedFd<'_>, access: DmaBufSync) -> Result<()> {
+        let mut a = dsys::dma_buf_import_sync_file {
+            flags: access.bits(),
+            fd: sync_file.as_raw_fd(),
+        };
+        sys_call::dma_buf_import_sync_file(self.0.as_fd(), &mut a).map_err(no_sync_file_ioctl)
+    }
+
+    /// Waits (`poll`) until the fences a reader (`POLLIN`) or a writer (`POLLOUT`, when
+    /// `access` has [`DmaBufSync::WRITE`]) must wait for have signalled. `None` waits
+    /// forever; false on timeout.
+    pub fn wait_fences(&self, access: DmaBufSync, timeout: Option<Duration>) -> Result<bool> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let events = if access.contains(DmaBufSync::WRITE) {
+            PollFlags::OUT
+        } else if access.contains(DmaBufSync::READ) {
+            PollFlags::IN
+        } else {
+            return Err(Error::InvalidArgument {
+                what: "wait for the reader side, the writer side, or both".into(),
+            });
+        };
+        let ts = timeout.map(|d| Timespec {
+            tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: d.subsec_nanos().into(),
+        });
+        let mut fds = [PollFd::new(&self.0, events)];
+        loop {
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(_) => return Ok(fds[0].revents().contains(events)),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(Error::syscall("poll", e)),
+            }
+        }
+    }
+}
+
+/// ENOTTY from a dma-buf: the running kernel predates the sync_file ioctls.
+fn no_sync_file_ioctl(e: Error) -> Error {
+    match e {
+        Error::Ioctl { name, errno } if errno == Errno::NOTTY => Error::Unsupported {
+            feature: name,
+            reason: "the kernel does not know the ioctl (ENOTTY; added in Linux 6.0)".into(),
+        },
+        e => e,
+    }
+}
+
 impl AsFd for DmaBuf {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
@@ -148,5 +301,27 @@ impl Device {
         };
         sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
         GemObject::adopt(self, a.handle, Release::Close)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fdinfo_parsing() {
+        // As Linux 6.12 prints it for a named vgem buffer.
+        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1061\nsize:\t8192\n\
+                    count:\t1\nexp_name:\tdrm\nname:\tscanout-0\n";
+        let i = DmaBufInfo::parse(text).unwrap();
+        assert_eq!(i.size, 8192);
+        assert_eq!(i.count, Some(1));
+        assert_eq!(i.exp_name.as_deref(), Some("drm"));
+        assert_eq!(i.name.as_deref(), Some("scanout-0"));
+        let unnamed = DmaBufInfo::parse("size:\t4096\ncount:\t2\nexp_name:\tudmabuf\n").unwrap();
+        assert_eq!(unnamed.name, None);
+        assert_eq!(DmaBufInfo::parse("pos:\t0\nflags:\t02\n"), None);
+        assert_eq!(DmaBufSync::READ.bits(), 1);
+        assert_eq!(DmaBufSync::WRITE.bits(), 2);
     }
 }

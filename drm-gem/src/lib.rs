@@ -24,17 +24,20 @@ mod error;
 mod gem;
 pub mod kms;
 mod mapping;
+pub mod raw;
 mod sync_file;
+mod syncobj;
 mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
 pub use device::{
     AuthMagic, Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in,
 };
-pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
+pub use dmabuf::{CpuAccess, DmaBuf, DmaBufInfo, DmaBufSync, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};
+pub use syncobj::{Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs};

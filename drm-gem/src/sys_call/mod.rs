@@ -316,7 +316,10 @@ mod qxl;
 mod syncobj;
 mod vgem;
 mod virtio_gpu;
+pub(crate) use dma_buf::*;
 pub(crate) use kms::*;
+pub(crate) use syncobj::*;
+pub(crate) use vgem::*;
 
 drm_ioctl_noarg!(
     /// Becomes DRM master of the device (primary nodes; needs no other master, or
