@@ -429,8 +429,10 @@ fn flip_events_sequences_and_explain() {
     let queued = dev.queue_sequence(p.crtc, 1, true, true, 99).unwrap();
     let ev = dev.read_events(Some(Duration::from_secs(10))).unwrap();
     assert!(
-        matches!(ev.first(), Some(Event::CrtcSequence { user_data: 99, sequence, .. }) if *sequence == queued),
-        "{ev:?}"
+        // The event reports the vblank it was sent at: the target, or later when the
+        // guest was too busy to send it on time.
+        matches!(ev.first(), Some(Event::CrtcSequence { user_data: 99, sequence, .. }) if *sequence >= queued),
+        "{ev:?} (queued for {queued})"
     );
     dev.wait_vblank(p.crtc_index as u32, 1, Some(5)).unwrap();
     let ev = dev.read_events(Some(Duration::from_secs(10))).unwrap();
