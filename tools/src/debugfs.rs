@@ -20,8 +20,11 @@ use serde::Serialize;
 pub struct Client {
     /// The task's command name.
     pub command: String,
-    /// Thread-group id (the process).
-    pub tgid: u32,
+    /// The id column as printed: the process (`tgid` header, 6.x) or, on kernels whose
+    /// header says `pid` (5.10, 6.1), the *thread* that opened the file.
+    pub id: u32,
+    /// Which id the kernel printed: `tgid` or `pid` (a thread id).
+    pub id_column: String,
     /// The minor the file was opened on.
     pub minor: u32,
     /// Whether it is the DRM master.
@@ -57,7 +60,7 @@ fn yn(s: &str) -> Result<bool, String> {
 pub fn parse_clients(text: &str) -> Clients {
     let mut out = Clients::default();
     let mut lines = text.lines().enumerate();
-    let with_name = loop {
+    let (with_name, id_column) = loop {
         match lines.next() {
             None => return out,
             Some((_, l)) if l.trim().is_empty() => continue,
@@ -71,7 +74,12 @@ pub fn parse_clients(text: &str) -> Clients {
                     ));
                     return out;
                 }
-                break cols.last() == Some(&"name");
+                let id_column = if cols.contains(&"tgid") {
+                    "tgid"
+                } else {
+                    "pid"
+                };
+                break (cols.last() == Some(&"name"), id_column);
             }
         }
     };
@@ -79,7 +87,7 @@ pub fn parse_clients(text: &str) -> Clients {
         if l.trim().is_empty() {
             continue;
         }
-        match client_row(l, with_name) {
+        match client_row(l, with_name, id_column) {
             Ok(c) => out.clients.push(c),
             Err(why) => out.malformed.push(Malformed::new(i + 1, l, why)),
         }
@@ -87,7 +95,7 @@ pub fn parse_clients(text: &str) -> Clients {
     out
 }
 
-fn client_row(l: &str, with_name: bool) -> Result<Client, String> {
+fn client_row(l: &str, with_name: bool, id_column: &str) -> Result<Client, String> {
     let mut cols: Vec<&str> = l.split_whitespace().collect();
     let name = if with_name {
         Some(cols.pop().ok_or("empty row")?.to_string())
@@ -101,7 +109,8 @@ fn client_row(l: &str, with_name: bool) -> Result<Client, String> {
     let num = |s: &str, what: &str| s.parse::<u32>().map_err(|_| format!("bad {what} {s:?}"));
     Ok(Client {
         command: cols.join(" "),
-        tgid: num(tail[0], "tgid")?,
+        id: num(tail[0], id_column)?,
+        id_column: id_column.to_string(),
         minor: num(tail[1], "minor")?,
         master: yn(tail[2])?,
         authenticated: yn(tail[3])?,
@@ -309,7 +318,8 @@ mod tests {
         assert!(c.malformed.is_empty(), "{c:?}");
         assert_eq!(c.clients.len(), 1);
         assert_eq!(c.clients[0].command, "probe.sh");
-        assert_eq!(c.clients[0].tgid, 191);
+        assert_eq!(c.clients[0].id, 191);
+        assert_eq!(c.clients[0].id_column, "tgid");
         assert!(c.clients[0].master);
     }
 }

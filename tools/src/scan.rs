@@ -115,9 +115,31 @@ pub struct DeviceReport {
     /// Framebuffers from debugfs, when readable.
     pub framebuffers: Vec<debugfs::Framebuffer>,
     /// debugfs rows of `clients`, when readable.
-    pub debugfs_client_rows: Vec<debugfs::Client>,
+    pub debugfs_client_rows: Vec<KernelClient>,
     /// Whether debugfs was readable, and why not.
     pub debugfs: Access,
+}
+
+/// A row of debugfs `clients` with the process it belongs to.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelClient {
+    /// The row as printed.
+    #[serde(flatten)]
+    pub row: debugfs::Client,
+    /// The process: the id itself for a `tgid` column, else the `Tgid` of that thread in
+    /// `/proc/<id>/status` (`None` when the thread is gone).
+    pub process: Option<u32>,
+}
+
+fn process_of(proc_root: &Path, row: &debugfs::Client) -> Option<u32> {
+    if row.id_column == "tgid" {
+        return Some(row.id);
+    }
+    let status = std::fs::read_to_string(proc_root.join(row.id.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// One node of a device.
@@ -968,9 +990,15 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             Some(n) => read_debugfs(&opts.debugfs_root, n.minor),
             None => (Access::default(), None, None, None),
         };
-        let rows = c_text
+        let rows: Vec<KernelClient> = c_text
             .map(|t| debugfs::parse_clients(&t).clients)
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .map(|row| KernelClient {
+                process: process_of(&opts.proc_root, &row),
+                row,
+            })
+            .collect();
         let fbs = fb_text
             .map(|t| debugfs::parse_framebuffers(&t).framebuffers)
             .unwrap_or_default();

@@ -238,15 +238,20 @@ fn debugfs_clients_each_kernel() {
         "a command may contain spaces"
     );
     assert_eq!(
-        (c.clients[1].tgid, c.clients[1].minor, c.clients[1].uid),
+        (c.clients[1].id, c.clients[1].minor, c.clients[1].uid),
         (1234, 128, 1000)
     );
+    assert_eq!(c.clients[1].id_column, "tgid");
     assert!(!c.clients[1].master && c.clients[1].authenticated);
     let c = debugfs::parse_clients(&fixture("debugfs-clients-5.10.txt"));
     assert!(c.malformed.is_empty(), "{c:?}");
     assert_eq!(
-        c.clients.iter().map(|x| x.tgid).collect::<Vec<_>>(),
+        c.clients.iter().map(|x| x.id).collect::<Vec<_>>(),
         vec![208, 215]
+    );
+    assert_eq!(
+        c.clients[0].id_column, "pid",
+        "5.10 prints the id of the thread that opened the file"
     );
     let c = debugfs::parse_clients(&fixture("debugfs-clients-6.13-name.txt"));
     assert!(c.malformed.is_empty(), "{c:?}");
@@ -259,7 +264,7 @@ fn debugfs_clients_each_kernel() {
         vec![2, 3, 4]
     );
     assert_eq!(c.clients.len(), 1);
-    assert_eq!(c.clients[0].tgid, 6);
+    assert_eq!(c.clients[0].id, 6);
     assert!(debugfs::parse_clients("").clients.is_empty());
     assert_eq!(debugfs::parse_clients("garbage\n").malformed.len(), 1);
 }
