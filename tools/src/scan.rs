@@ -863,7 +863,9 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                     let e = per_dev
                         .entry(dev)
                         .or_insert_with(|| (path.clone(), BTreeMap::new()));
-                    *e.1.entry(m.offset).or_default() += m.len();
+                    // The same buffer mapped twice is still one buffer.
+                    let slot = e.1.entry(m.offset).or_default();
+                    *slot = (*slot).max(m.len());
                 }
                 maps::Target::DmaBuf { .. } => {
                     if !dmabuf_maps.contains(&m.inode) {
@@ -1161,5 +1163,71 @@ pub fn rates(before: &Report, now: &mut Report, elapsed_ns: u64) {
             let delta = b1.saturating_sub(b0) as f64;
             e.busy_percent = Some(100.0 * delta / (elapsed_ns as f64 * cap as f64));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client_with(busy_ns: u64, capacity: Option<u64>) -> ClientReport {
+        let text = format!(
+            "drm-driver:\tx\ndrm-client-id:\t3\ndrm-engine-gfx:\t{busy_ns} ns\n{}",
+            capacity.map_or(String::new(), |c| format!(
+                "drm-engine-capacity-gfx:\t{c}\n"
+            ))
+        );
+        let info = fdinfo::parse_drm(&text);
+        let raw = RawDrmFd {
+            at: FdRef { pid: 1, fd: 3 },
+            node: NodeId {
+                path: "/dev/dri/card0".into(),
+                kind: "primary",
+                minor: 0,
+                driver: None,
+                parent: "p".into(),
+            },
+            info: Some(info.clone()),
+        };
+        client_report(0, 0, &raw, info, "drm-client-id")
+    }
+
+    fn report(c: ClientReport) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            devices: Vec::new(),
+            clients: vec![c],
+            processes: Vec::new(),
+            dmabufs: Vec::new(),
+            sharing: Vec::new(),
+            unreadable: Vec::new(),
+            scan: ScanStats::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn busy_percent_needs_two_samples_and_divides_by_capacity() {
+        let first = report(client_with(1_000_000, None));
+        assert_eq!(first.clients[0].engines["gfx"].busy_percent, None);
+        let mut second = report(client_with(1_500_000, None));
+        rates(&first, &mut second, 1_000_000);
+        assert_eq!(second.clients[0].engines["gfx"].busy_percent, Some(50.0));
+        let before = report(client_with(0, Some(4)));
+        let mut after = report(client_with(2_000_000, Some(4)));
+        rates(&before, &mut after, 1_000_000);
+        assert_eq!(after.clients[0].engines["gfx"].busy_percent, Some(50.0));
+        // A counter that went backwards (a new client reusing the id) is 0, not negative.
+        let mut back = report(client_with(10, None));
+        rates(&second, &mut back, 1_000_000);
+        assert_eq!(back.clients[0].engines["gfx"].busy_percent, Some(0.0));
+    }
+
+    #[test]
+    fn unknown_figures_say_why() {
+        let c = client_with(1, None);
+        assert_eq!(c.memory_total.value, None);
+        assert_eq!(c.memory_total.source, Source::Unknown);
+        assert!(c.memory_total.note.is_some());
     }
 }
