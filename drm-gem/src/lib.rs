@@ -22,8 +22,8 @@
 
 mod caps;
 mod device;
-mod dmabuf;
 pub mod driver;
+mod dmabuf;
 mod dumb;
 mod error;
 mod gem;
