@@ -271,7 +271,7 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
     }
     let mut dmabuf_map = None;
     if args.map_dmabuf {
-        match dmabuf.as_mut().map(DmaBuf::map) {
+        match dmabuf.as_ref().map(DmaBuf::map) {
             Some(Ok(m)) => dmabuf_map = Some(m),
             Some(Err(e)) => return fail("mmap of the dma-buf", e),
             None => return fail("map-dmabuf", "no dma-buf (add --export or --import)"),
