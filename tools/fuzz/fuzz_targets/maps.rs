@@ -1,0 +1,10 @@
+//! maps parser: never panics; every mapping it keeps is a non-empty range.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let m = drmtool::maps::parse(&text);
+    assert!(m.gpu.iter().all(|g| g.end > g.start && g.len() > 0));
+    assert_eq!(m.lines, text.lines().count());
+});

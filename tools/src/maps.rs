@@ -1,0 +1,188 @@
+//! Parser for `/proc/<pid>/maps`, keeping the mappings that show GPU memory: mmaps of a DRM
+//! node (`/dev/dri/...`, one per mapped buffer, at the buffer's fake offset) and of a
+//! dma-buf (`/dmabuf:<name>`, or `anon_inode:dmabuf` on older kernels), and the shmem files
+//! behind GEM objects (`/drm mm object`, how 5.10 shows a dma-buf mmap of a shmem buffer).
+//!
+//! Line format (proc(5)): `start-end perms offset major:minor inode [pathname]`, addresses
+//! and offset in hex, the inode in decimal, the pathname padded with spaces and possibly
+//! followed by ` (deleted)`.
+
+use crate::fdinfo::Malformed;
+use serde::Serialize;
+
+/// What a GPU-related mapping maps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Target {
+    /// A DRM node (a GEM object at `offset` on that device).
+    Drm {
+        /// The node's path, as the kernel printed it.
+        path: String,
+    },
+    /// A dma-buf.
+    DmaBuf {
+        /// Its name (after `/dmabuf:`), empty when it has none.
+        name: String,
+    },
+    /// The shmem file behind a GEM object (`/drm mm object`): what a dma-buf mmap of a
+    /// shmem-backed buffer shows on older kernels, which swap the mapping's file.
+    GemShmem,
+}
+
+/// One GPU-related mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuMapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// `rwxp`/`rwxs` string.
+    pub perms: String,
+    /// File offset (for DRM nodes the buffer's fake mmap offset).
+    pub offset: u64,
+    /// Device of the mapped file (`major:minor` of its filesystem).
+    pub dev: (u32, u32),
+    /// Inode of the mapped file (for dma-bufs, the buffer's inode).
+    pub inode: u64,
+    /// What it maps.
+    pub target: Target,
+}
+
+impl GpuMapping {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Always false: the parser rejects empty ranges.
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+}
+
+/// The GPU-related mappings of one process, with the lines that could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Maps {
+    /// DRM and dma-buf mappings, in file order.
+    pub gpu: Vec<GpuMapping>,
+    /// How many lines were read in all.
+    pub lines: usize,
+    /// Lines that were not in the documented format.
+    pub malformed: Vec<Malformed>,
+}
+
+/// Parses the text of a maps file.
+pub fn parse(text: &str) -> Maps {
+    let mut out = Maps::default();
+    for (i, line) in text.lines().enumerate() {
+        out.lines += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(Some(m)) => out.gpu.push(m),
+            Ok(None) => {}
+            Err(why) => out.malformed.push(Malformed::new(i + 1, line, why)),
+        }
+    }
+    out
+}
+
+fn hex(s: &str, what: &str) -> Result<u64, String> {
+    u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
+}
+
+/// Parses one line; `Ok(None)` for a well-formed line that maps no GPU memory.
+pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
+    let mut rest = line;
+    let mut field = || -> Result<&str, String> {
+        let t = rest.trim_start_matches(' ');
+        let end = t.find(' ').unwrap_or(t.len());
+        if end == 0 {
+            return Err("truncated line".into());
+        }
+        let (f, r) = t.split_at(end);
+        rest = r;
+        Ok(f)
+    };
+    let range = field()?;
+    let perms = field()?.to_string();
+    let offset = field()?;
+    let dev = field()?;
+    let inode = field()?;
+    let path = rest.trim_start_matches(' ');
+
+    let (s, e) = range.split_once('-').ok_or("address range without `-`")?;
+    let (start, end) = (hex(s, "start address")?, hex(e, "end address")?);
+    if end <= start {
+        return Err(format!("empty or reversed range {range}"));
+    }
+    if perms.len() != 4 {
+        return Err(format!("bad permissions {perms:?}"));
+    }
+    let offset = hex(offset, "offset")?;
+    let (ma, mi) = dev.split_once(':').ok_or("device without `:`")?;
+    let dev = (
+        u32::from_str_radix(ma, 16).map_err(|_| format!("bad major {ma:?}"))?,
+        u32::from_str_radix(mi, 16).map_err(|_| format!("bad minor {mi:?}"))?,
+    );
+    let inode: u64 = inode.parse().map_err(|_| format!("bad inode {inode:?}"))?;
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let target = if path.starts_with("/dev/dri/") {
+        Target::Drm {
+            path: path.to_string(),
+        }
+    } else if let Some(name) = path.strip_prefix("/dmabuf:") {
+        Target::DmaBuf {
+            name: name.to_string(),
+        }
+    } else if path.starts_with("/drm mm object") {
+        Target::GemShmem
+    } else if path == "anon_inode:dmabuf" {
+        Target::DmaBuf {
+            name: String::new(),
+        }
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(GpuMapping {
+        start,
+        end,
+        perms,
+        offset,
+        dev,
+        inode,
+        target,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drm_line() {
+        let m = parse_line("7f00c0000000-7f00c0010000 rw-s 100000000 00:05 127   /dev/dri/card0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.len(), 0x10000);
+        assert_eq!(m.offset, 0x1_0000_0000);
+        assert_eq!(m.dev, (0, 5));
+        assert_eq!(
+            m.target,
+            Target::Drm {
+                path: "/dev/dri/card0".into()
+            }
+        );
+    }
+
+    #[test]
+    fn other_lines() {
+        assert_eq!(
+            parse_line("55d0-55e0 r--p 00000000 08:01 1234 /usr/bin/true"),
+            Ok(None)
+        );
+        assert_eq!(parse_line("7ffd-7ffe rw-p 00000000 00:00 0 "), Ok(None));
+        assert!(parse_line("7ffd-7ffe rw-p").is_err());
+    }
+}

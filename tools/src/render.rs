@@ -1,0 +1,357 @@
+//! Human tables for a [`Report`]: aligned columns, colour only when asked (a TTY without
+//! `NO_COLOR`), every figure followed by its source, unknown figures spelled `unknown`.
+
+use crate::scan::{Figure, Report, Source};
+use std::fmt::Write;
+
+/// How to group the main table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// One row per process.
+    Process,
+    /// One row per open DRM file.
+    Client,
+    /// One row per buffer (mapped DRM buffers and dma-bufs).
+    Buffer,
+}
+
+/// Sort key of the main table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    /// Largest first.
+    Size,
+    /// By pid.
+    Pid,
+    /// By command name.
+    Name,
+}
+
+/// Human size: `0 B`, `4.0 KiB`, `1.5 MiB`.
+pub fn human(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn source_tag(s: Source) -> &'static str {
+    match s {
+        Source::Fdinfo => "fdinfo",
+        Source::FdinfoAmdgpuLegacy => "fdinfo/amdgpu",
+        Source::Maps => "maps",
+        Source::DmabufFdinfo => "dmabuf",
+        Source::DebugfsClients => "debugfs",
+        Source::DebugfsFramebuffer => "debugfs",
+        Source::DebugfsGemNames => "debugfs",
+        Source::Unknown => "",
+    }
+}
+
+/// `4.0 KiB [maps]` or `unknown`.
+pub fn fig(f: &Figure) -> String {
+    match f.value {
+        Some(v) => format!("{} [{}]", human(v), source_tag(f.source)),
+        None => "unknown".into(),
+    }
+}
+
+fn count(f: &Figure) -> String {
+    match f.value {
+        Some(v) => format!("{v} [{}]", source_tag(f.source)),
+        None => "unknown".into(),
+    }
+}
+
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn bold(&self, s: &str) -> String {
+        if self.color {
+            format!("\x1b[1m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn dim_unknown(&self, s: String) -> String {
+        if self.color && s.contains("unknown") {
+            s.replace("unknown", "\x1b[33munknown\x1b[0m")
+        } else {
+            s
+        }
+    }
+}
+
+fn table(out: &mut String, st: &Style, header: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| -> String {
+        let s: Vec<String> = cells
+            .iter()
+            .zip(&w)
+            .map(|(c, w)| {
+                let pad = w.saturating_sub(c.chars().count());
+                format!("{c}{}", " ".repeat(pad))
+            })
+            .collect();
+        s.join("  ").trim_end().to_string()
+    };
+    let _ = writeln!(
+        out,
+        "{}",
+        st.bold(&line(header.iter().map(|s| s.to_string()).collect()))
+    );
+    for r in rows {
+        let _ = writeln!(out, "{}", st.dim_unknown(line(r.clone())));
+    }
+}
+
+/// Renders the report as text tables.
+pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
+    let st = Style { color };
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", st.bold("DEVICES"));
+    let rows: Vec<Vec<String>> = r
+        .devices
+        .iter()
+        .map(|d| {
+            vec![
+                d.nodes
+                    .iter()
+                    .map(|n| n.path.trim_start_matches("/dev/dri/").to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                d.driver.clone().unwrap_or_else(|| "unknown".into()),
+                d.clients.to_string(),
+                count(&d.debugfs_clients),
+                fig(&d.memory_total),
+                fig(&d.mapped),
+                fig(&d.framebuffer_bytes),
+                fig(&d.named_bytes),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &st,
+        &[
+            "NODES",
+            "DRIVER",
+            "CLIENTS",
+            "KERNEL CLIENTS",
+            "FDINFO TOTAL",
+            "MAPPED",
+            "FB",
+            "NAMED",
+        ],
+        &rows,
+    );
+    let _ = writeln!(out);
+    let size_of = |f: &Figure| f.value.unwrap_or(0);
+    match by {
+        By::Process => {
+            let _ = writeln!(out, "{}", st.bold("PROCESSES"));
+            let mut ps: Vec<_> = r.processes.iter().collect();
+            match sort {
+                SortKey::Size => ps.sort_by_key(|p| {
+                    std::cmp::Reverse(
+                        size_of(&p.mapped_drm)
+                            + size_of(&p.dmabuf_bytes)
+                            + size_of(&p.memory_total),
+                    )
+                }),
+                SortKey::Pid => ps.sort_by_key(|p| p.pid),
+                SortKey::Name => ps.sort_by(|a, b| a.comm.cmp(&b.comm)),
+            }
+            let rows: Vec<Vec<String>> = ps
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.pid.to_string(),
+                        p.comm.clone().unwrap_or_else(|| "?".into()),
+                        p.uid.map_or_else(|| "?".into(), |u| u.to_string()),
+                        p.drm_fds.len().to_string(),
+                        p.dmabuf_fds.len().to_string(),
+                        fig(&p.memory_total),
+                        fig(&p.mapped_drm),
+                        fig(&p.dmabuf_bytes),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &st,
+                &[
+                    "PID",
+                    "COMMAND",
+                    "UID",
+                    "DRM FDS",
+                    "DMABUF FDS",
+                    "FDINFO TOTAL",
+                    "MAPPED",
+                    "DMABUF",
+                ],
+                &rows,
+            );
+        }
+        By::Client => {
+            let _ = writeln!(out, "{}", st.bold("CLIENTS (open DRM files)"));
+            let mut cs: Vec<_> = r.clients.iter().collect();
+            match sort {
+                SortKey::Size => cs.sort_by_key(|c| std::cmp::Reverse(size_of(&c.memory_total))),
+                SortKey::Pid | SortKey::Name => {
+                    cs.sort_by_key(|c| c.holders.first().map(|h| h.pid))
+                }
+            }
+            let rows: Vec<Vec<String>> = cs
+                .iter()
+                .map(|c| {
+                    let engines = c
+                        .engines
+                        .iter()
+                        .map(|(n, e)| match e.busy_percent {
+                            Some(p) => format!("{n} {p:.1}%"),
+                            None => format!("{n} n/a"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    vec![
+                        c.node.clone(),
+                        c.client_id.map_or_else(|| "-".into(), |i| i.to_string()),
+                        c.holders
+                            .iter()
+                            .map(|h| format!("{}:{}", h.pid, h.fd))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        c.dedupe.clone(),
+                        fig(&c.memory_total),
+                        fig(&c.memory_shared),
+                        if engines.is_empty() {
+                            "-".into()
+                        } else {
+                            engines
+                        },
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &st,
+                &[
+                    "NODE",
+                    "CLIENT ID",
+                    "HELD BY (pid:fd)",
+                    "SAME FILE BY",
+                    "TOTAL",
+                    "SHARED",
+                    "ENGINES",
+                ],
+                &rows,
+            );
+        }
+        By::Buffer => {
+            let _ = writeln!(out, "{}", st.bold("BUFFERS"));
+            let mut rows: Vec<(u64, Vec<String>)> = Vec::new();
+            for p in &r.processes {
+                for m in &p.drm_mappings {
+                    rows.push((
+                        m.bytes.value.unwrap_or(0),
+                        vec![
+                            "drm mmap".into(),
+                            m.node.clone(),
+                            format!("{} buffer(s)", m.buffers),
+                            fig(&m.bytes),
+                            format!("{} ({})", p.pid, p.comm.clone().unwrap_or_default()),
+                        ],
+                    ));
+                }
+            }
+            for b in &r.dmabufs {
+                rows.push((
+                    b.size.value.unwrap_or(0),
+                    vec![
+                        "dma-buf".into(),
+                        format!(
+                            "ino {} {}{}",
+                            b.inode,
+                            b.exp_name.clone().unwrap_or_default(),
+                            b.name
+                                .as_ref()
+                                .map(|n| format!(" {n:?}"))
+                                .unwrap_or_default()
+                        ),
+                        format!("{} holder(s)", b.holders.len()),
+                        fig(&b.size),
+                        b.processes
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ],
+                ));
+            }
+            if sort == SortKey::Size {
+                rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+            }
+            let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.1).collect();
+            table(
+                &mut out,
+                &st,
+                &["KIND", "WHAT", "COUNT", "SIZE", "PROCESSES"],
+                &rows,
+            );
+        }
+    }
+    if !r.sharing.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("SHARED DMA-BUFS"));
+        for s in &r.sharing {
+            let who: Vec<String> = s
+                .processes
+                .iter()
+                .map(|pid| {
+                    let comm = r
+                        .processes
+                        .iter()
+                        .find(|p| p.pid == *pid)
+                        .and_then(|p| p.comm.clone())
+                        .unwrap_or_else(|| "?".into());
+                    format!("{pid} ({comm})")
+                })
+                .collect();
+            let size = s.size.map_or_else(|| "unknown".into(), human);
+            let _ = writeln!(out, "  ino {} [{size}]: {}", s.inode, who.join(" <-> "));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nscanned {} processes: {} read, {} unreadable, {} exited during the scan, {} hold GPU memory",
+        r.scan.processes, r.scan.read, r.scan.unreadable, r.scan.vanished, r.scan.holders
+    );
+    for u in &r.unreadable {
+        let _ = writeln!(
+            out,
+            "  unreadable: pid {} ({}): {}: {}",
+            u.pid,
+            u.comm.clone().unwrap_or_else(|| "?".into()),
+            u.path,
+            u.reason
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(out, "note: {w}");
+    }
+    out
+}

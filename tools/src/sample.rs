@@ -1,0 +1,302 @@
+//! The sample client (`drm-sample-client`): a process that holds known GPU memory, for
+//! demonstrating and testing `drmtool buffers`.
+//!
+//! It opens one DRM node, creates the dumb buffers it is asked for, optionally maps them,
+//! flinks one, exports one as a dma-buf (and maps that), or takes a dma-buf or a DRM fd
+//! from another process (`pidfd_getfd`, which needs ptrace access to it) and imports it.
+//! Then it prints one JSON line ([`Ready`]) and waits until its stdin closes.
+
+use clap::Parser;
+use drm_gem::{Device, DmaBuf, DumbBuffer, DumbSpec, PrimeFlags};
+use rustix::fd::{AsFd, AsRawFd, OwnedFd};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+/// Command line of the sample client.
+#[derive(Parser, Debug, Clone, Default)]
+#[command(
+    name = "drm-sample-client",
+    about = "Hold known DRM buffers until stdin closes (for drmtool buffers)",
+    after_help = "Example:\n  drm-sample-client --device vgem --dumb 64x64 --map --export </dev/tty"
+)]
+pub struct Args {
+    /// Node path (`/dev/dri/card1`) or driver name (`vgem`, `vkms`).
+    #[arg(long)]
+    pub device: String,
+    /// A dumb buffer to create, `WxH` (32 bpp) or `WxHxBPP`; repeatable.
+    #[arg(long = "dumb", value_parser = parse_dumb)]
+    pub dumb: Vec<DumbSpec>,
+    /// Map every dumb buffer.
+    #[arg(long)]
+    pub map: bool,
+    /// flink the first buffer (it then shows in debugfs `gem_names`).
+    #[arg(long)]
+    pub flink: bool,
+    /// Export the first buffer as a dma-buf and keep the fd.
+    #[arg(long)]
+    pub export: bool,
+    /// Map the exported or imported dma-buf.
+    #[arg(long)]
+    pub map_dmabuf: bool,
+    /// Take dma-buf fd FD of process PID (`PID:FD`), import it into the device.
+    #[arg(long, value_parser = parse_pid_fd)]
+    pub import: Option<(u32, u32)>,
+    /// Take DRM fd FD of process PID (`PID:FD`): the same open file in two processes.
+    #[arg(long, value_parser = parse_pid_fd)]
+    pub share_drm: Option<(u32, u32)>,
+    /// Duplicate its own DRM fd once (two fds, one open file).
+    #[arg(long)]
+    pub dup: bool,
+}
+
+fn parse_dumb(s: &str) -> Result<DumbSpec, String> {
+    let p: Vec<&str> = s.split('x').collect();
+    let n = |t: &str| {
+        t.parse::<u32>()
+            .map_err(|_| format!("bad number {t:?} in {s:?}"))
+    };
+    match p.as_slice() {
+        [w, h] => Ok(DumbSpec {
+            width: n(w)?,
+            height: n(h)?,
+            bpp: 32,
+        }),
+        [w, h, b] => Ok(DumbSpec {
+            width: n(w)?,
+            height: n(h)?,
+            bpp: n(b)?,
+        }),
+        _ => Err(format!("expected WxH or WxHxBPP, got {s:?}")),
+    }
+}
+
+fn parse_pid_fd(s: &str) -> Result<(u32, u32), String> {
+    let (p, f) = s.split_once(':').ok_or("expected PID:FD")?;
+    Ok((
+        p.parse().map_err(|_| format!("bad pid {p:?}"))?,
+        f.parse().map_err(|_| format!("bad fd {f:?}"))?,
+    ))
+}
+
+/// One buffer the client holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HeldBuffer {
+    /// GEM handle.
+    pub handle: u32,
+    /// Size in bytes as the kernel chose.
+    pub size: u64,
+    /// Fake mmap offset.
+    pub offset: u64,
+    /// Whether it is mapped.
+    pub mapped: bool,
+}
+
+/// What the client printed once it held everything.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ready {
+    /// Its pid.
+    pub pid: u32,
+    /// The node it opened.
+    pub node: String,
+    /// The DRM fd.
+    pub drm_fd: u32,
+    /// A second fd on the same open file (`--dup`), or the one taken by `--share-drm`.
+    pub extra_drm_fds: Vec<u32>,
+    /// Dumb buffers.
+    pub buffers: Vec<HeldBuffer>,
+    /// flink name of the first buffer.
+    pub flink: Option<u32>,
+    /// The exported or imported dma-buf fd.
+    pub dmabuf_fd: Option<u32>,
+    /// Its inode.
+    pub dmabuf_inode: Option<u64>,
+    /// Its size.
+    pub dmabuf_size: Option<u64>,
+    /// Whether it is mapped.
+    pub dmabuf_mapped: bool,
+}
+
+fn fail(what: &str, e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("drm-sample-client: {what}: {e}");
+    ExitCode::FAILURE
+}
+
+fn node_path(spec: &str) -> Result<String, String> {
+    if spec.starts_with('/') {
+        return Ok(spec.to_string());
+    }
+    let nodes = drm_gem::enumerate()
+        .map_err(|e| format!("no DRM nodes ({e:?}); hint: load a DRM driver or run in a guest"))?;
+    let pick = |kind| {
+        nodes
+            .iter()
+            .find(|n| n.driver.as_deref() == Some(spec) && n.kind == kind)
+    };
+    pick(drm_gem::NodeKind::Primary)
+        .or_else(|| pick(drm_gem::NodeKind::Render))
+        .map(|n| n.path.display().to_string())
+        .ok_or_else(|| format!("no node of driver {spec:?}; hint: `drmtool devices` lists them"))
+}
+
+fn take_fd(pid: u32, fd: u32) -> std::io::Result<OwnedFd> {
+    let p = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap_or(-1))
+        .ok_or_else(|| std::io::Error::other("bad pid"))?;
+    let pidfd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())?;
+    let fd = i32::try_from(fd).map_err(|_| std::io::Error::other("bad fd"))?;
+    Ok(rustix::process::pidfd_getfd(
+        &pidfd,
+        fd,
+        rustix::process::PidfdGetfdFlags::empty(),
+    )?)
+}
+
+fn raw(fd: impl AsFd) -> u32 {
+    u32::try_from(fd.as_fd().as_raw_fd()).unwrap_or(u32::MAX)
+}
+
+/// Runs the client with `args` (including the program name); returns its exit status.
+pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let args = match Args::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    run(&args, &mut std::io::stdout(), &mut std::io::stdin())
+}
+
+/// Holds what `args` asks for, writes the [`Ready`] line to `out`, and returns when `wait`
+/// reaches end of file.
+pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
+    let node = match node_path(&args.device) {
+        Ok(n) => n,
+        Err(e) => return fail("cannot pick a node", e),
+    };
+    let dev = match Device::open(&node) {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("cannot open {node}"), e),
+    };
+    let mut extra: Vec<OwnedFd> = Vec::new();
+    if args.dup {
+        match rustix::io::fcntl_dupfd_cloexec(&dev, 0) {
+            Ok(fd) => extra.push(fd),
+            Err(e) => return fail("dup", e),
+        }
+    }
+    if let Some((pid, fd)) = args.share_drm {
+        match take_fd(pid, fd) {
+            Ok(fd) => extra.push(fd),
+            Err(e) => return fail(&format!("pidfd_getfd({pid}:{fd})"), e),
+        }
+    }
+    let mut bufs = Vec::new();
+    for s in &args.dumb {
+        match DumbBuffer::create(&dev, *s) {
+            Ok(b) => bufs.push(b),
+            Err(e) => return fail(&format!("dumb buffer {}x{}", s.width, s.height), e),
+        }
+    }
+    let mut held = Vec::new();
+    for b in &bufs {
+        let offset = if args.map {
+            match b.map_offset() {
+                Ok(o) => o,
+                Err(e) => return fail("MAP_DUMB", e),
+            }
+        } else {
+            0
+        };
+        held.push(HeldBuffer {
+            handle: b.handle().get(),
+            size: b.size(),
+            offset,
+            mapped: args.map,
+        });
+    }
+    let flink = if args.flink {
+        match bufs.first().map(|b| b.gem().flink()) {
+            Some(Ok(n)) => Some(n.get()),
+            Some(Err(e)) => return fail("flink", e),
+            None => return fail("flink", "no buffer to name (add --dumb)"),
+        }
+    } else {
+        None
+    };
+    let mut dmabuf: Option<DmaBuf> = None;
+    if args.export {
+        match bufs
+            .first()
+            .map(|b| dev.export(b.gem(), PrimeFlags::default()))
+        {
+            Some(Ok(d)) => dmabuf = Some(d),
+            Some(Err(e)) => return fail("PRIME export", e),
+            None => return fail("export", "no buffer to export (add --dumb)"),
+        }
+    }
+    let mut imported = None;
+    if let Some((pid, fd)) = args.import {
+        let fd = match take_fd(pid, fd) {
+            Ok(fd) => fd,
+            Err(e) => return fail(&format!("pidfd_getfd({pid}:{fd})"), e),
+        };
+        let d = DmaBuf::from_fd(fd);
+        match dev.import(d.as_fd()) {
+            Ok(obj) => imported = Some(obj),
+            Err(e) => return fail("PRIME import", e),
+        }
+        dmabuf = Some(d);
+    }
+    let (dmabuf_fd, dmabuf_inode, dmabuf_size) = match &dmabuf {
+        Some(d) => {
+            let ino = rustix::fs::fstat(d).map(|s| s.st_ino).ok();
+            (Some(raw(d)), ino, d.size().ok())
+        }
+        None => (None, None, None),
+    };
+    // Mappings borrow their buffers; keep both alive until stdin closes.
+    let mut maps = Vec::new();
+    if args.map {
+        for b in &mut bufs {
+            match b.map() {
+                Ok(m) => maps.push(m),
+                Err(e) => return fail("mmap of a dumb buffer", e),
+            }
+        }
+    }
+    let mut dmabuf_map = None;
+    if args.map_dmabuf {
+        match dmabuf.as_ref().map(DmaBuf::map) {
+            Some(Ok(m)) => dmabuf_map = Some(m),
+            Some(Err(e)) => return fail("mmap of the dma-buf", e),
+            None => return fail("map-dmabuf", "no dma-buf (add --export or --import)"),
+        }
+    }
+    let ready = Ready {
+        pid: std::process::id(),
+        node: node.clone(),
+        drm_fd: raw(&dev),
+        extra_drm_fds: extra.iter().map(raw).collect(),
+        buffers: held,
+        flink,
+        dmabuf_fd,
+        dmabuf_inode,
+        dmabuf_size,
+        dmabuf_mapped: dmabuf_map.is_some(),
+    };
+    let line = serde_json::to_string(&ready).unwrap_or_default();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let mut sink = [0u8; 64];
+    while matches!(wait.read(&mut sink), Ok(n) if n > 0) {}
+    drop(dmabuf_map);
+    drop(maps);
+    drop(imported);
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,1233 @@
+//! One pass over `/proc/*/fd`: finds DRM and dma-buf fds, reads their fdinfo, the
+//! processes' GPU mappings and the devices' debugfs files, de-duplicates shared open files
+//! and builds the [`Report`].
+//!
+//! No subprocess is spawned. A process that exits during the scan is counted as vanished;
+//! a process whose files this user may not read is listed with the reason. Every figure
+//! carries its [`Source`]; what no source exposes is [`Source::Unknown`], never guessed.
+
+use crate::{debugfs, fdinfo, maps, sys_call};
+use rustix::io::Errno;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// Version of the JSON shape (`tools/schema/buffers.schema.json`); bumped on any breaking
+/// change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where a figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// `drm-*` keys of `/proc/<pid>/fdinfo/<fd>`.
+    Fdinfo,
+    /// Pre-5.19 amdgpu keys of fdinfo.
+    FdinfoAmdgpuLegacy,
+    /// DRM or dma-buf mappings in `/proc/<pid>/maps`.
+    Maps,
+    /// `size` of a dma-buf's fdinfo.
+    DmabufFdinfo,
+    /// debugfs `dri/<minor>/clients`.
+    DebugfsClients,
+    /// debugfs `dri/<minor>/framebuffer`.
+    DebugfsFramebuffer,
+    /// debugfs `dri/<minor>/gem_names`.
+    DebugfsGemNames,
+    /// No readable source exposes this figure.
+    Unknown,
+}
+
+/// A number of bytes (or a count) and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Figure {
+    /// The value; `None` when unknown.
+    pub value: Option<u64>,
+    /// Where it came from.
+    pub source: Source,
+    /// Why it is unknown, or what it covers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Figure {
+    /// A known figure.
+    pub fn known(value: u64, source: Source) -> Self {
+        Self {
+            value: Some(value),
+            source,
+            note: None,
+        }
+    }
+
+    /// An unknown figure with the reason.
+    pub fn unknown(why: impl Into<String>) -> Self {
+        Self {
+            value: None,
+            source: Source::Unknown,
+            note: Some(why.into()),
+        }
+    }
+
+    /// Adds a note.
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+}
+
+/// One fd of one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FdRef {
+    /// Process id.
+    pub pid: u32,
+    /// File descriptor number.
+    pub fd: u32,
+}
+
+/// One DRM device (the parent of one or more nodes), with totals over its clients.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceReport {
+    /// Index in `devices`.
+    pub index: usize,
+    /// The sysfs path of the parent device.
+    pub sysfs: String,
+    /// Driver name (`DRM_IOCTL_VERSION` or debugfs), when known.
+    pub driver: Option<String>,
+    /// Its nodes (`/dev/dri/card0`, `/dev/dri/renderD128`).
+    pub nodes: Vec<Node>,
+    /// Distinct open files found (after de-duplication).
+    pub clients: usize,
+    /// Clients the kernel lists in debugfs `clients` (every process, readable or not).
+    pub debugfs_clients: Figure,
+    /// Sum of `drm-total-*` over distinct clients (a buffer shared by two clients is in
+    /// both totals; see `shared`).
+    pub memory_total: Figure,
+    /// Sum of `drm-shared-*` over distinct clients.
+    pub memory_shared: Figure,
+    /// Bytes of distinct buffers mapped by any process (by mmap offset).
+    pub mapped: Figure,
+    /// Bytes of GEM objects behind framebuffers (debugfs `framebuffer`).
+    pub framebuffer_bytes: Figure,
+    /// Bytes of flink-named objects (debugfs `gem_names`; not an inventory).
+    pub named_bytes: Figure,
+    /// Framebuffers from debugfs, when readable.
+    pub framebuffers: Vec<debugfs::Framebuffer>,
+    /// debugfs rows of `clients`, when readable.
+    pub debugfs_client_rows: Vec<KernelClient>,
+    /// Whether debugfs was readable, and why not.
+    pub debugfs: Access,
+}
+
+/// A row of debugfs `clients` with the process it belongs to.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelClient {
+    /// The row as printed.
+    #[serde(flatten)]
+    pub row: debugfs::Client,
+    /// The process: the id itself for a `tgid` column, else the `Tgid` of that thread in
+    /// `/proc/<id>/status` (`None` when the thread is gone).
+    pub process: Option<u32>,
+}
+
+fn process_of(proc_root: &Path, row: &debugfs::Client) -> Option<u32> {
+    if row.id_column == "tgid" {
+        return Some(row.id);
+    }
+    let status = std::fs::read_to_string(proc_root.join(row.id.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One node of a device.
+#[derive(Debug, Clone, Serialize)]
+pub struct Node {
+    /// `/dev/dri/...` path.
+    pub path: String,
+    /// `primary` or `render`.
+    pub kind: String,
+    /// Minor number.
+    pub minor: u32,
+}
+
+/// Whether a source could be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Access {
+    /// It was read.
+    pub readable: bool,
+    /// Why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// An engine of a client, with its busy share when two samples exist (`--watch`).
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineReport {
+    /// Raw counters.
+    #[serde(flatten)]
+    pub stats: fdinfo::EngineStats,
+    /// Busy percentage since the previous sample, divided by capacity; `None` on the first.
+    pub busy_percent: Option<f64>,
+}
+
+/// One open DRM file (a `drm_file`), possibly held by several fds and processes.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientReport {
+    /// Index in `clients`.
+    pub index: usize,
+    /// Index of its device in `devices`.
+    pub device: usize,
+    /// The node it was opened on.
+    pub node: String,
+    /// `drm-client-id`, when printed.
+    pub client_id: Option<u64>,
+    /// `drm-client-name`, when printed.
+    pub client_name: Option<String>,
+    /// `drm-driver`, when printed.
+    pub driver: Option<String>,
+    /// `drm-pdev`, when printed.
+    pub pdev: Option<String>,
+    /// Every fd that refers to this open file.
+    pub holders: Vec<FdRef>,
+    /// How the holders were found to be one file: `drm-client-id`, `kcmp`, or `none`.
+    pub dedupe: String,
+    /// Sum of `drm-total-*` (or the legacy keys).
+    pub memory_total: Figure,
+    /// Sum of `drm-shared-*`.
+    pub memory_shared: Figure,
+    /// Per-region figures (bytes).
+    pub regions: BTreeMap<String, fdinfo::RegionStats>,
+    /// Per-engine figures.
+    pub engines: BTreeMap<String, EngineReport>,
+    /// Pre-5.19 amdgpu keys.
+    pub amdgpu_legacy: Option<fdinfo::AmdgpuLegacy>,
+    /// fdinfo keys drmtool does not know.
+    pub unknown_keys: Vec<(String, String)>,
+    /// fdinfo lines that were not in the documented format.
+    pub malformed: Vec<fdinfo::Malformed>,
+}
+
+/// A DRM fd of a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrmFd {
+    /// The fd.
+    pub fd: u32,
+    /// The node.
+    pub node: String,
+    /// Index of its client in `clients`.
+    pub client: usize,
+}
+
+/// A dma-buf fd of a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct DmaBufFd {
+    /// The fd.
+    pub fd: u32,
+    /// The dma-buf's inode (index into `dmabufs` by inode).
+    pub inode: u64,
+}
+
+/// Bytes a process maps from one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceMapping {
+    /// Index of the device in `devices`.
+    pub device: usize,
+    /// The node path as printed in maps.
+    pub node: String,
+    /// Number of distinct buffers (mmap offsets).
+    pub buffers: usize,
+    /// Bytes mapped.
+    pub bytes: Figure,
+}
+
+/// One process that holds GPU memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    /// Process id.
+    pub pid: u32,
+    /// `comm`.
+    pub comm: Option<String>,
+    /// Owner uid.
+    pub uid: Option<u32>,
+    /// DRM fds.
+    pub drm_fds: Vec<DrmFd>,
+    /// dma-buf fds.
+    pub dmabuf_fds: Vec<DmaBufFd>,
+    /// Mappings of DRM nodes, per device.
+    pub drm_mappings: Vec<DeviceMapping>,
+    /// Inodes of the dma-bufs it maps.
+    pub dmabuf_mappings: Vec<u64>,
+    /// Bytes of GEM shmem objects it maps directly (`/drm mm object`: on older kernels a
+    /// dma-buf mmap of a shmem buffer shows so; which buffer it is, is unknown).
+    pub mapped_gem_shmem: Figure,
+    /// Bytes of DRM buffers it maps (sum over devices).
+    pub mapped_drm: Figure,
+    /// Bytes of distinct dma-bufs it holds by fd or mapping.
+    pub dmabuf_bytes: Figure,
+    /// Sum of fdinfo totals of the clients it holds (a client held by two processes counts
+    /// in both).
+    pub memory_total: Figure,
+    /// maps lines that were not in the documented format.
+    pub malformed_maps: Vec<fdinfo::Malformed>,
+}
+
+/// One dma-buf (one inode), whoever holds or maps it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DmaBufReport {
+    /// Inode number.
+    pub inode: u64,
+    /// Size in bytes.
+    pub size: Figure,
+    /// Exporter (`drm` for PRIME, `udmabuf`, ...).
+    pub exp_name: Option<String>,
+    /// Name, when set.
+    pub name: Option<String>,
+    /// `count` from fdinfo.
+    pub count: Option<u64>,
+    /// fds that refer to it.
+    pub holders: Vec<FdRef>,
+    /// Processes that map it.
+    pub mapped_by: Vec<u32>,
+    /// Every process that holds or maps it, sorted.
+    pub processes: Vec<u32>,
+}
+
+/// An edge of the sharing graph: a dma-buf that two or more processes hold or map.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sharing {
+    /// The dma-buf's inode.
+    pub inode: u64,
+    /// Its size, when known.
+    pub size: Option<u64>,
+    /// The processes.
+    pub processes: Vec<u32>,
+}
+
+/// A process this scan could not read.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreadable {
+    /// Process id.
+    pub pid: u32,
+    /// `comm` (readable by everyone), when it could be read.
+    pub comm: Option<String>,
+    /// What could not be read.
+    pub path: String,
+    /// Why, e.g. `permission denied (EACCES)`.
+    pub reason: String,
+    /// The errno name.
+    pub errno: String,
+}
+
+/// Counts of the walk.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScanStats {
+    /// Process directories found in /proc (after `--pid`).
+    pub processes: usize,
+    /// Processes whose fds were read.
+    pub read: usize,
+    /// Processes that could not be read (listed in `unreadable`).
+    pub unreadable: usize,
+    /// Processes that exited during the scan.
+    pub vanished: usize,
+    /// Processes holding at least one DRM or dma-buf fd or mapping.
+    pub holders: usize,
+    /// Whether `kcmp` worked, or why not.
+    pub kcmp: Access,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            readable: true,
+            why: None,
+        }
+    }
+}
+
+/// The whole result of one scan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Devices with totals.
+    pub devices: Vec<DeviceReport>,
+    /// Distinct open DRM files.
+    pub clients: Vec<ClientReport>,
+    /// Processes that hold GPU memory.
+    pub processes: Vec<ProcessReport>,
+    /// dma-bufs.
+    pub dmabufs: Vec<DmaBufReport>,
+    /// dma-bufs shared between processes.
+    pub sharing: Vec<Sharing>,
+    /// Processes that could not be read.
+    pub unreadable: Vec<Unreadable>,
+    /// Counts.
+    pub scan: ScanStats,
+    /// Things the user should know (a source missing everywhere, a fallback taken).
+    pub warnings: Vec<String>,
+}
+
+/// What to scan.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The proc filesystem (`/proc`).
+    pub proc_root: PathBuf,
+    /// The DRM debugfs directory (`/sys/kernel/debug/dri`).
+    pub debugfs_root: PathBuf,
+    /// Only these processes (all when empty).
+    pub pids: Vec<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            proc_root: "/proc".into(),
+            debugfs_root: "/sys/kernel/debug/dri".into(),
+            pids: Vec::new(),
+        }
+    }
+}
+
+/// Why a scan could not run at all.
+#[derive(Debug)]
+pub struct ScanError {
+    /// What failed.
+    pub what: String,
+    /// What to do about it.
+    pub hint: &'static str,
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (hint: {})", self.what, self.hint)
+    }
+}
+
+fn errno_of(e: &std::io::Error) -> Errno {
+    Errno::from_io_error(e).unwrap_or(Errno::IO)
+}
+
+/// `permission denied (EACCES)`.
+pub fn describe(e: &std::io::Error) -> (String, String) {
+    let errno = errno_of(e);
+    let name = errno_name(errno);
+    let text = match e.kind() {
+        ErrorKind::PermissionDenied => "permission denied".to_string(),
+        ErrorKind::NotFound => "not found".to_string(),
+        _ => {
+            let s = e.to_string();
+            s.split(" (os error").next().unwrap_or(&s).to_lowercase()
+        }
+    };
+    (format!("{text} ({name})"), name.to_string())
+}
+
+fn errno_name(e: Errno) -> &'static str {
+    match e {
+        Errno::ACCESS => "EACCES",
+        Errno::PERM => "EPERM",
+        Errno::NOENT => "ENOENT",
+        Errno::SRCH => "ESRCH",
+        Errno::NOSYS => "ENOSYS",
+        Errno::BADF => "EBADF",
+        Errno::INVAL => "EINVAL",
+        _ => "EIO",
+    }
+}
+
+/// A DRM node known to the machine.
+#[derive(Debug, Clone)]
+struct NodeId {
+    path: String,
+    kind: &'static str,
+    minor: u32,
+    driver: Option<String>,
+    parent: String,
+}
+
+fn node_table() -> HashMap<(u32, u32), NodeId> {
+    let mut t = HashMap::new();
+    if let Ok(nodes) = drm_gem::enumerate() {
+        for n in nodes {
+            let parent = std::fs::canonicalize(n.sysfs.join("device"))
+                .unwrap_or_else(|_| n.sysfs.clone())
+                .display()
+                .to_string();
+            t.insert(
+                n.dev,
+                NodeId {
+                    path: n.path.display().to_string(),
+                    kind: n.kind.as_str(),
+                    minor: n.dev.1,
+                    driver: n.driver,
+                    parent,
+                },
+            );
+        }
+    }
+    t
+}
+
+/// A char device not under /dev/dri (a container, a chroot): identify it through sysfs.
+fn node_from_sysfs(major: u32, minor: u32, link: &str) -> Option<NodeId> {
+    let sys = PathBuf::from(format!("/sys/dev/char/{major}:{minor}"));
+    let subsystem = std::fs::read_link(sys.join("subsystem")).ok()?;
+    if subsystem.file_name()? != "drm" {
+        return None;
+    }
+    let kind = drm_gem::NodeKind::from_minor(minor)?.as_str();
+    let parent = std::fs::canonicalize(sys.join("device"))
+        .unwrap_or(sys)
+        .display()
+        .to_string();
+    Some(NodeId {
+        path: link.to_string(),
+        kind,
+        minor,
+        driver: None,
+        parent,
+    })
+}
+
+struct RawDrmFd {
+    at: FdRef,
+    node: NodeId,
+    info: Option<fdinfo::DrmFdinfo>,
+}
+
+struct RawDmaBufFd {
+    at: FdRef,
+    inode: u64,
+    info: Option<fdinfo::DmaBufFdinfo>,
+}
+
+struct RawProcess {
+    pid: u32,
+    comm: Option<String>,
+    uid: Option<u32>,
+    maps: maps::Maps,
+    drm: Vec<RawDrmFd>,
+    dmabuf: Vec<RawDmaBufFd>,
+}
+
+enum ProcResult {
+    Read(RawProcess),
+    Unreadable(Unreadable),
+    Vanished,
+}
+
+fn read_process(proc_root: &Path, pid: u32, nodes: &HashMap<(u32, u32), NodeId>) -> ProcResult {
+    let dir = proc_root.join(pid.to_string());
+    let comm = std::fs::read_to_string(dir.join("comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string());
+    let uid = rustix::fs::stat(&dir).ok().map(|s| s.st_uid);
+    let fd_dir = dir.join("fd");
+    let entries = match std::fs::read_dir(&fd_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound || errno_of(&e) == Errno::SRCH => {
+            return ProcResult::Vanished;
+        }
+        Err(e) => {
+            if !dir.exists() {
+                return ProcResult::Vanished;
+            }
+            let (reason, errno) = describe(&e);
+            return ProcResult::Unreadable(Unreadable {
+                pid,
+                comm,
+                path: fd_dir.display().to_string(),
+                reason,
+                errno,
+            });
+        }
+    };
+    let mut p = RawProcess {
+        pid,
+        comm,
+        uid,
+        maps: maps::Maps::default(),
+        drm: Vec::new(),
+        dmabuf: Vec::new(),
+    };
+    for ent in entries.flatten() {
+        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let path = ent.path();
+        // A closed fd (or an exited process) just drops out.
+        let Ok(link) = std::fs::read_link(&path) else {
+            continue;
+        };
+        let link = link.to_string_lossy().into_owned();
+        let at = FdRef { pid, fd };
+        let fdinfo_path = dir.join("fdinfo").join(fd.to_string());
+        if link.starts_with("/dmabuf:") || link == "anon_inode:dmabuf" {
+            let Ok(st) = rustix::fs::stat(&path) else {
+                continue;
+            };
+            let info = std::fs::read_to_string(&fdinfo_path)
+                .ok()
+                .map(|t| fdinfo::parse_dmabuf(&t));
+            p.dmabuf.push(RawDmaBufFd {
+                at,
+                inode: st.st_ino,
+                info,
+            });
+            continue;
+        }
+        if !link.starts_with('/') {
+            continue; // sockets, pipes, other anon inodes
+        }
+        let Ok(st) = rustix::fs::stat(&path) else {
+            continue;
+        };
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::CharacterDevice
+        {
+            continue;
+        }
+        let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        let Some(node) = nodes
+            .get(&dev)
+            .cloned()
+            .or_else(|| node_from_sysfs(dev.0, dev.1, &link))
+        else {
+            continue;
+        };
+        let info = std::fs::read_to_string(&fdinfo_path)
+            .ok()
+            .map(|t| fdinfo::parse_drm(&t));
+        p.drm.push(RawDrmFd { at, node, info });
+    }
+    if let Ok(t) = std::fs::read_to_string(dir.join("maps")) {
+        p.maps = maps::parse(&t);
+    }
+    if !dir.exists() {
+        return ProcResult::Vanished;
+    }
+    ProcResult::Read(p)
+}
+
+fn list_pids(proc_root: &Path) -> Result<Vec<u32>, ScanError> {
+    let rd = std::fs::read_dir(proc_root).map_err(|e| ScanError {
+        what: format!("cannot list {}: {}", proc_root.display(), describe(&e).0),
+        hint: "mount procfs (mount -t proc proc /proc)",
+    })?;
+    let mut pids: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+fn read_debugfs(
+    root: &Path,
+    minor: u32,
+) -> (Access, Option<String>, Option<String>, Option<String>) {
+    let dir = root.join(minor.to_string());
+    let read = |f: &str| std::fs::read_to_string(dir.join(f));
+    match read("clients") {
+        Ok(c) => (
+            Access::default(),
+            Some(c),
+            read("framebuffer").ok(),
+            read("gem_names").ok(),
+        ),
+        Err(e) => {
+            let why = if e.kind() == ErrorKind::NotFound && !root.exists() {
+                format!("{} does not exist (debugfs not mounted?)", root.display())
+            } else {
+                format!("{}: {}", dir.join("clients").display(), describe(&e).0)
+            };
+            (
+                Access {
+                    readable: false,
+                    why: Some(why),
+                },
+                None,
+                None,
+                None,
+            )
+        }
+    }
+}
+
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.saturating_add(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// Scans the machine once.
+///
+/// # Errors
+/// Only when `/proc` itself cannot be listed; everything else is reported in the result.
+pub fn scan(opts: &Options) -> Result<Report, ScanError> {
+    let nodes = node_table();
+    let mut pids = list_pids(&opts.proc_root)?;
+    if !opts.pids.is_empty() {
+        pids.retain(|p| opts.pids.contains(p));
+    }
+    let mut stats = ScanStats {
+        processes: pids.len(),
+        ..Default::default()
+    };
+    let mut unreadable = Vec::new();
+    let mut procs = Vec::new();
+    for pid in pids {
+        match read_process(&opts.proc_root, pid, &nodes) {
+            ProcResult::Read(p) => {
+                stats.read += 1;
+                procs.push(p);
+            }
+            ProcResult::Unreadable(u) => unreadable.push(u),
+            ProcResult::Vanished => stats.vanished += 1,
+        }
+    }
+    stats.unreadable = unreadable.len();
+    let mut warnings = Vec::new();
+
+    // Devices: one per parent, from the node table plus any node only seen in an fd.
+    let mut all_nodes: Vec<NodeId> = nodes.values().cloned().collect();
+    for p in &procs {
+        for d in &p.drm {
+            if !all_nodes.iter().any(|n| n.minor == d.node.minor) {
+                all_nodes.push(d.node.clone());
+            }
+        }
+    }
+    all_nodes.sort_by_key(|n| n.minor);
+    let mut parents: Vec<String> = Vec::new();
+    for n in &all_nodes {
+        if !parents.contains(&n.parent) {
+            parents.push(n.parent.clone());
+        }
+    }
+    let device_of = |minor: u32| -> usize {
+        let parent = &all_nodes
+            .iter()
+            .find(|n| n.minor == minor)
+            .map(|n| n.parent.clone())
+            .unwrap_or_default();
+        parents.iter().position(|p| p == parent).unwrap_or(0)
+    };
+
+    // De-duplicate DRM open files: drm-client-id when printed, else kcmp.
+    let mut clients: Vec<ClientReport> = Vec::new();
+    let mut reps: Vec<FdRef> = Vec::new(); // one holder per client, for kcmp
+    let mut fd_client: HashMap<FdRef, usize> = HashMap::new();
+    let mut kcmp_failed: Option<String> = None;
+    for p in &procs {
+        for d in &p.drm {
+            let device = device_of(d.node.minor);
+            let info = d.info.clone().unwrap_or_default();
+            let mut found = None;
+            let mut how = "none";
+            if let Some(id) = info.client_id {
+                found = clients
+                    .iter()
+                    .position(|c| c.device == device && c.client_id == Some(id));
+                how = "drm-client-id";
+            } else if kcmp_failed.is_none() {
+                for (i, c) in clients.iter().enumerate() {
+                    if c.device != device || c.client_id.is_some() {
+                        continue;
+                    }
+                    let r = reps[i];
+                    match sys_call::same_file(r.pid, r.fd, d.at.pid, d.at.fd) {
+                        Ok(true) => {
+                            found = Some(i);
+                            break;
+                        }
+                        Ok(false) => {}
+                        Err(Errno::BADF | Errno::SRCH) => {} // closed or exited meanwhile
+                        Err(e) => {
+                            kcmp_failed =
+                                Some(format!("kcmp(KCMP_FILE) failed: {} ({})", e, errno_name(e)));
+                            break;
+                        }
+                    }
+                }
+                how = if kcmp_failed.is_none() {
+                    "kcmp"
+                } else {
+                    "none"
+                };
+            }
+            let idx = match found {
+                Some(i) => {
+                    clients[i].holders.push(d.at);
+                    if clients[i].dedupe == "none" {
+                        clients[i].dedupe = how.into();
+                    }
+                    i
+                }
+                None => {
+                    let index = clients.len();
+                    clients.push(client_report(index, device, d, info, how));
+                    reps.push(d.at);
+                    index
+                }
+            };
+            fd_client.insert(d.at, idx);
+        }
+    }
+    if let Some(why) = &kcmp_failed {
+        stats.kcmp = Access {
+            readable: false,
+            why: Some(why.clone()),
+        };
+        warnings.push(format!(
+            "{why}: DRM fds without drm-client-id are counted as separate clients, \
+             so an open file shared between fds may be counted more than once"
+        ));
+    }
+
+    // dma-bufs by inode.
+    let mut dmabufs: BTreeMap<u64, DmaBufReport> = BTreeMap::new();
+    for p in &procs {
+        for b in &p.dmabuf {
+            let e = dmabufs.entry(b.inode).or_insert_with(|| DmaBufReport {
+                inode: b.inode,
+                size: Figure::unknown("no readable fdinfo for this dma-buf"),
+                exp_name: None,
+                name: None,
+                count: None,
+                holders: Vec::new(),
+                mapped_by: Vec::new(),
+                processes: Vec::new(),
+            });
+            e.holders.push(b.at);
+            if let Some(i) = &b.info {
+                if let Some(s) = i.size {
+                    e.size = Figure::known(s, Source::DmabufFdinfo);
+                }
+                e.exp_name = e.exp_name.take().or(i.exp_name.clone());
+                e.name = e.name.take().or(i.name.clone());
+                e.count = e.count.or(i.count);
+            }
+        }
+        for m in &p.maps.gpu {
+            if let maps::Target::DmaBuf { name } = &m.target {
+                let e = dmabufs.entry(m.inode).or_insert_with(|| DmaBufReport {
+                    inode: m.inode,
+                    size: Figure::unknown("mapped only; the mapping length is a lower bound"),
+                    exp_name: None,
+                    name: (!name.is_empty()).then(|| name.clone()),
+                    count: None,
+                    holders: Vec::new(),
+                    mapped_by: Vec::new(),
+                    processes: Vec::new(),
+                });
+                if !e.mapped_by.contains(&p.pid) {
+                    e.mapped_by.push(p.pid);
+                }
+            }
+        }
+    }
+    for b in dmabufs.values_mut() {
+        let mut set: BTreeSet<u32> = b.holders.iter().map(|h| h.pid).collect();
+        set.extend(b.mapped_by.iter().copied());
+        b.processes = set.into_iter().collect();
+    }
+    let sharing = dmabufs
+        .values()
+        .filter(|b| b.processes.len() > 1)
+        .map(|b| Sharing {
+            inode: b.inode,
+            size: b.size.value,
+            processes: b.processes.clone(),
+        })
+        .collect();
+
+    // Processes and mapped bytes (distinct buffers by mmap offset, per device).
+    let mut device_offsets: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); parents.len()];
+    let mut processes = Vec::new();
+    for p in &procs {
+        let mut per_dev: BTreeMap<usize, (String, BTreeMap<u64, u64>)> = BTreeMap::new();
+        let mut dmabuf_maps = Vec::new();
+        let mut shmem = 0u64;
+        for m in &p.maps.gpu {
+            match &m.target {
+                maps::Target::Drm { path } => {
+                    let Some(node) = all_nodes.iter().find(|n| &n.path == path) else {
+                        continue;
+                    };
+                    let dev = device_of(node.minor);
+                    let e = per_dev
+                        .entry(dev)
+                        .or_insert_with(|| (path.clone(), BTreeMap::new()));
+                    // The same buffer mapped twice is still one buffer.
+                    let slot = e.1.entry(m.offset).or_default();
+                    *slot = (*slot).max(m.len());
+                }
+                maps::Target::DmaBuf { .. } => {
+                    if !dmabuf_maps.contains(&m.inode) {
+                        dmabuf_maps.push(m.inode);
+                    }
+                }
+                maps::Target::GemShmem => shmem += m.len(),
+            }
+        }
+        if p.drm.is_empty()
+            && p.dmabuf.is_empty()
+            && per_dev.is_empty()
+            && dmabuf_maps.is_empty()
+            && shmem == 0
+        {
+            continue;
+        }
+        let mut mapped_total = 0u64;
+        let drm_mappings: Vec<DeviceMapping> = per_dev
+            .into_iter()
+            .map(|(dev, (node, offs))| {
+                let bytes: u64 = offs.values().sum();
+                mapped_total += bytes;
+                for (o, l) in &offs {
+                    let slot = device_offsets[dev].entry(*o).or_default();
+                    *slot = (*slot).max(*l);
+                }
+                DeviceMapping {
+                    device: dev,
+                    node,
+                    buffers: offs.len(),
+                    bytes: Figure::known(bytes, Source::Maps),
+                }
+            })
+            .collect();
+        let mut inodes: BTreeSet<u64> = p.dmabuf.iter().map(|b| b.inode).collect();
+        inodes.extend(dmabuf_maps.iter().copied());
+        let mut db: Option<u64> = Some(0);
+        for i in &inodes {
+            db = match (db, dmabufs.get(i).and_then(|b| b.size.value)) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        let mut mem: Option<u64> = None;
+        let mut seen = BTreeSet::new();
+        for d in &p.drm {
+            let c = fd_client[&d.at];
+            if seen.insert(c) {
+                mem = add(mem, clients[c].memory_total.value);
+            }
+        }
+        let has_clients = !seen.is_empty();
+        processes.push(ProcessReport {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            uid: p.uid,
+            drm_fds: p
+                .drm
+                .iter()
+                .map(|d| DrmFd {
+                    fd: d.at.fd,
+                    node: d.node.path.clone(),
+                    client: fd_client[&d.at],
+                })
+                .collect(),
+            dmabuf_fds: p
+                .dmabuf
+                .iter()
+                .map(|b| DmaBufFd {
+                    fd: b.at.fd,
+                    inode: b.inode,
+                })
+                .collect(),
+            drm_mappings,
+            dmabuf_mappings: dmabuf_maps,
+            mapped_gem_shmem: Figure::known(shmem, Source::Maps),
+            mapped_drm: Figure::known(mapped_total, Source::Maps),
+            dmabuf_bytes: match db {
+                Some(v) => Figure::known(v, Source::DmabufFdinfo),
+                None => Figure::unknown("a dma-buf's size is not readable"),
+            },
+            memory_total: match mem {
+                Some(v) => Figure::known(v, Source::Fdinfo),
+                None if has_clients => {
+                    Figure::unknown("the driver prints no drm-* memory keys in fdinfo")
+                }
+                None => Figure::unknown("no DRM fds"),
+            },
+            malformed_maps: p.maps.malformed.clone(),
+        });
+    }
+    stats.holders = processes.len();
+
+    // Devices with totals.
+    let mut devices = Vec::new();
+    for (index, parent) in parents.iter().enumerate() {
+        let dnodes: Vec<&NodeId> = all_nodes.iter().filter(|n| &n.parent == parent).collect();
+        let driver = dnodes.iter().find_map(|n| n.driver.clone()).or_else(|| {
+            clients
+                .iter()
+                .find(|c| c.device == index)
+                .and_then(|c| c.driver.clone())
+        });
+        let dclients: Vec<&ClientReport> = clients.iter().filter(|c| c.device == index).collect();
+        let mut total = None;
+        let mut shared = None;
+        for c in &dclients {
+            total = add(total, c.memory_total.value);
+            shared = add(shared, c.memory_shared.value);
+        }
+        let no_keys = || {
+            if dclients.is_empty() {
+                Figure::unknown("no client found")
+            } else {
+                Figure::unknown("the driver prints no drm-* memory keys in fdinfo")
+            }
+        };
+        let primary = dnodes
+            .iter()
+            .find(|n| n.kind == "primary")
+            .or(dnodes.first());
+        let (access, c_text, fb_text, names_text) = match primary {
+            Some(n) => read_debugfs(&opts.debugfs_root, n.minor),
+            None => (Access::default(), None, None, None),
+        };
+        let rows: Vec<KernelClient> = c_text
+            .map(|t| debugfs::parse_clients(&t).clients)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|row| KernelClient {
+                process: process_of(&opts.proc_root, &row),
+                row,
+            })
+            .collect();
+        let fbs = fb_text
+            .map(|t| debugfs::parse_framebuffers(&t).framebuffers)
+            .unwrap_or_default();
+        let named = names_text.map(|t| debugfs::parse_gem_names(&t).names);
+        let unreadable_debugfs = || {
+            Figure::unknown(
+                access
+                    .why
+                    .clone()
+                    .unwrap_or_else(|| "debugfs not readable".into()),
+            )
+        };
+        let mapped: u64 = device_offsets[index].values().sum();
+        devices.push(DeviceReport {
+            index,
+            sysfs: parent.clone(),
+            driver,
+            nodes: dnodes
+                .iter()
+                .map(|n| Node {
+                    path: n.path.clone(),
+                    kind: n.kind.to_string(),
+                    minor: n.minor,
+                })
+                .collect(),
+            clients: dclients.len(),
+            debugfs_clients: if access.readable {
+                Figure::known(rows.len() as u64, Source::DebugfsClients)
+            } else {
+                unreadable_debugfs()
+            },
+            memory_total: total.map_or_else(no_keys, |v| Figure::known(v, Source::Fdinfo)),
+            memory_shared: shared.map_or_else(no_keys, |v| Figure::known(v, Source::Fdinfo)),
+            mapped: Figure::known(mapped, Source::Maps)
+                .with_note("distinct buffers mapped by readable processes"),
+            framebuffer_bytes: if access.readable {
+                let b: u64 = fbs
+                    .iter()
+                    .flat_map(|f| f.objects.iter())
+                    .filter_map(|o| o.size)
+                    .sum();
+                Figure::known(b, Source::DebugfsFramebuffer)
+            } else {
+                unreadable_debugfs()
+            },
+            named_bytes: match &named {
+                Some(n) => Figure::known(n.iter().map(|g| g.size).sum(), Source::DebugfsGemNames)
+                    .with_note("flink-named objects only"),
+                None => unreadable_debugfs(),
+            },
+            framebuffers: fbs,
+            debugfs_client_rows: rows,
+            debugfs: access,
+        });
+    }
+    if !devices.is_empty() && devices.iter().all(|d| !d.debugfs.readable) {
+        warnings.push(
+            "debugfs is not readable: framebuffer and client lists are unknown \
+             (mount debugfs on /sys/kernel/debug and run as root)"
+                .into(),
+        );
+    }
+    if !unreadable.is_empty() {
+        warnings.push(format!(
+            "{} process(es) could not be read; their GPU memory is not counted \
+             (run as root to see every process)",
+            unreadable.len()
+        ));
+    }
+
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        devices,
+        clients,
+        processes,
+        dmabufs: dmabufs.into_values().collect(),
+        sharing,
+        unreadable,
+        scan: stats,
+        warnings,
+    })
+}
+
+fn client_report(
+    index: usize,
+    device: usize,
+    d: &RawDrmFd,
+    info: fdinfo::DrmFdinfo,
+    how: &str,
+) -> ClientReport {
+    let legacy = info.amdgpu_legacy.clone();
+    let legacy_total = legacy.as_ref().and_then(|l| add(add(l.vram, l.gtt), l.cpu));
+    let memory_total = match (info.total_bytes(), legacy_total) {
+        (Some(v), _) => Figure::known(v, Source::Fdinfo),
+        (None, Some(v)) => Figure::known(v, Source::FdinfoAmdgpuLegacy),
+        (None, None) if d.info.is_none() => Figure::unknown("fdinfo not readable"),
+        (None, None) => Figure::unknown("the driver prints no drm-* memory keys in fdinfo"),
+    };
+    let memory_shared = match info.shared_bytes() {
+        Some(v) => Figure::known(v, Source::Fdinfo),
+        None => Figure::unknown("no drm-shared-* keys"),
+    };
+    ClientReport {
+        index,
+        device,
+        node: d.node.path.clone(),
+        client_id: info.client_id,
+        client_name: info.client_name.clone(),
+        driver: info.driver.clone(),
+        pdev: info.pdev.clone(),
+        holders: vec![d.at],
+        dedupe: how.into(),
+        memory_total,
+        memory_shared,
+        regions: info.regions.clone(),
+        engines: info
+            .engines
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    EngineReport {
+                        stats: v.clone(),
+                        busy_percent: None,
+                    },
+                )
+            })
+            .collect(),
+        amdgpu_legacy: legacy,
+        unknown_keys: info.unknown.clone(),
+        malformed: info.malformed.clone(),
+    }
+}
+
+/// Fills `busy_percent` of every engine of `now` from the previous sample `before`, taken
+/// `elapsed_ns` earlier. Clients are matched by device and `drm-client-id`, or by their
+/// first holder when no id is printed.
+pub fn rates(before: &Report, now: &mut Report, elapsed_ns: u64) {
+    if elapsed_ns == 0 {
+        return;
+    }
+    for c in &mut now.clients {
+        let prev = before.clients.iter().find(|p| {
+            p.node == c.node
+                && match (p.client_id, c.client_id) {
+                    (Some(a), Some(b)) => a == b,
+                    (None, None) => p.holders.first() == c.holders.first(),
+                    _ => false,
+                }
+        });
+        let Some(prev) = prev else { continue };
+        for (name, e) in &mut c.engines {
+            let (Some(b0), Some(b1)) = (
+                prev.engines.get(name).and_then(|p| p.stats.busy_ns),
+                e.stats.busy_ns,
+            ) else {
+                continue;
+            };
+            let cap = e.stats.capacity.unwrap_or(1).max(1);
+            let delta = b1.saturating_sub(b0) as f64;
+            e.busy_percent = Some(100.0 * delta / (elapsed_ns as f64 * cap as f64));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client_with(busy_ns: u64, capacity: Option<u64>) -> ClientReport {
+        let text = format!(
+            "drm-driver:\tx\ndrm-client-id:\t3\ndrm-engine-gfx:\t{busy_ns} ns\n{}",
+            capacity.map_or(String::new(), |c| format!(
+                "drm-engine-capacity-gfx:\t{c}\n"
+            ))
+        );
+        let info = fdinfo::parse_drm(&text);
+        let raw = RawDrmFd {
+            at: FdRef { pid: 1, fd: 3 },
+            node: NodeId {
+                path: "/dev/dri/card0".into(),
+                kind: "primary",
+                minor: 0,
+                driver: None,
+                parent: "p".into(),
+            },
+            info: Some(info.clone()),
+        };
+        client_report(0, 0, &raw, info, "drm-client-id")
+    }
+
+    fn report(c: ClientReport) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            devices: Vec::new(),
+            clients: vec![c],
+            processes: Vec::new(),
+            dmabufs: Vec::new(),
+            sharing: Vec::new(),
+            unreadable: Vec::new(),
+            scan: ScanStats::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn busy_percent_needs_two_samples_and_divides_by_capacity() {
+        let first = report(client_with(1_000_000, None));
+        assert_eq!(first.clients[0].engines["gfx"].busy_percent, None);
+        let mut second = report(client_with(1_500_000, None));
+        rates(&first, &mut second, 1_000_000);
+        assert_eq!(second.clients[0].engines["gfx"].busy_percent, Some(50.0));
+        let before = report(client_with(0, Some(4)));
+        let mut after = report(client_with(2_000_000, Some(4)));
+        rates(&before, &mut after, 1_000_000);
+        assert_eq!(after.clients[0].engines["gfx"].busy_percent, Some(50.0));
+        // A counter that went backwards (a new client reusing the id) is 0, not negative.
+        let mut back = report(client_with(10, None));
+        rates(&second, &mut back, 1_000_000);
+        assert_eq!(back.clients[0].engines["gfx"].busy_percent, Some(0.0));
+    }
+
+    #[test]
+    fn unknown_figures_say_why() {
+        let c = client_with(1, None);
+        assert_eq!(c.memory_total.value, None);
+        assert_eq!(c.memory_total.source, Source::Unknown);
+        assert!(c.memory_total.note.is_some());
+    }
+}

@@ -1,0 +1,148 @@
+//! The command line on the host (no DRM devices here): exit codes, one-line errors, and the
+//! JSON of a real scan validated against tools/schema/buffers.schema.json.
+
+use std::process::ExitCode;
+
+fn run(args: &[&str]) -> (ExitCode, String) {
+    let mut out = Vec::new();
+    let argv = std::iter::once("drmtool")
+        .chain(args.iter().copied())
+        .map(Into::into);
+    let code = drmtool::cli::main_with(argv, &mut out);
+    (code, String::from_utf8(out).expect("utf-8 output"))
+}
+
+fn schema() -> jsonschema::Validator {
+    let p = format!("{}/schema/buffers.schema.json", env!("CARGO_MANIFEST_DIR"));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    jsonschema::validator_for(&s).expect("the schema is a valid JSON Schema")
+}
+
+fn assert_valid(v: &serde_json::Value) {
+    let errors: Vec<String> = schema()
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+#[test]
+fn buffers_json_validates_against_the_schema() {
+    let (code, out) = run(&["buffers", "--json"]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["schema_version"], 1);
+    assert!(v["scan"]["processes"].as_u64().unwrap() >= 1);
+    assert_valid(&v);
+}
+
+#[test]
+fn the_schema_rejects_drift() {
+    let (_, out) = run(&["buffers", "--json"]);
+    let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["schema_version"] = 2.into();
+    assert!(
+        !schema().is_valid(&v),
+        "a wrong schema_version must not validate"
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["surprise"] = true.into();
+    assert!(
+        !schema().is_valid(&v),
+        "an undocumented key must not validate"
+    );
+    // An unknown figure must be null and say why; a known one must not claim `unknown`.
+    let bad = serde_json::json!({"value": 5, "source": "unknown", "note": "x"});
+    let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["processes"] = serde_json::json!([{
+        "pid": 1, "comm": "x", "uid": 0, "drm_fds": [], "dmabuf_fds": [], "drm_mappings": [],
+        "dmabuf_mappings": [], "mapped_gem_shmem": bad, "mapped_drm": bad,
+        "dmabuf_bytes": bad, "memory_total": bad, "malformed_maps": []
+    }]);
+    assert!(!schema().is_valid(&v));
+}
+
+#[test]
+fn every_table_view_renders() {
+    for by in ["process", "client", "buffer"] {
+        for sort in ["size", "pid", "name"] {
+            let (code, out) = run(&["buffers", "--by", by, "--sort", sort, "--color", "never"]);
+            assert_eq!(code, ExitCode::SUCCESS);
+            assert!(out.contains("DEVICES") && out.contains("scanned "), "{out}");
+            assert!(!out.contains('\x1b'), "no colour when asked for none");
+        }
+    }
+    let (_, out) = run(&["buffers", "--color", "always"]);
+    assert!(out.contains("\x1b[1m"), "colour when asked for");
+}
+
+#[test]
+fn exit_codes() {
+    assert_eq!(
+        run(&["buffers", "--pid", "4294967295"]).0,
+        ExitCode::from(3)
+    );
+    assert_eq!(
+        run(&["buffers", "--device", "no-such-driver"]).0,
+        ExitCode::from(3)
+    );
+    assert_eq!(run(&["buffers", "--by", "nonsense"]).0, ExitCode::from(2));
+    assert_eq!(
+        run(&["buffers", "--count", "1"]).0,
+        ExitCode::from(2),
+        "--count needs --watch"
+    );
+    assert_eq!(run(&["buffers", "--watch", "0"]).0, ExitCode::from(2));
+}
+
+#[test]
+fn watch_refreshes_the_given_number_of_times() {
+    let me = std::process::id().to_string();
+    let (code, out) = run(&[
+        "buffers", "--pid", &me, "--watch", "0.05", "--count", "2", "--json",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(docs.len(), 2);
+    for d in &docs {
+        assert_eq!(d["scan"]["processes"], 1);
+        assert_valid(d);
+    }
+}
+
+#[test]
+fn a_process_that_vanished_is_counted_not_fatal() {
+    let root = std::env::temp_dir().join(format!("drmtool-fakeproc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // pid 4000000 has a directory but no fd/ (exited between readdir and open).
+    std::fs::create_dir_all(root.join("4000000")).unwrap();
+    std::fs::create_dir_all(root.join("self-not-a-pid")).unwrap();
+    let r = drmtool::scan(&drmtool::Options {
+        proc_root: root.clone(),
+        debugfs_root: root.join("no-debugfs"),
+        pids: Vec::new(),
+    })
+    .unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(r.scan.processes, 1);
+    assert_eq!(r.scan.vanished, 1);
+    assert_eq!(r.scan.read, 0);
+    assert!(r.unreadable.is_empty());
+}
+
+#[test]
+fn a_missing_proc_is_a_one_line_error_with_a_hint() {
+    let e = drmtool::scan(&drmtool::Options {
+        proc_root: "/nonexistent/proc".into(),
+        ..Default::default()
+    })
+    .unwrap_err();
+    let s = e.to_string();
+    assert!(
+        s.contains("/nonexistent/proc") && s.contains("hint:") && !s.contains('\n'),
+        "{s}"
+    );
+}
