@@ -22,8 +22,8 @@
 
 mod caps;
 mod device;
-pub mod driver;
 mod dmabuf;
+pub mod driver;
 mod dumb;
 mod error;
 mod gem;

@@ -295,7 +295,7 @@ pub(crate) fn sync_file_info(
 
 // One file per area; declared after the macro so that they can use it.
 mod dma_buf;
-mod qxl;
+pub(crate) mod qxl;
 mod syncobj;
 mod vgem;
-mod virtio_gpu;
+pub(crate) mod virtio_gpu;
