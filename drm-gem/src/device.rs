@@ -142,6 +142,80 @@ impl Device {
     }
 }
 
+/// An authentication token (`drm_magic_t`) of one open file of a primary node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AuthMagic(pub u32);
+
+impl Device {
+    /// Opens the first node (by path order) whose driver is `driver` (as `DRM_IOCTL_VERSION`
+    /// names it, e.g. `vkms`, `virtio_gpu`, `bochs-drm`, `qxl`, `vgem`), of `kind` if given.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] naming the driver and what was found instead; [`Error::Open`] if
+    /// the matching node cannot be opened.
+    pub fn open_driver(driver: &str, kind: Option<NodeKind>) -> Result<Self> {
+        let nodes = enumerate().unwrap_or_default();
+        let found = nodes
+            .iter()
+            .find(|n| n.driver.as_deref() == Some(driver) && kind.is_none_or(|k| k == n.kind));
+        match found {
+            Some(n) => Self::open(&n.path),
+            None => {
+                let mut have: Vec<String> = nodes
+                    .iter()
+                    .map(|n| format!("{} {}", n.driver.as_deref().unwrap_or("?"), n.kind.as_str()))
+                    .collect();
+                have.dedup();
+                Err(Error::NotFound {
+                    what: format!(
+                        "no {}DRM node of driver {driver:?} (found: {})",
+                        kind.map(|k| format!("{} ", k.as_str())).unwrap_or_default(),
+                        if have.is_empty() {
+                            "none".to_string()
+                        } else {
+                            have.join(", ")
+                        }
+                    ),
+                })
+            }
+        }
+    }
+
+    /// `DRM_IOCTL_SET_MASTER`: becomes DRM master (primary nodes; the first opener of an idle
+    /// device is master already). EBUSY/EPERM while another file is master, unless the caller
+    /// has CAP_SYS_ADMIN.
+    pub fn set_master(&self) -> Result<()> {
+        sys_call::set_master(self.fd.as_fd())
+    }
+
+    /// `DRM_IOCTL_DROP_MASTER`: gives up DRM master. EINVAL if this file is not master.
+    pub fn drop_master(&self) -> Result<()> {
+        sys_call::drop_master(self.fd.as_fd())
+    }
+
+    /// `DRM_IOCTL_GET_MAGIC`: this file's authentication token, to hand to the master.
+    /// Primary nodes only.
+    pub fn magic(&self) -> Result<AuthMagic> {
+        let mut a = sys::drm_auth::default();
+        sys_call::get_magic(self.fd.as_fd(), &mut a)?;
+        Ok(AuthMagic(a.magic))
+    }
+
+    /// `DRM_IOCTL_AUTH_MAGIC`: (master only) authenticates the open file that owns `magic`,
+    /// which lets it use authenticated-only ioctls such as `GEM_FLINK`/`GEM_OPEN`. EINVAL
+    /// for an unknown magic, EACCES when this file is not master.
+    pub fn authenticate(&self, magic: AuthMagic) -> Result<()> {
+        let mut a = sys::drm_auth { magic: magic.0 };
+        sys_call::auth_magic(self.fd.as_fd(), &mut a)
+    }
+
+    /// How many distinct GEM handles this process owns through this `Device` (live
+    /// [`GemObject`](crate::GemObject)s, counted once per handle). For leak checks.
+    pub fn live_handles(&self) -> usize {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
 impl AsFd for Device {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

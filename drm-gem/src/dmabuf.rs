@@ -49,7 +49,11 @@ impl DmaBuf {
     }
 
     /// Maps the whole buffer read-write (the exporter must allow it: PRIME `read_write`).
-    pub fn map(&mut self) -> Result<Mapping<'_>> {
+    ///
+    /// Takes `&self`, so that a [`CpuAccess`] guard can be held around reads and writes of
+    /// the mapping; several mappings of one dma-buf may coexist (they are the same memory,
+    /// and the safe API only copies in and out).
+    pub fn map(&self) -> Result<Mapping<'_>> {
         let len = usize::try_from(self.size()?).map_err(|_| Error::InvalidArgument {
             what: "dma-buf larger than the address space".into(),
         })?;

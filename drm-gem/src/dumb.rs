@@ -92,6 +92,12 @@ impl<'d> DumbBuffer<'d> {
         &self.obj
     }
 
+    /// Gives up ownership without destroying the buffer (cf. `OwnedFd::into_raw_fd`): the
+    /// caller must release the handle, e.g. with [`Device::close_handle`].
+    pub fn into_raw(self) -> GemHandle {
+        self.obj.into_raw()
+    }
+
     /// What it was created with.
     pub fn spec(&self) -> DumbSpec {
         self.spec

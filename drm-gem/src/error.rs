@@ -41,6 +41,11 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+    /// What was asked for does not exist here (no node of that driver, for example).
+    NotFound {
+        /// What was looked for, and what was found instead.
+        what: String,
+    },
     /// The kernel or driver lacks what this call needs (learned from a probe).
     Unsupported {
         /// The missing feature.
@@ -89,6 +94,7 @@ impl core::fmt::Display for Error {
             Self::Open { path, errno } => write!(f, "open {}: {errno}", path.display()),
             Self::NotDrm { why } => write!(f, "not a DRM device node: {why}"),
             Self::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            Self::NotFound { what } => write!(f, "not found: {what}"),
             Self::Unsupported { feature, reason } => {
                 write!(
                     f,

@@ -118,6 +118,20 @@ impl<'d> GemObject<'d> {
         })
     }
 
+    /// Maps the first `len` bytes of the object through its fake offset
+    /// (`DRM_IOCTL_MODE_MAP_DUMB`), which drivers with dumb-buffer support give for their
+    /// own GEM objects however the handle was obtained (create, `GETFB2`, `GEM_OPEN`). The
+    /// kernel refuses imported objects (EINVAL: map the dma-buf instead) and mappings
+    /// larger than the object.
+    pub fn map(&mut self, len: usize) -> Result<crate::Mapping<'_>> {
+        let mut a = sys::drm_mode_map_dumb {
+            handle: self.handle.get(),
+            ..Default::default()
+        };
+        sys_call::mode_map_dumb(self.dev.as_fd(), &mut a)?;
+        crate::Mapping::new(self.dev.as_fd(), a.offset, len)
+    }
+
     /// Gives up this ownership without releasing the handle (cf. `OwnedFd::into_raw_fd`);
     /// the caller becomes responsible for closing it.
     pub fn into_raw(self) -> GemHandle {
@@ -175,6 +189,31 @@ impl Drop for GemObject<'_> {
 }
 
 impl Device {
+    /// `DRM_IOCTL_GEM_CLOSE` of a handle nobody owns any more: one given up with
+    /// [`GemObject::into_raw`], or received from elsewhere on this open file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (nothing closed) while a [`GemObject`] still owns the
+    /// handle; EINVAL from the kernel for a handle this open file does not have.
+    pub fn close_handle(&self, handle: GemHandle) -> Result<()> {
+        let t = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if t.contains_key(&handle.get()) {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "GEM handle {} is still owned by a GemObject; drop it instead",
+                    handle.get()
+                ),
+            });
+        }
+        let mut a = sys::drm_gem_close {
+            handle: handle.get(),
+            pad: 0,
+        };
+        // Closed under the lock, so that no import can hand the same number out to an
+        // owner between the check and the close.
+        sys_call::gem_close(self.as_fd(), &mut a)
+    }
+
     /// `DRM_IOCTL_GEM_OPEN`: opens a flinked object by name; returns it and its size.
     pub fn open_name(&self, name: GemName) -> Result<(GemObject<'_>, u64)> {
         let mut a = sys::drm_gem_open {

@@ -5,18 +5,13 @@
 //! by its C macro name together with the errno, and every fd is an `OwnedFd` or a
 //! `BorrowedFd`.
 //!
-//! ```no_run
-//! // Print the driver of every DRM node on this machine.
-//! match drm_gem::enumerate() {
-//!     Ok(nodes) => {
-//!         for n in nodes {
-//!             let dev = drm_gem::Device::open(&n.path)?;
-//!             println!("{}: {} ({})", n.path.display(), dev.driver()?.name, n.kind.as_str());
-//!         }
-//!     }
-//!     Err(why) => println!("no DRM nodes: {why:?}"),
-//! }
-//! # Ok::<(), drm_gem::Error>(())
+//! The example below (`examples/share.rs`, also run inside the test guests by
+//! `kernel-tests/tests/example.rs`) creates a dumb buffer on one device, fills it through a
+//! mapping, exports it as a dma-buf, imports it on another device and reads the same bytes
+//! back through the importer. Where there are no DRM nodes it says so and succeeds.
+//!
+//! ```
+#![doc = include_str!("../examples/share.rs")]
 //! ```
 #![deny(unsafe_code)]
 
@@ -27,12 +22,15 @@ pub mod driver;
 mod dumb;
 mod error;
 mod gem;
+pub mod kms;
 mod mapping;
 mod sync_file;
 mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
-pub use device::{Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in};
+pub use device::{
+    AuthMagic, Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in,
+};
 pub use dmabuf::{CpuAccess, DmaBuf, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};

@@ -19,13 +19,13 @@ pub struct Mapping<'b> {
 
 impl Mapping<'_> {
     /// Maps `len` bytes of `fd` at `offset`, shared, read-write.
-    pub(crate) fn new(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Self> {
+    pub(crate) fn new<'a>(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Mapping<'a>> {
         if len == 0 {
             return Err(Error::InvalidArgument {
                 what: "cannot map 0 bytes".into(),
             });
         }
-        Ok(Self {
+        Ok(Mapping {
             map: RawMap::new(fd, offset, len)?,
             _borrow: PhantomData,
         })

@@ -13,6 +13,8 @@
 //! # if std::env::var_os("KERNEL_TESTS_STRICT").is_none() { needs_a_node(); }
 //! ```
 
+pub mod raw;
+
 /// Whether this run is strict (inside a guest built to have every device).
 pub fn strict() -> bool {
     std::env::var_os("KERNEL_TESTS_STRICT").is_some_and(|v| v != "0")
@@ -89,4 +91,23 @@ pub fn node_of_driver(drivers: &[&str]) -> Option<drm_gem::NodeInfo> {
         .ok()?
         .into_iter()
         .find(|n| n.driver.as_deref().is_some_and(|d| drivers.contains(&d)))
+}
+
+/// How many fds this process has open (entries of `/proc/self/fd`, less the one the
+/// listing itself uses). For leak checks around negative cases.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// The running kernel's `major.minor`, for per-kernel expectations in tests (never for
+/// feature decisions in the libraries, which probe).
+pub fn kernel_version() -> (u32, u32) {
+    let r = rustix::system::uname();
+    let rel = r.release().to_string_lossy();
+    let mut it = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse().ok());
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }

@@ -183,7 +183,7 @@ macro_rules! require_prime_pair {
 fn prime_export_import_shares_memory_and_handles() {
     let (vkms, vgem) = require_prime_pair!();
     let mut src = DumbBuffer::create(&vkms, spec32(32, 32)).unwrap();
-    let mut dmabuf = vkms
+    let dmabuf = vkms
         .export(src.gem(), PrimeFlags::default())
         .expect("PRIME_HANDLE_TO_FD");
     assert_eq!(dmabuf.size().unwrap(), src.size());

@@ -83,7 +83,7 @@ impl<'d> Qxl<'d> {
     /// does not know.
     pub fn raw_param(&self, param: u64) -> Result<u64> {
         let mut a = qsys::drm_qxl_getparam { param, value: 0 };
-        sys_call::qxl::qxl_getparam(self.dev.as_fd(), &mut a)?;
+        sys_call::qxl_getparam(self.dev.as_fd(), &mut a)?;
         Ok(a.value)
     }
 
@@ -92,7 +92,7 @@ impl<'d> Qxl<'d> {
     /// revision 4 or indices past the ROM's table; all of those read as false.
     pub fn client_cap(&self, index: u32) -> Result<bool> {
         let mut a = qsys::drm_qxl_clientcap { index, pad: 0 };
-        match sys_call::qxl::qxl_clientcap(self.dev.as_fd(), &mut a) {
+        match sys_call::qxl_clientcap(self.dev.as_fd(), &mut a) {
             Ok(()) => Ok(true),
             Err(e) if e.errno() == Some(Errno::NOSYS) => Ok(false),
             Err(e) => Err(e),
@@ -126,7 +126,7 @@ impl<'d> QxlBo<'d> {
     /// The kernel answers EINVAL for 0.
     pub fn alloc(qxl: &Qxl<'d>, size: u32) -> Result<Self> {
         let mut a = qsys::drm_qxl_alloc { size, handle: 0 };
-        sys_call::qxl::qxl_alloc(qxl.dev.as_fd(), &mut a)?;
+        sys_call::qxl_alloc(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
             obj: GemObject::adopt(qxl.dev, a.handle, Release::Close)?,
@@ -153,7 +153,7 @@ impl<'d> QxlBo<'d> {
             handle: 0,
             pad: 0,
         };
-        sys_call::qxl::qxl_alloc_surf(qxl.dev.as_fd(), &mut a)?;
+        sys_call::qxl_alloc_surf(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
             obj: GemObject::adopt(qxl.dev, a.handle, Release::Close)?,
@@ -197,7 +197,7 @@ pub fn map_offset(dev: &Device, handle: u32) -> Result<u64> {
         handle,
         ..Default::default()
     };
-    sys_call::qxl::qxl_map(dev.as_fd(), &mut a)?;
+    sys_call::qxl_map(dev.as_fd(), &mut a)?;
     Ok(a.offset)
 }
 
@@ -209,5 +209,25 @@ mod tests {
     fn param_numbers() {
         assert_eq!(QxlParam::NumSurfaces.raw(), 1);
         assert_eq!(QxlParam::MaxRelocs.raw(), 2);
+    }
+
+    #[test]
+    fn raw_calls_name_their_ioctl() {
+        let null = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDWR,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut a = qsys::drm_qxl_alloc {
+            size: 4096,
+            handle: 0,
+        };
+        match sys_call::qxl_alloc(null.as_fd(), &mut a) {
+            Err(Error::Ioctl { name, errno }) => {
+                assert_eq!((name, errno), ("DRM_IOCTL_QXL_ALLOC", Errno::NOTTY))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

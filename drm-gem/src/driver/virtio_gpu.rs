@@ -194,7 +194,7 @@ impl<'d> VirtioGpu<'d> {
     /// `DRM_IOCTL_VIRTGPU_GETPARAM` for a raw parameter number (for numbers newer than this
     /// crate): `None` when the kernel does not know it.
     pub fn raw_param(&self, param: u64) -> Result<Option<u32>> {
-        match sys_call::virtio_gpu::virtgpu_getparam(self.dev.as_fd(), param) {
+        match sys_call::virtgpu_getparam(self.dev.as_fd(), param) {
             Ok(v) => Ok(Some(v as u32)),
             Err(e) if e.errno() == Some(Errno::INVAL) => Ok(None),
             Err(e) => Err(e),
@@ -209,7 +209,7 @@ impl<'d> VirtioGpu<'d> {
     /// answers ENOSYS; QEMU offers none without virgl); EINVAL for an id or version the
     /// host does not offer, or an empty `buf`.
     pub fn get_caps(&self, id: u32, version: u32, buf: &mut [u8]) -> Result<()> {
-        sys_call::virtio_gpu::virtgpu_get_caps(self.dev.as_fd(), id, version, buf)
+        sys_call::virtgpu_get_caps(self.dev.as_fd(), id, version, buf)
             .map_err(|e| nosys("virtio-gpu capability sets", e, "the device offers none"))
     }
 
@@ -252,15 +252,15 @@ impl<'d> VirtioGpu<'d> {
             ring_idx,
             ..Default::default()
         };
-        let out =
-            sys_call::virtio_gpu::virtgpu_execbuffer(self.dev.as_fd(), a, s.command, &handles)
-                .map_err(|e| {
-                    nosys(
-                        "virtio-gpu command submission",
-                        e,
-                        "the device has no virgl",
-                    )
-                })?;
+        let out = sys_call::virtgpu_execbuffer(self.dev.as_fd(), a, s.command, &handles).map_err(
+            |e| {
+                nosys(
+                    "virtio-gpu command submission",
+                    e,
+                    "the device has no virgl",
+                )
+            },
+        )?;
         if s.out_fence {
             Ok(Some(SyncFile::from_fd(sys_call::own_fd(out.fence_fd)?)))
         } else {
@@ -300,7 +300,7 @@ impl<'d> VirtioGpu<'d> {
         }
         let supported =
             self.params.has(Param::ContextInit) && self.params.has(Param::ThreeDFeatures);
-        sys_call::virtio_gpu::virtgpu_context_init(self.dev.as_fd(), &raw, name).map_err(|e| {
+        sys_call::virtgpu_context_init(self.dev.as_fd(), &raw, name).map_err(|e| {
             if !supported && e.errno() == Some(Errno::INVAL) {
                 Error::Unsupported {
                     feature: "virtio-gpu CONTEXT_INIT",
@@ -714,7 +714,7 @@ impl<'d> Resource<'d> {
             size: spec.size,
             stride: spec.stride,
         };
-        sys_call::virtio_gpu::virtgpu_resource_create(gpu.dev.as_fd(), &mut a)?;
+        sys_call::virtgpu_resource_create(gpu.dev.as_fd(), &mut a)?;
         Self::adopt(gpu, a.bo_handle, a.res_handle)
     }
 
@@ -732,8 +732,8 @@ impl<'d> Resource<'d> {
             blob_id: spec.blob_id,
             ..Default::default()
         };
-        let out = sys_call::virtio_gpu::virtgpu_resource_create_blob(gpu.dev.as_fd(), a, spec.cmd)
-            .map_err(|e| {
+        let out =
+            sys_call::virtgpu_resource_create_blob(gpu.dev.as_fd(), a, spec.cmd).map_err(|e| {
                 if !gpu.params.has(Param::ResourceBlob) && e.errno() == Some(Errno::INVAL) {
                     Error::Unsupported {
                         feature: "virtio-gpu blob resources",
@@ -809,7 +809,7 @@ impl<'d> Resource<'d> {
             stride: t.stride,
             layer_stride: t.layer_stride,
         };
-        sys_call::virtio_gpu::virtgpu_transfer_to_host(self.obj.device().as_fd(), &mut a)
+        sys_call::virtgpu_transfer_to_host(self.obj.device().as_fd(), &mut a)
     }
 
     /// `DRM_IOCTL_VIRTGPU_TRANSFER_FROM_HOST`: copies a box of the host resource into the
@@ -826,15 +826,13 @@ impl<'d> Resource<'d> {
             stride: t.stride,
             layer_stride: t.layer_stride,
         };
-        sys_call::virtio_gpu::virtgpu_transfer_from_host(self.obj.device().as_fd(), &mut a).map_err(
-            |e| {
-                nosys(
-                    "virtio-gpu TRANSFER_FROM_HOST",
-                    e,
-                    "the device has no virgl",
-                )
-            },
-        )
+        sys_call::virtgpu_transfer_from_host(self.obj.device().as_fd(), &mut a).map_err(|e| {
+            nosys(
+                "virtio-gpu TRANSFER_FROM_HOST",
+                e,
+                "the device has no virgl",
+            )
+        })
     }
 
     /// `DRM_IOCTL_VIRTGPU_WAIT`: true when the object is idle. With `nowait` it only polls;
@@ -856,7 +854,7 @@ pub fn resource_info(dev: &Device, handle: u32) -> Result<ResourceInfo> {
         bo_handle: handle,
         ..Default::default()
     };
-    sys_call::virtio_gpu::virtgpu_resource_info(dev.as_fd(), &mut a)?;
+    sys_call::virtgpu_resource_info(dev.as_fd(), &mut a)?;
     Ok(ResourceInfo {
         res_handle: ResourceId::new(a.res_handle),
         size: a.size,
@@ -870,7 +868,7 @@ pub fn map_offset(dev: &Device, handle: u32) -> Result<u64> {
         handle,
         ..Default::default()
     };
-    sys_call::virtio_gpu::virtgpu_map(dev.as_fd(), &mut a)?;
+    sys_call::virtgpu_map(dev.as_fd(), &mut a)?;
     Ok(a.offset)
 }
 
@@ -880,7 +878,7 @@ pub fn wait(dev: &Device, handle: u32, nowait: bool) -> Result<bool> {
         handle,
         flags: if nowait { vsys::VIRTGPU_WAIT_NOWAIT } else { 0 },
     };
-    match sys_call::virtio_gpu::virtgpu_wait(dev.as_fd(), &mut a) {
+    match sys_call::virtgpu_wait(dev.as_fd(), &mut a) {
         Ok(()) => Ok(true),
         Err(e) if e.errno() == Some(Errno::BUSY) => Ok(false),
         Err(e) => Err(e),
@@ -903,6 +901,53 @@ mod tests {
         assert!(!p.has(Param::ThreeDFeatures));
         assert!(!p.has(Param::ResourceBlob));
         assert!(p.has(Param::SupportedCapsetIds));
+    }
+
+    #[test]
+    fn raw_calls_name_their_ioctl() {
+        // On a non-DRM fd every call reaches the kernel and fails with ENOTTY, named.
+        let null = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDWR,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let fd = null.as_fd();
+        let name = |e: Error| match e {
+            Error::Ioctl { name, errno } if errno == Errno::NOTTY => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            name(sys_call::virtgpu_getparam(fd, 1).unwrap_err()),
+            "DRM_IOCTL_VIRTGPU_GETPARAM"
+        );
+        assert_eq!(
+            name(sys_call::virtgpu_get_caps(fd, 1, 1, &mut [0; 8]).unwrap_err()),
+            "DRM_IOCTL_VIRTGPU_GET_CAPS"
+        );
+        let ex = vsys::drm_virtgpu_execbuffer::default();
+        assert_eq!(
+            name(sys_call::virtgpu_execbuffer(fd, ex, &[0; 4], &[1]).unwrap_err()),
+            "DRM_IOCTL_VIRTGPU_EXECBUFFER"
+        );
+        let blob = vsys::drm_virtgpu_resource_create_blob::default();
+        assert_eq!(
+            name(sys_call::virtgpu_resource_create_blob(fd, blob, &[]).unwrap_err()),
+            "DRM_IOCTL_VIRTGPU_RESOURCE_CREATE_BLOB"
+        );
+        assert_eq!(
+            name(sys_call::virtgpu_context_init(fd, &[], Some(c"x")).unwrap_err()),
+            "DRM_IOCTL_VIRTGPU_CONTEXT_INIT"
+        );
+        // The address-carrying parameter is only built from a borrowed name.
+        let raw = vsys::drm_virtgpu_context_set_param {
+            param: u64::from(vsys::VIRTGPU_CONTEXT_PARAM_DEBUG_NAME),
+            value: 0x1000,
+        };
+        assert!(matches!(
+            sys_call::virtgpu_context_init(fd, &[raw], None),
+            Err(Error::InvalidArgument { .. })
+        ));
     }
 
     #[test]

@@ -77,6 +77,22 @@ macro_rules! drm_ioctl {
     };
 }
 
+/// An ioctl without an argument (`_IO`).
+macro_rules! drm_ioctl_noarg {
+    ($(#[$m:meta])* $cname:ident => $fname:ident) => {
+        $(#[$m])*
+        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
+        pub(crate) fn $fname(fd: BorrowedFd<'_>) -> Result<(), Error> {
+            retry(|| {
+                // SAFETY: `$cname` is an `_IO` request: the kernel reads and writes no
+                // memory of ours (checked by ioctl-sys/tests/opcodes.rs).
+                unsafe { ioctl(fd, rustix::ioctl::NoArg::<{ sys::$cname as Opcode }>::new()) }
+            })
+            .map_err(|errno| Error::ioctl(stringify!($cname), errno))
+        }
+    };
+}
+
 drm_ioctl!(safe
     /// Queries one driver capability. Nodes: primary and render. Permissions: none.
     DRM_IOCTL_GET_CAP => get_cap(&mut sys::drm_get_cap));
@@ -295,7 +311,25 @@ pub(crate) fn sync_file_info(
 
 // One file per area; declared after the macro so that they can use it.
 mod dma_buf;
-pub(crate) mod qxl;
+mod kms;
+mod qxl;
 mod syncobj;
 mod vgem;
-pub(crate) mod virtio_gpu;
+mod virtio_gpu;
+pub(crate) use kms::*;
+pub(crate) use qxl::*;
+pub(crate) use virtio_gpu::*;
+
+drm_ioctl_noarg!(
+    /// Becomes DRM master of the device (primary nodes; needs no other master, or
+    /// CAP_SYS_ADMIN).
+    DRM_IOCTL_SET_MASTER => set_master);
+drm_ioctl_noarg!(
+    /// Gives up DRM master.
+    DRM_IOCTL_DROP_MASTER => drop_master);
+drm_ioctl!(safe
+    /// Gets this open file's authentication magic (primary nodes).
+    DRM_IOCTL_GET_MAGIC => get_magic(&mut sys::drm_auth));
+drm_ioctl!(safe
+    /// Authenticates another open file by its magic (master only).
+    DRM_IOCTL_AUTH_MAGIC => auth_magic(&mut sys::drm_auth));

@@ -1,0 +1,230 @@
+//! Framebuffers: a layout (format, size, up to four planes) over GEM objects.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::gem::{GemHandle, GemObject, Release};
+use crate::sys_call;
+use core::num::NonZeroU32;
+use ioctl_sys::drm as sys;
+use rustix::fd::AsFd;
+
+/// A framebuffer id: a device-wide KMS object id (unlike GEM handles).
+#[repr(transparent)]
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct FramebufferId(NonZeroU32);
+
+impl FramebufferId {
+    /// Wraps a raw id; `None` for 0 ("no framebuffer").
+    pub const fn new(raw: u32) -> Option<Self> {
+        match NonZeroU32::new(raw) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// The raw id.
+    pub const fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
+/// One plane of a framebuffer being created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FbPlane {
+    /// The GEM object holding the plane's pixels.
+    pub handle: GemHandle,
+    /// Bytes per row.
+    pub pitch: u32,
+    /// Byte offset of the plane in the object.
+    pub offset: u32,
+}
+
+/// What `DRM_IOCTL_MODE_ADDFB2` is asked to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FbSpec {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// DRM fourcc (`DRM_FORMAT_*`, e.g. `ioctl_sys::drm::DRM_FORMAT_XRGB8888`).
+    pub format: u32,
+    /// Format modifier for every plane (sets `DRM_MODE_FB_MODIFIERS`); `None` = implicit.
+    pub modifier: Option<u64>,
+    /// One to four planes, in format order.
+    pub planes: Vec<FbPlane>,
+}
+
+impl FbSpec {
+    /// A single-plane framebuffer of `format` over one object.
+    pub fn single(width: u32, height: u32, format: u32, handle: GemHandle, pitch: u32) -> Self {
+        Self {
+            width,
+            height,
+            format,
+            modifier: None,
+            planes: vec![FbPlane {
+                handle,
+                pitch,
+                offset: 0,
+            }],
+        }
+    }
+
+    fn to_raw(&self) -> Result<sys::drm_mode_fb_cmd2> {
+        if self.planes.is_empty() || self.planes.len() > 4 {
+            return Err(Error::InvalidArgument {
+                what: format!("a framebuffer has 1 to 4 planes, not {}", self.planes.len()),
+            });
+        }
+        let mut a = sys::drm_mode_fb_cmd2 {
+            width: self.width,
+            height: self.height,
+            pixel_format: self.format,
+            ..Default::default()
+        };
+        for (i, p) in self.planes.iter().enumerate() {
+            a.handles[i] = p.handle.get();
+            a.pitches[i] = p.pitch;
+            a.offsets[i] = p.offset;
+            if let Some(m) = self.modifier {
+                a.modifier[i] = m;
+            }
+        }
+        if self.modifier.is_some() {
+            a.flags |= sys::DRM_MODE_FB_MODIFIERS;
+        }
+        Ok(a)
+    }
+}
+
+/// A framebuffer this process added; removed (`DRM_IOCTL_MODE_RMFB`) on drop, which also
+/// turns off any plane still showing it.
+#[derive(Debug)]
+pub struct Framebuffer<'d> {
+    dev: &'d Device,
+    id: FramebufferId,
+}
+
+impl Framebuffer<'_> {
+    /// The framebuffer's id.
+    pub fn id(&self) -> FramebufferId {
+        self.id
+    }
+}
+
+impl Drop for Framebuffer<'_> {
+    fn drop(&mut self) {
+        let mut id = self.id.get();
+        // Errors cannot be reported from Drop; RMFB fails only for an id that is not ours,
+        // which the type rules out.
+        let r = sys_call::mode_rmfb(self.dev.as_fd(), &mut id);
+        debug_assert!(r.is_ok(), "RMFB {} failed: {r:?}", self.id.get());
+    }
+}
+
+/// One plane of a framebuffer as `GETFB2` reports it.
+#[derive(Debug)]
+pub struct FbPlaneInfo<'d> {
+    /// A fresh handle to the plane's object, owned through the device's handle table
+    /// (closed when the last owner is dropped; planes on one object share one handle).
+    /// `None` when the kernel withheld handles (caller neither master nor CAP_SYS_ADMIN).
+    pub object: Option<GemObject<'d>>,
+    /// Bytes per row.
+    pub pitch: u32,
+    /// Byte offset in the object.
+    pub offset: u32,
+}
+
+/// What `DRM_IOCTL_MODE_GETFB2` reports about a framebuffer.
+#[derive(Debug)]
+pub struct FramebufferInfo<'d> {
+    /// The framebuffer.
+    pub id: FramebufferId,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// DRM fourcc.
+    pub format: u32,
+    /// The modifier, when the kernel reports one: kernels whose device supports modifiers
+    /// report it for every framebuffer (`DRM_FORMAT_MOD_LINEAR`, 0, for an implicit linear
+    /// one); older kernels only for framebuffers created with explicit modifiers.
+    pub modifier: Option<u64>,
+    /// The planes in use.
+    pub planes: Vec<FbPlaneInfo<'d>>,
+}
+
+impl Device {
+    /// `DRM_IOCTL_MODE_ADDFB2`: adds a framebuffer (primary nodes).
+    pub fn add_framebuffer(&self, spec: &FbSpec) -> Result<Framebuffer<'_>> {
+        let mut a = spec.to_raw()?;
+        sys_call::mode_addfb2(self.as_fd(), &mut a)?;
+        let id = FramebufferId::new(a.fb_id).ok_or(Error::NotDrm {
+            why: "the kernel returned framebuffer id 0".into(),
+        })?;
+        Ok(Framebuffer { dev: self, id })
+    }
+
+    /// `DRM_IOCTL_MODE_GETFB2`: reads a framebuffer back (any framebuffer on the device,
+    /// not only ours). The GEM handles the kernel creates for the caller are owned by the
+    /// returned planes, so they cannot leak.
+    pub fn framebuffer_info(&self, id: FramebufferId) -> Result<FramebufferInfo<'_>> {
+        let mut a = sys::drm_mode_fb_cmd2 {
+            fb_id: id.get(),
+            ..Default::default()
+        };
+        sys_call::mode_getfb2(self.as_fd(), &mut a)?;
+        // Adopt every handle first, so that an error below still closes them all.
+        let mut planes = Vec::new();
+        for i in 0..4 {
+            let object = match a.handles[i] {
+                0 => None,
+                h => Some(GemObject::adopt(self, h, Release::Close)?),
+            };
+            if object.is_none() && a.pitches[i] == 0 {
+                continue;
+            }
+            planes.push(FbPlaneInfo {
+                object,
+                pitch: a.pitches[i],
+                offset: a.offsets[i],
+            });
+        }
+        let modifier = (a.flags & sys::DRM_MODE_FB_MODIFIERS != 0).then_some(a.modifier[0]);
+        Ok(FramebufferInfo {
+            id,
+            width: a.width,
+            height: a.height,
+            format: a.pixel_format,
+            modifier,
+            planes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plane_count_is_checked_before_the_kernel() {
+        let h = GemHandle::new(1).unwrap();
+        let mut s = FbSpec::single(64, 64, sys::DRM_FORMAT_XRGB8888, h, 256);
+        let raw = s.to_raw().unwrap();
+        assert_eq!((raw.handles[0], raw.pitches[0], raw.flags), (1, 256, 0));
+        s.modifier = Some(0);
+        assert_eq!(s.to_raw().unwrap().flags, sys::DRM_MODE_FB_MODIFIERS);
+        s.planes.clear();
+        assert!(matches!(s.to_raw(), Err(Error::InvalidArgument { .. })));
+        s.planes = vec![s_plane(h); 5];
+        assert!(matches!(s.to_raw(), Err(Error::InvalidArgument { .. })));
+    }
+
+    fn s_plane(handle: GemHandle) -> FbPlane {
+        FbPlane {
+            handle,
+            pitch: 4,
+            offset: 0,
+        }
+    }
+}
