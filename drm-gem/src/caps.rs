@@ -137,6 +137,18 @@ impl ClientCap {
             Self::CursorPlaneHotspot => sys::DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT,
         }
     }
+
+    /// The C name, `DRM_CLIENT_CAP_*`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Stereo3d => "DRM_CLIENT_CAP_STEREO_3D",
+            Self::UniversalPlanes => "DRM_CLIENT_CAP_UNIVERSAL_PLANES",
+            Self::Atomic => "DRM_CLIENT_CAP_ATOMIC",
+            Self::AspectRatio => "DRM_CLIENT_CAP_ASPECT_RATIO",
+            Self::WritebackConnectors => "DRM_CLIENT_CAP_WRITEBACK_CONNECTORS",
+            Self::CursorPlaneHotspot => "DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT",
+        }
+    }
 }
 
 /// What the running kernel and driver support, learned by asking them.

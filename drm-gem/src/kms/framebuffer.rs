@@ -10,6 +10,7 @@ use rustix::fd::AsFd;
 
 /// A framebuffer id: a device-wide KMS object id (unlike GEM handles).
 #[repr(transparent)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
 #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct FramebufferId(NonZeroU32);
 

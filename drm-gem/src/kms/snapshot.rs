@@ -1,0 +1,202 @@
+//! A serialisable snapshot of a device's whole KMS state.
+
+use super::edid::{self, Edid};
+use super::in_formats::{self, FormatModifiers};
+use super::{
+    Connector, Crtc, CrtcId, Encoder, FramebufferId, ModeObject, Plane, Property, PropertyValue,
+    Resources,
+};
+use crate::caps::ClientCap;
+use crate::device::Device;
+use crate::error::Result;
+
+/// A property of an object: metadata, raw value and decoded value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ObjectProperty {
+    /// Metadata.
+    pub property: Property,
+    /// The raw value.
+    pub raw: u64,
+    /// The decoded value.
+    pub value: PropertyValue,
+}
+
+/// A connector with its properties and decoded EDID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ConnectorState {
+    /// The connector.
+    pub connector: Connector,
+    /// Its properties.
+    pub properties: Vec<ObjectProperty>,
+    /// Its EDID, when it has one and it decodes.
+    pub edid: Option<Edid>,
+}
+
+/// A plane with its type, properties and `IN_FORMATS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct PlaneState {
+    /// The plane.
+    pub plane: Plane,
+    /// `Primary`, `Overlay` or `Cursor` (its `type` property).
+    pub kind: Option<String>,
+    /// Its properties.
+    pub properties: Vec<ObjectProperty>,
+    /// Format and modifier pairs from `IN_FORMATS`, where the plane has it.
+    pub in_formats: Option<Vec<FormatModifiers>>,
+}
+
+/// A CRTC with its properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct CrtcState {
+    /// The CRTC.
+    pub crtc: Crtc,
+    /// Its properties.
+    pub properties: Vec<ObjectProperty>,
+}
+
+/// A framebuffer's layout (from `GETFB2`; the handles it returns are closed at once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FramebufferSummary {
+    /// Its id.
+    pub id: FramebufferId,
+    /// Size in pixels.
+    pub size: (u32, u32),
+    /// DRM fourcc.
+    pub format: u32,
+    /// Modifier, where reported.
+    pub modifier: Option<u64>,
+    /// Pitch of each plane.
+    pub pitches: Vec<u32>,
+}
+
+/// Everything KMS says about a device at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Snapshot {
+    /// Client caps this snapshot managed to set (`UNIVERSAL_PLANES`, `ATOMIC`,
+    /// `WRITEBACK_CONNECTORS`), which decide what is visible.
+    pub client_caps: Vec<&'static str>,
+    /// Resources.
+    pub resources: Resources,
+    /// Connectors.
+    pub connectors: Vec<ConnectorState>,
+    /// Encoders.
+    pub encoders: Vec<Encoder>,
+    /// CRTCs.
+    pub crtcs: Vec<CrtcState>,
+    /// Planes.
+    pub planes: Vec<PlaneState>,
+    /// Framebuffers.
+    pub framebuffers: Vec<FramebufferSummary>,
+}
+
+fn props<O: ModeObject>(dev: &Device, obj: O) -> Result<Vec<ObjectProperty>> {
+    Ok(dev
+        .properties_of(obj)?
+        .into_iter()
+        .map(|(property, raw)| ObjectProperty {
+            value: property.decode(raw),
+            property,
+            raw,
+        })
+        .collect())
+}
+
+fn blob_of(dev: &Device, props: &[ObjectProperty], name: &str) -> Option<Vec<u8>> {
+    let p = props.iter().find(|p| p.property.name == name)?;
+    match p.value {
+        PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
+        _ => None,
+    }
+}
+
+impl Snapshot {
+    /// Reads the whole KMS state of `dev`. Sets the `UNIVERSAL_PLANES`, `ATOMIC` and
+    /// `WRITEBACK_CONNECTORS` client caps on it first, where the kernel accepts them, so
+    /// that every plane, connector and property is visible; the caps stay set.
+    pub fn take(dev: &Device) -> Result<Self> {
+        let mut client_caps = Vec::new();
+        for cap in [
+            ClientCap::UniversalPlanes,
+            ClientCap::Atomic,
+            ClientCap::WritebackConnectors,
+        ] {
+            if dev.set_client_cap(cap, 1).is_ok() {
+                client_caps.push(cap.name());
+            }
+        }
+        let resources = dev.resources()?;
+        let mut connectors = Vec::new();
+        for &id in &resources.connectors {
+            let connector = dev.connector(id)?;
+            let properties = props(dev, id)?;
+            let edid = blob_of(dev, &properties, "EDID").and_then(|b| edid::parse(&b).ok());
+            connectors.push(ConnectorState {
+                connector,
+                properties,
+                edid,
+            });
+        }
+        let encoders = resources
+            .encoders
+            .iter()
+            .map(|&id| dev.encoder(id))
+            .collect::<Result<_>>()?;
+        let crtcs = resources
+            .crtcs
+            .iter()
+            .map(|&id: &CrtcId| {
+                Ok(CrtcState {
+                    crtc: dev.crtc(id)?,
+                    properties: props(dev, id)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut planes = Vec::new();
+        for id in dev.plane_ids()? {
+            let plane = dev.plane(id)?;
+            let properties = props(dev, id)?;
+            let kind = properties
+                .iter()
+                .find(|p| p.property.name == "type")
+                .and_then(|p| match &p.value {
+                    PropertyValue::Enum(name) => name.clone(),
+                    _ => None,
+                });
+            let in_formats =
+                blob_of(dev, &properties, "IN_FORMATS").and_then(|b| in_formats::parse(&b).ok());
+            planes.push(PlaneState {
+                plane,
+                kind,
+                properties,
+                in_formats,
+            });
+        }
+        let framebuffers = resources
+            .framebuffers
+            .iter()
+            .filter_map(|&id| dev.framebuffer_info(id).ok())
+            .map(|fb| FramebufferSummary {
+                id: fb.id,
+                size: (fb.width, fb.height),
+                format: fb.format,
+                modifier: fb.modifier,
+                pitches: fb.planes.iter().map(|p| p.pitch).collect(),
+            })
+            .collect();
+        Ok(Self {
+            client_caps,
+            resources,
+            connectors,
+            encoders,
+            crtcs,
+            planes,
+            framebuffers,
+        })
+    }
+}
