@@ -57,6 +57,10 @@ pub struct Device {
     /// gives the same handle for every import of one dma-buf on one open file, so two
     /// imports share one handle, which must be closed once, by the last owner.
     pub(crate) handles: std::sync::Mutex<std::collections::HashMap<u32, u32>>,
+    /// KMS property ids seen in atomic requests, and whether each is a user-pointer
+    /// property (`OUT_FENCE_PTR`, `WRITEBACK_OUT_FENCE_PTR`). Property objects live as long
+    /// as the device, so an id's answer never changes.
+    pub(crate) pointer_props: std::sync::Mutex<std::collections::HashMap<u32, bool>>,
 }
 
 impl Device {
@@ -86,6 +90,7 @@ impl Device {
             fd,
             kind,
             handles: Default::default(),
+            pointer_props: Default::default(),
         })
     }
 

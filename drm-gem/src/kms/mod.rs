@@ -13,7 +13,9 @@
 //! # Ok::<(), drm_gem::Error>(())
 //! ```
 
+mod atomic;
 pub mod edid;
+mod events;
 mod framebuffer;
 mod ids;
 pub mod in_formats;
@@ -21,7 +23,10 @@ mod mode;
 mod property;
 mod resources;
 mod snapshot;
+mod vblank;
 
+pub use atomic::{AtomicFlags, AtomicRequest, Committed, Culprit, Explanation, FenceKind};
+pub use events::{Event, VblankEvent, parse_events};
 pub use framebuffer::{FbPlane, FbPlaneInfo, FbSpec, Framebuffer, FramebufferId, FramebufferInfo};
 pub use ids::{BlobId, ConnectorId, CrtcId, EncoderId, ModeObject, PlaneId, PropertyId};
 pub use mode::Mode;
@@ -33,6 +38,7 @@ pub use resources::{
 pub use snapshot::{
     ConnectorState, CrtcState, FramebufferSummary, ObjectProperty, PlaneState, Snapshot,
 };
+pub use vblank::Sequence;
 
 /// A NUL-terminated (or full) fixed-size C name as text.
 pub(crate) fn c_name(b: &[u8]) -> String {

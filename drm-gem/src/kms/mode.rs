@@ -50,6 +50,21 @@ impl Mode {
             .unwrap_or(0)
     }
 
+    /// The bytes of a `MODE_ID` property blob: `struct drm_mode_modeinfo` in the kernel's
+    /// layout (68 bytes, little-endian, no padding).
+    pub fn to_blob_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(68);
+        b.extend_from_slice(&self.clock.to_le_bytes());
+        for v in self.h.iter().chain(&self.v) {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.vrefresh, self.flags, self.kind] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&self.name);
+        b
+    }
+
     /// The kernel's struct, for SETCRTC or a MODE_ID blob.
     pub fn to_raw(&self) -> sys::drm_mode_modeinfo {
         let mut name = [0 as core::ffi::c_char; 32];
@@ -125,6 +140,12 @@ mod tests {
         let back = m.to_raw();
         assert_eq!((back.clock, back.htotal, back.vtotal), (65000, 1344, 806));
         assert_eq!(Mode::from(&back), m);
+        let bytes = m.to_blob_bytes();
+        assert_eq!(bytes.len(), core::mem::size_of::<sys::drm_mode_modeinfo>());
+        assert_eq!(&bytes[..4], &65000u32.to_le_bytes());
+        assert_eq!(&bytes[4..6], &1024u16.to_le_bytes());
+        assert_eq!(&bytes[24..28], &60u32.to_le_bytes());
+        assert_eq!(&bytes[36..44], b"1024x768");
         let zero = Mode::from(&sys::drm_mode_modeinfo::default());
         assert_eq!(zero.refresh_mhz(), 0);
     }

@@ -221,3 +221,105 @@ pub(crate) fn mode_createpropblob(fd: BorrowedFd<'_>, data: &[u8]) -> Result<u32
     unsafe { mode_createpropblob_raw(fd, &mut a)? };
     Ok(a.blob_id)
 }
+
+drm_ioctl!(unsafe
+    /// Commits (or tests) an atomic request.
+    DRM_IOCTL_MODE_ATOMIC => mode_atomic_raw(&mut sys::drm_mode_atomic));
+drm_ioctl!(safe
+    /// Reads a CRTC's current vblank sequence and its timestamp.
+    DRM_IOCTL_CRTC_GET_SEQUENCE => crtc_get_sequence(&mut sys::drm_crtc_get_sequence));
+drm_ioctl!(safe
+    /// Asks for an event when a CRTC reaches a vblank sequence.
+    DRM_IOCTL_CRTC_QUEUE_SEQUENCE => crtc_queue_sequence(&mut sys::drm_crtc_queue_sequence));
+drm_ioctl!(safe
+    /// Waits for (or asks for an event at) a vblank, legacy interface.
+    DRM_IOCTL_WAIT_VBLANK => wait_vblank_raw(&mut sys::drm_wait_vblank));
+
+/// `DRM_IOCTL_WAIT_VBLANK` with a request; returns the kernel's reply.
+pub(crate) fn wait_vblank(
+    fd: BorrowedFd<'_>,
+    request: sys::drm_wait_vblank_request,
+) -> Result<sys::drm_wait_vblank_reply, Error> {
+    let mut u = sys::drm_wait_vblank { request };
+    wait_vblank_raw(fd, &mut u)?;
+    // SAFETY: both union variants are plain integers of the same size (any bit pattern is
+    // valid), and the kernel fills the reply variant on success.
+    Ok(unsafe { u.reply })
+}
+drm_ioctl!(safe
+    /// Queues a page flip of a CRTC's primary plane (event with `user_data` on request).
+    DRM_IOCTL_MODE_PAGE_FLIP => mode_page_flip(&mut sys::drm_mode_crtc_page_flip));
+
+/// The arrays of one atomic request, in the kernel's layout.
+pub(crate) struct AtomicArrays<'a> {
+    pub objs: &'a [u32],
+    pub counts: &'a [u32],
+    pub props: &'a [u32],
+    pub values: &'a [u64],
+}
+
+/// `DRM_IOCTL_MODE_ATOMIC` over `arrays`, where the values at `fence_at` (indices into
+/// `props`/`values`) are replaced by the addresses of fence slots owned by this call; returns
+/// the call's result and the fd the kernel wrote into each slot (-1: none).
+///
+/// Every other property must be confirmed by `is_pointer` (`Ok(false)`) not to take a user
+/// pointer; a property it calls a pointer is refused before the kernel is asked.
+pub(crate) fn mode_atomic(
+    fd: BorrowedFd<'_>,
+    flags: u32,
+    arrays: &AtomicArrays<'_>,
+    fence_at: &[usize],
+    mut is_pointer: impl FnMut(u32) -> Result<bool, Error>,
+    user_data: u64,
+) -> Result<(Result<(), Error>, Vec<i32>), Error> {
+    let total: usize = arrays.counts.iter().map(|&c| c as usize).sum();
+    if arrays.objs.len() != arrays.counts.len()
+        || arrays.props.len() != total
+        || arrays.values.len() != total
+        || fence_at.iter().any(|&i| i >= total)
+    {
+        return Err(Error::InvalidArgument {
+            what: "atomic request arrays do not agree".into(),
+        });
+    }
+    for (i, &p) in arrays.props.iter().enumerate() {
+        if !fence_at.contains(&i) && is_pointer(p)? {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "property {p} takes a user pointer: ask for the fence with \
+                     AtomicRequest::out_fence or writeback_fence instead"
+                ),
+            });
+        }
+    }
+    let mut slots: Vec<i32> = vec![-1; fence_at.len()];
+    let mut values = arrays.values.to_vec();
+    for (slot, &i) in slots.iter_mut().zip(fence_at) {
+        values[i] = (slot as *mut i32) as u64;
+    }
+    let ptr = |p: *const u8, empty: bool| if empty { 0 } else { p as u64 };
+    let mut a = sys::drm_mode_atomic {
+        flags,
+        count_objs: u32::try_from(arrays.objs.len()).unwrap_or(u32::MAX),
+        objs_ptr: ptr(arrays.objs.as_ptr().cast(), arrays.objs.is_empty()),
+        count_props_ptr: ptr(arrays.counts.as_ptr().cast(), arrays.counts.is_empty()),
+        props_ptr: ptr(arrays.props.as_ptr().cast(), arrays.props.is_empty()),
+        prop_values_ptr: ptr(values.as_ptr().cast(), values.is_empty()),
+        reserved: 0,
+        user_data,
+    };
+    // SAFETY: the kernel reads `count_objs` object ids and per-object counts, then as many
+    // property ids and values as the counts add up to: the arrays were checked to have
+    // exactly those lengths and live for the call. The only values the kernel treats as
+    // user pointers are those of pointer properties: each is the address of one `slots`
+    // entry (an i32 the kernel may write, untouched by us until the call returns), and
+    // every other property was confirmed above not to be one.
+    let r = unsafe { mode_atomic_raw(fd, &mut a) };
+    Ok((r, slots))
+}
+
+/// Reads whatever events are queued on a DRM fd into `buf` (blocking until at least one
+/// arrives unless the caller polled first). Returns the bytes read.
+pub(crate) fn read_events(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Error> {
+    retry(|| rustix::io::read(fd, &mut *buf)).map_err(|e| Error::syscall("read", e))
+}
