@@ -741,3 +741,120 @@ fn bochs_vram_placement() {
     drop(b);
     assert_eq!(read(), before, "destroying it leaves VRAM as it was");
 }
+
+fn prop<O: drm_gem::kms::ModeObject + core::fmt::Debug>(
+    dev: &Device,
+    obj: O,
+    name: &str,
+) -> drm_gem::kms::PropertyId {
+    dev.find_property(obj, name)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .0
+        .id
+}
+
+/// Scan-out is what puts a dumb buffer in VRAM: after an atomic modeset that shows our
+/// buffer, `vram-mm` has one more used range of exactly the buffer's pages; after the pipe
+/// is off and the buffer destroyed, VRAM is back to where it was. On every matrix kernel.
+#[test]
+fn bochs_scanout_pins_the_buffer_in_vram() {
+    use drm_gem::ClientCap;
+    use drm_gem::kms::{AtomicFlags, AtomicRequest, FbSpec, Snapshot};
+    let dev = require_driver!("bochs", &bochs::DRIVER_NAMES, NodeKind::Primary);
+    dev.set_client_cap(ClientCap::UniversalPlanes, 1)
+        .expect("UNIVERSAL_PLANES");
+    dev.set_client_cap(ClientCap::Atomic, 1).expect("ATOMIC");
+    dev.set_master().ok();
+    let snap = Snapshot::take(&dev).expect("snapshot");
+    let crtc = snap.resources.crtcs[0];
+    let conn = snap.resources.connectors[0];
+    let plane = snap
+        .planes
+        .iter()
+        .find(|p| p.kind.as_deref() == Some("Primary"))
+        .expect("a primary plane")
+        .plane
+        .id;
+    let probed = dev.probe_connector(conn).expect("probe");
+    let mode = *probed
+        .modes
+        .iter()
+        .find(|m| m.size() == (640, 480))
+        .or(probed.modes.first())
+        .expect("a mode");
+    let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
+    let before = bochs::vram_mm(&dev).expect("vram-mm");
+    let fds = open_fds();
+    {
+        let spec = DumbSpec {
+            width: w,
+            height: h,
+            bpp: 32,
+        };
+        let buf = DumbBuffer::create(&dev, spec).expect("CREATE_DUMB");
+        let pages = buf.size().div_ceil(4096);
+        let fb = dev
+            .add_framebuffer(&FbSpec::single(
+                w,
+                h,
+                ioctl_sys::drm::DRM_FORMAT_XRGB8888,
+                buf.handle(),
+                buf.pitch(),
+            ))
+            .expect("ADDFB2");
+        assert_eq!(bochs::vram_mm(&dev).unwrap(), before, "not yet scanned out");
+        let blob = dev.create_blob(&mode.to_blob_bytes()).expect("mode blob");
+        let mut req = AtomicRequest::new();
+        req.set(crtc, prop(&dev, crtc, "ACTIVE"), 1)
+            .set(
+                crtc,
+                prop(&dev, crtc, "MODE_ID"),
+                u64::from(blob.id().get()),
+            )
+            .set(conn, prop(&dev, conn, "CRTC_ID"), u64::from(crtc.get()))
+            .set(plane, prop(&dev, plane, "FB_ID"), u64::from(fb.id().get()))
+            .set(plane, prop(&dev, plane, "CRTC_ID"), u64::from(crtc.get()))
+            .set(plane, prop(&dev, plane, "SRC_X"), 0)
+            .set(plane, prop(&dev, plane, "SRC_Y"), 0)
+            .set(plane, prop(&dev, plane, "SRC_W"), u64::from(w) << 16)
+            .set(plane, prop(&dev, plane, "SRC_H"), u64::from(h) << 16)
+            .set(plane, prop(&dev, plane, "CRTC_X"), 0)
+            .set(plane, prop(&dev, plane, "CRTC_Y"), 0)
+            .set(plane, prop(&dev, plane, "CRTC_W"), u64::from(w))
+            .set(plane, prop(&dev, plane, "CRTC_H"), u64::from(h));
+        dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
+            .expect("modeset showing the buffer");
+        assert_eq!(
+            dev.crtc(crtc).unwrap().framebuffer,
+            Some(fb.id()),
+            "the CRTC shows our framebuffer"
+        );
+        let on = bochs::vram_mm(&dev).expect("vram-mm");
+        let text = std::fs::read_to_string(bochs::vram_mm_path(&dev).unwrap()).unwrap();
+        eprintln!("{w}x{h}: {pages} pages; vram-mm while scanned out:\n{text}");
+        assert_eq!(on.used_pages, before.used_pages + pages, "{on:?}");
+        let new: Vec<_> = on
+            .used_ranges()
+            .filter(|r| !before.used_ranges().any(|o| o == *r))
+            .collect();
+        assert_eq!(new.len(), 1, "one new VRAM allocation: {new:?}");
+        assert_eq!(new[0].pages, pages);
+        if let Some(u) = on.usage_bytes {
+            assert_eq!(u, on.used_bytes());
+        }
+
+        let mut off = AtomicRequest::new();
+        off.set(crtc, prop(&dev, crtc, "ACTIVE"), 0)
+            .set(crtc, prop(&dev, crtc, "MODE_ID"), 0)
+            .set(conn, prop(&dev, conn, "CRTC_ID"), 0)
+            .set(plane, prop(&dev, plane, "FB_ID"), 0)
+            .set(plane, prop(&dev, plane, "CRTC_ID"), 0);
+        dev.atomic_commit(&off, AtomicFlags::ALLOW_MODESET, 0)
+            .expect("pipe off");
+        drop((fb, blob, buf));
+    }
+    let after = bochs::vram_mm(&dev).expect("vram-mm");
+    assert_eq!(after.used_pages, before.used_pages, "{after:?}");
+    assert_eq!(open_fds(), fds, "fds leaked");
+    assert_eq!(dev.live_handles(), 0, "handles leaked");
+}

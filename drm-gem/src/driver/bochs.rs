@@ -4,6 +4,8 @@
 //! manager's allocation list, parsed by a pure function ([`VramMm::parse`]).
 //!
 //! The numbers in `vram-mm` are pages (`PAGE_SIZE`), except `usage` (bytes, since 6.1).
+//! A new dumb buffer starts in system memory; it gets a VRAM range when it is pinned for
+//! scan-out (shown by a CRTC) and keeps it until evicted or destroyed.
 //!
 //! ```no_run
 //! use drm_gem::Device;
@@ -267,6 +269,43 @@ total: 4096, used 0 free 4096
 0x00000000000003e8-0x0000000000001000: 3096: free
 total: 4096, used 1000 free 3096
 ";
+
+    /// Debian 5.10.262 while a 640x480 XRGB8888 dumb buffer is scanned out beside fbcon's.
+    const DEBIAN_5_10_SCANOUT: &str = "  use_type: 1
+  use_tt: 0
+  size: 4096
+0x0000000000000000-0x00000000000003e8: 1000: used
+0x00000000000003e8-0x0000000000000514: 300: used
+0x0000000000000514-0x0000000000001000: 2796: free
+total: 4096, used 1300 free 2796
+";
+
+    /// Debian's stock 6.12 kernel, the same scan-out.
+    const STOCK_6_12_SCANOUT: &str = "  use_type: 1
+  use_tt: 0
+  size: 4096
+  usage: 5324800
+0x0000000000000000-0x00000000000003e8: 1000: used
+0x00000000000003e8-0x0000000000000514: 300: used
+0x0000000000000514-0x0000000000001000: 2796: free
+total: 4096, used 1300 free 2796
+";
+
+    #[test]
+    fn parses_scanned_out_buffers() {
+        for text in [DEBIAN_5_10_SCANOUT, STOCK_6_12_SCANOUT] {
+            let mm = VramMm::parse(text).unwrap();
+            let used: Vec<_> = mm.used_ranges().map(|r| (r.start, r.end)).collect();
+            assert_eq!(used, [(0, 1000), (1000, 1300)]);
+            assert_eq!(mm.ranges.len(), 3);
+            assert_eq!((mm.used_pages, mm.free_pages), (1300, 2796));
+            assert_eq!(mm.used_pages * 4096, 640 * 480 * 4 + 1280 * 800 * 4);
+        }
+        assert_eq!(
+            VramMm::parse(STOCK_6_12_SCANOUT).unwrap().usage_bytes,
+            Some(5_324_800)
+        );
+    }
 
     #[test]
     fn parses_5_10() {
