@@ -318,8 +318,10 @@ mod vgem;
 mod virtio_gpu;
 pub(crate) use dma_buf::*;
 pub(crate) use kms::*;
+pub(crate) use qxl::*;
 pub(crate) use syncobj::*;
 pub(crate) use vgem::*;
+pub(crate) use virtio_gpu::*;
 
 drm_ioctl_noarg!(
     /// Becomes DRM master of the device (primary nodes; needs no other master, or
