@@ -56,7 +56,7 @@ pub struct Device {
     /// GEM handles owned through this device, with how many owners each has. The kernel
     /// gives the same handle for every import of one dma-buf on one open file, so two
     /// imports share one handle, which must be closed once, by the last owner.
-    pub(crate) handles: std::sync::Mutex<std::collections::HashMap<u32, u32>>,
+    pub(crate) handles: std::sync::Mutex<crate::gem::HandleTable>,
     /// KMS property ids seen in atomic requests, and whether each is a user-pointer
     /// property (`OUT_FENCE_PTR`, `WRITEBACK_OUT_FENCE_PTR`). Property objects live as long
     /// as the device, so an id's answer never changes.
@@ -104,13 +104,27 @@ impl Device {
     /// One ioctl in the common case: the buffers start at a size that fits every
     /// in-tree driver and grow only if the kernel reports longer strings.
     pub fn driver(&self) -> Result<DriverVersion> {
-        let mut cap = [64usize, 32, 256];
+        // First try with stack buffers that fit every in-tree driver: no allocation but
+        // the three strings of the answer.
+        let (mut name, mut date, mut desc) = ([0u8; 64], [0u8; 32], [0u8; 256]);
+        let v = sys_call::version(self.fd.as_fd(), &mut name, &mut date, &mut desc)?;
+        let clamp = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let want = [clamp(v.name_len), clamp(v.date_len), clamp(v.desc_len)];
+        if want[0] <= name.len() && want[1] <= date.len() && want[2] <= desc.len() {
+            return Ok(version_of(
+                &v,
+                &name[..want[0]],
+                &date[..want[1]],
+                &desc[..want[2]],
+            ));
+        }
+        // Longer strings: heap buffers sized from the kernel's lengths.
+        let mut cap = want;
         loop {
             let mut name = vec![0u8; cap[0]];
             let mut date = vec![0u8; cap[1]];
             let mut desc = vec![0u8; cap[2]];
             let v = sys_call::version(self.fd.as_fd(), &mut name, &mut date, &mut desc)?;
-            let clamp = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
             let want = [clamp(v.name_len), clamp(v.date_len), clamp(v.desc_len)];
             if want.iter().zip(cap).any(|(w, c)| *w > c) {
                 cap = [
@@ -120,19 +134,12 @@ impl Device {
                 ];
                 continue;
             }
-            let text = |mut b: Vec<u8>, len: usize| {
-                b.truncate(len);
-                if let Some(nul) = b.iter().position(|&c| c == 0) {
-                    b.truncate(nul);
-                }
-                String::from_utf8_lossy(&b).into_owned()
-            };
-            return Ok(DriverVersion {
-                name: text(name, want[0]),
-                version: (v.version_major, v.version_minor, v.version_patchlevel),
-                date: text(date, want[1]),
-                desc: text(desc, want[2]),
-            });
+            return Ok(version_of(
+                &v,
+                &name[..want[0]],
+                &date[..want[1]],
+                &desc[..want[2]],
+            ));
         }
     }
 
@@ -230,6 +237,21 @@ impl AsFd for Device {
 impl From<Device> for OwnedFd {
     fn from(d: Device) -> OwnedFd {
         d.fd
+    }
+}
+
+/// Builds the answer of `DRM_IOCTL_VERSION` from the filled prefixes of its buffers (each
+/// cut at its first NUL, if any).
+fn version_of(v: &sys::drm_version, name: &[u8], date: &[u8], desc: &[u8]) -> DriverVersion {
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    DriverVersion {
+        name: text(name),
+        version: (v.version_major, v.version_minor, v.version_patchlevel),
+        date: text(date),
+        desc: text(desc),
     }
 }
 

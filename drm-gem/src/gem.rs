@@ -53,6 +53,87 @@ impl GemName {
     }
 }
 
+/// Owner counts of the GEM handles of one open file. The kernel hands out small
+/// consecutive handles (an idr starting at 1), so counts live in a vector indexed by handle;
+/// the rare handle above `DENSE` goes to a map. No hashing on the create/close path.
+#[derive(Debug, Default)]
+pub(crate) struct HandleTable {
+    dense: Vec<u32>,
+    sparse: std::collections::HashMap<u32, u32>,
+    live: usize,
+}
+
+impl HandleTable {
+    /// Handles below this are counted in the vector (64 KiB of counts at most).
+    const DENSE: u32 = 1 << 14;
+
+    fn slot(&mut self, h: u32) -> &mut u32 {
+        if h < Self::DENSE {
+            let i = h as usize;
+            if i >= self.dense.len() {
+                self.dense.resize((i + 1).next_power_of_two().max(64), 0);
+            }
+            &mut self.dense[i]
+        } else {
+            self.sparse.entry(h).or_insert(0)
+        }
+    }
+
+    /// Adds one owner of `h`; returns the new count.
+    pub(crate) fn acquire(&mut self, h: u32) -> u32 {
+        let n = self.slot(h);
+        *n += 1;
+        let v = *n;
+        if v == 1 {
+            self.live += 1;
+        }
+        v
+    }
+
+    /// Removes one owner of `h` (nothing if it has none); returns how many are left.
+    pub(crate) fn release(&mut self, h: u32) -> u32 {
+        let left = if h < Self::DENSE {
+            match self.dense.get_mut(h as usize) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    *n
+                }
+                _ => return 0,
+            }
+        } else {
+            match self.sparse.get_mut(&h) {
+                Some(n) => {
+                    *n -= 1;
+                    let v = *n;
+                    if v == 0 {
+                        self.sparse.remove(&h);
+                    }
+                    v
+                }
+                None => return 0,
+            }
+        };
+        if left == 0 {
+            self.live -= 1;
+        }
+        left
+    }
+
+    /// How many owners `h` has.
+    pub(crate) fn owners(&self, h: u32) -> u32 {
+        if h < Self::DENSE {
+            self.dense.get(h as usize).copied().unwrap_or(0)
+        } else {
+            self.sparse.get(&h).copied().unwrap_or(0)
+        }
+    }
+
+    /// How many distinct handles have owners.
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+}
+
 /// How the last owner releases a handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -80,8 +161,10 @@ impl<'d> GemObject<'d> {
         let handle = GemHandle::new(raw).ok_or(Error::NotDrm {
             why: "the kernel returned GEM handle 0".into(),
         })?;
-        let mut t = dev.handles.lock().unwrap_or_else(|p| p.into_inner());
-        *t.entry(raw).or_insert(0) += 1;
+        dev.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .acquire(raw);
         Ok(Self {
             dev,
             handle,
@@ -102,7 +185,7 @@ impl<'d> GemObject<'d> {
     /// How many owners (in this process, on this device) share the handle.
     pub fn owners(&self) -> u32 {
         let t = self.dev.handles.lock().unwrap_or_else(|p| p.into_inner());
-        t.get(&self.handle.get()).copied().unwrap_or(0)
+        t.owners(self.handle.get())
     }
 
     /// `DRM_IOCTL_GEM_FLINK`: a global name others can open with [`Device::open_name`]. The
@@ -136,15 +219,11 @@ impl<'d> GemObject<'d> {
     /// the caller becomes responsible for closing it.
     pub fn into_raw(self) -> GemHandle {
         let h = self.handle;
-        {
-            let mut t = self.dev.handles.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(n) = t.get_mut(&h.get()) {
-                *n -= 1;
-                if *n == 0 {
-                    t.remove(&h.get());
-                }
-            }
-        }
+        self.dev
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(h.get());
         core::mem::forget(self);
         h
     }
@@ -153,20 +232,13 @@ impl<'d> GemObject<'d> {
 impl Drop for GemObject<'_> {
     fn drop(&mut self) {
         let raw = self.handle.get();
-        let last = {
-            let mut t = self.dev.handles.lock().unwrap_or_else(|p| p.into_inner());
-            match t.get_mut(&raw) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                _ => {
-                    t.remove(&raw);
-                    true
-                }
-            }
-        };
-        if !last {
+        let left = self
+            .dev
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(raw);
+        if left > 0 {
             return;
         }
         // Errors are ignored: the only way to report them from Drop is a panic (memmap2
@@ -197,7 +269,7 @@ impl Device {
     /// handle; EINVAL from the kernel for a handle this open file does not have.
     pub fn close_handle(&self, handle: GemHandle) -> Result<()> {
         let t = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-        if t.contains_key(&handle.get()) {
+        if t.owners(handle.get()) > 0 {
             return Err(Error::InvalidArgument {
                 what: format!(
                     "GEM handle {} is still owned by a GemObject; drop it instead",
@@ -229,6 +301,31 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handle_table_counts_owners_dense_and_sparse() {
+        let mut t = HandleTable::default();
+        for h in [1, 2, 70_000] {
+            assert_eq!(t.acquire(h), 1);
+        }
+        assert_eq!(t.acquire(2), 2);
+        assert_eq!(t.acquire(70_000), 2);
+        assert_eq!(t.len(), 3);
+        assert_eq!((t.owners(2), t.owners(70_000), t.owners(3)), (2, 2, 0));
+        assert_eq!(t.release(2), 1);
+        assert_eq!(t.release(2), 0);
+        assert_eq!(
+            t.release(2),
+            0,
+            "releasing an unowned handle changes nothing"
+        );
+        assert_eq!(t.release(70_000), 1);
+        assert_eq!(t.release(70_000), 0);
+        assert_eq!(t.release(99_999), 0);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.release(1), 0);
+        assert_eq!(t.len(), 0);
+    }
 
     #[test]
     fn handle_zero_is_none() {
