@@ -362,13 +362,10 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
         format!("{}M", spec.memory_mib)
     };
     push(&["-m", &mem]);
-    push(&[
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-    ]);
+    push(&["-nodefaults", "-no-user-config", "-display"]);
+    // virgl needs a GL context on the host: an SDL window on the Xvfb that `boot` starts.
+    push(&[if virgl() { "sdl,gl=on" } else { "none" }]);
+    push(&["-no-reboot"]);
     push(&["-kernel", &spec.kernel.image.to_string_lossy()]);
     push(&["-initrd", &files.initrd.to_string_lossy()]);
     push(&[
@@ -409,7 +406,14 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
     }
     for d in &spec.devices {
         match d {
-            DeviceKind::VirtioGpu => push(&["-device", "virtio-gpu-pci"]),
+            DeviceKind::VirtioGpu => push(&[
+                "-device",
+                if virgl() {
+                    "virtio-gpu-gl-pci"
+                } else {
+                    "virtio-gpu-pci"
+                },
+            ]),
             DeviceKind::Bochs => push(&["-vga", "std"]),
             DeviceKind::Qxl => push(&["-device", "qxl"]),
             DeviceKind::Nvdimm => {
@@ -549,8 +553,27 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
         ),
     )
     .ok();
+    if virgl()
+        && spec
+            .devices
+            .iter()
+            .any(|d| matches!(d, DeviceKind::Bochs | DeviceKind::Qxl))
+    {
+        // With another display device first, SDL's GL context is not the one virgl gets
+        // (QEMU aborts: "Couldn't find current GLX or EGL context").
+        return Err(VmError::with_fix(
+            "VM_VIRGL=1 works only without the bochs and qxl devices",
+            "pass --device virtio-gpu (and vkms, vgem, ... as needed)",
+        ));
+    }
+    // Kept alive until QEMU has exited, then stopped.
+    let xvfb = if virgl() { Some(Xvfb::start()?) } else { None };
     let start = Instant::now();
-    let mut child = Command::new(&qemu)
+    let mut cmd = Command::new(&qemu);
+    if let Some(x) = &xvfb {
+        cmd.env("DISPLAY", &x.display);
+    }
+    let mut child = cmd
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -640,6 +663,74 @@ fn copy_new(path: &Path, pos: u64) -> u64 {
         let _ = o.flush();
     }
     pos + n as u64
+}
+
+/// Whether guests get a virgl-capable virtio-gpu (`VM_VIRGL=1`): `virtio-gpu-gl-pci` with
+/// an SDL GL display on a private Xvfb, rendering with Mesa's software GL (llvmpipe). Needs
+/// Debian's `qemu-system-gui`, `xvfb` and `libgl1-mesa-dri` (scripts/setup installs them).
+pub fn virgl() -> bool {
+    std::env::var_os("VM_VIRGL").is_some_and(|v| v == "1")
+}
+
+/// A private X server for QEMU's GL display; stopped on drop.
+#[derive(Debug)]
+struct Xvfb {
+    child: std::process::Child,
+    display: String,
+}
+
+impl Xvfb {
+    fn start() -> Result<Self> {
+        // A display number of our own: 100 + pid modulo 400, skipping ones in use.
+        let base = 100 + std::process::id() % 400;
+        for n in base..base + 50 {
+            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+                || Path::new(&format!("/tmp/.X{n}-lock")).exists()
+            {
+                continue;
+            }
+            let display = format!(":{n}");
+            let child = Command::new("Xvfb")
+                .args([
+                    display.as_str(),
+                    "-screen",
+                    "0",
+                    "1280x1024x24",
+                    "-nolisten",
+                    "tcp",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    VmError::with_fix(format!("VM_VIRGL=1 needs Xvfb: {e}"), "scripts/setup")
+                })?;
+            let mut x = Self { child, display };
+            let socket = format!("/tmp/.X11-unix/X{n}");
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) {
+                if Path::new(&socket).exists() {
+                    return Ok(x);
+                }
+                if x.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = x.child.kill();
+        }
+        Err(VmError::new(
+            "VM_VIRGL=1: Xvfb did not start on any display",
+        ))
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Finds `qemu-system-x86_64` (`$VM_QEMU` overrides).

@@ -357,11 +357,9 @@ fn run(
         Ok(b) => b,
         Err(e) => return fail(&e),
     };
-    if !kernel.missing_features.is_empty() {
-        envs.push((
-            "VM_MISSING_FEATURES".into(),
-            kernel.missing_features.join(","),
-        ));
+    let missing = missing_features(&kernel);
+    if !missing.is_empty() {
+        envs.push(("VM_MISSING_FEATURES".into(), missing));
     }
     let busybox = match guest::busybox_binary() {
         Ok(b) => b,
@@ -559,7 +557,7 @@ fn test(
         argv.push("--libdrm".into());
         let decision = accel::decide(choice, &kernel, &busybox);
         eprintln!("vm: {} | kernel {} ({})", decision.note, n, kernel.release);
-        let missing = kernel.missing_features.join(",");
+        let missing = missing_features(&kernel);
         if !missing.is_empty() {
             eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
         }
@@ -670,4 +668,14 @@ fn guest_tests(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// What the guest lacks by construction, for `VM_MISSING_FEATURES`: the kernel's missing
+/// features, plus `virgl` unless `VM_VIRGL=1` gives the guest a virgl-capable virtio-gpu.
+fn missing_features(kernel: &vm::build::BuiltKernel) -> String {
+    let mut m = kernel.missing_features.clone();
+    if !guest::virgl() {
+        m.push("virgl".into());
+    }
+    m.join(",")
 }
