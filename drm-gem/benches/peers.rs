@@ -440,13 +440,20 @@ fn check(rig: &Rig) -> Result<(), String> {
         }
     }
     let (fds2, maps2) = (support::fd_count(), support::map_count());
+    let mut devs = vec![d];
+    if let Some((exp, imp)) = &rig.prime {
+        devs.extend([exp, imp]);
+    }
+    if let Some(n) = devs.iter().map(|d| d.live_handles()).find(|&n| n != 0) {
+        return Err(format!("leak: a Device still owns {n} GEM handle(s)"));
+    }
     if (fds, maps) != (fds2, maps2) {
         return Err(format!(
             "leak: /proc/self/fd {fds} -> {fds2}, /proc/self/maps {maps} -> {maps2} lines"
         ));
     }
     eprintln!(
-        "check: GET_CAP, VERSION, dumb create/destroy, map+write 4 KiB, PRIME ({}): all four agree, no fd or mapping leaked",
+        "check: GET_CAP, VERSION, dumb create/destroy, map+write 4 KiB, PRIME ({}): all four agree, no fd, mapping or handle leaked",
         rig.prime_names
     );
     Ok(())

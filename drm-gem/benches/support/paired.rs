@@ -20,6 +20,8 @@ pub(crate) struct Paired {
     pub(crate) times: Vec<(&'static str, Vec<f64>)>,
     /// Rounds run.
     pub(crate) rounds: usize,
+    /// Calls per function per round.
+    pub(crate) calls: u32,
 }
 
 impl Paired {
@@ -55,12 +57,15 @@ fn per_call(op: &mut Op<'_>, n: u32) -> f64 {
 /// blocks are hit by a host preemption, whose rounds the median then discards.
 pub(crate) fn run(group: &str, ops: &mut [Op<'_>], budget: Duration) -> Paired {
     let k = ops.len();
-    // Calibrate on the slowest function, after one warm call each.
+    // Calibrate on the slowest function: per function, the fastest of five short blocks
+    // after one warm call (a preempted block must not shrink the block size for all).
     let slowest = ops
         .iter_mut()
         .map(|op| {
             per_call(op, 1);
-            per_call(op, 3)
+            (0..5)
+                .map(|_| per_call(op, 3))
+                .fold(f64::INFINITY, f64::min)
         })
         .fold(1.0f64, f64::max);
     let n = (5e5 / slowest).clamp(1.0, 100_000.0) as u32;
@@ -78,5 +83,6 @@ pub(crate) fn run(group: &str, ops: &mut [Op<'_>], budget: Duration) -> Paired {
         group: group.to_string(),
         times: ops.iter().map(|op| op.0).zip(per).collect(),
         rounds,
+        calls: n,
     }
 }

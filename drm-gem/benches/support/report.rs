@@ -188,14 +188,15 @@ pub(crate) fn print(e: &Estimates, paired: &[Paired], dumb_driver: &str, prime: 
         );
         println!();
         println!(
-            "| operation | rounds | drm_gem/raw (<= 1.03) | drm_gem/drm (<= 1.00) | drm_gem/libdrm (<= 1.00) |"
+            "| operation | rounds x calls | drm_gem/raw (<= 1.03) | drm_gem/drm (<= 1.00) | drm_gem/libdrm (<= 1.00) |"
         );
         println!("|---|---:|---:|---:|---:|");
         for p in ops {
             println!(
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} x {} | {} | {} | {} |",
                 p.group,
                 p.rounds,
+                p.calls,
                 paired_cell(p.ratios("drm_gem", "raw"), 1.03, true),
                 paired_cell(p.ratios("drm_gem", "drm_crate"), 1.0, true),
                 paired_cell(p.ratios("drm_gem", "libdrm"), 1.0, true),
