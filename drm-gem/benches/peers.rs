@@ -1,12 +1,14 @@
 //! drm-gem side by side with a raw rustix ioctl, the `drm` crate and libdrm: one criterion
 //! group per operation, four functions each, same node, same open file, same process, one
-//! run. After the run a table of median ratios is printed (see `BENCHMARKS.md`).
+//! run. After each group an interleaved paired pass times the same calls in alternation
+//! (`support/paired.rs`), and at the end the tables of ratios are printed, criterion's medians
+//! and the paired medians (see `drm-gem/BENCHMARKS.md` for how to read them).
 //!
 //! Run it in a guest with `scripts/bench` (it needs vkms and vgem). Without a DRM device it
 //! prints a SKIP line and exits 0; inside a `vm` guest (or with `KERNEL_TESTS_STRICT=1`) a
 //! missing device is a failure. Before timing anything it checks that the four
-//! implementations agree and leak no fd or mapping; a disagreement fails the run. Timings are
-//! never judged by the exit status.
+//! implementations agree and leak no fd, mapping or GEM handle; a disagreement fails the run.
+//! Timings are never judged by the exit status.
 #![deny(unsafe_code)]
 
 mod support;
