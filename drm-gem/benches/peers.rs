@@ -288,27 +288,30 @@ fn prime_libdrm(exp: BorrowedFd<'_>, imp: BorrowedFd<'_>, handle: u32) -> io::Re
 
 // ---- the handle table's bookkeeping, replicated (drm-gem keeps it private) --------------
 
-type Table = std::sync::Mutex<std::collections::HashMap<u32, u32>>;
+/// drm-gem's `HandleTable` on its dense path (owner counts in a vector indexed by handle,
+/// handles below 16384, which is every handle here), behind the device's `Mutex`.
+type Table = std::sync::Mutex<Vec<u32>>;
 
 /// What `GemObject::adopt` does to the device's table: lock, count one owner in, unlock.
 fn table_adopt(t: &Table, raw: u32) {
     let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
-    *g.entry(raw).or_insert(0) += 1;
+    let i = raw as usize;
+    if i >= g.len() {
+        g.resize((i + 1).next_power_of_two().max(64), 0);
+    }
+    g[i] += 1;
 }
 
-/// What `GemObject`'s `Drop` does to it: lock, drop one owner, remove the handle when it
-/// was the last (then the caller releases the handle), unlock.
+/// What `GemObject`'s `Drop` does to it: lock, drop one owner, unlock; true when it was the
+/// last (then the caller releases the handle).
 fn table_release(t: &Table, raw: u32) -> bool {
     let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
-    match g.get_mut(&raw) {
-        Some(n) if *n > 1 => {
+    match g.get_mut(raw as usize) {
+        Some(n) if *n > 0 => {
             *n -= 1;
-            false
+            *n == 0
         }
-        _ => {
-            g.remove(&raw);
-            true
-        }
+        _ => true,
     }
 }
 

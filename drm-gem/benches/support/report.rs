@@ -227,7 +227,7 @@ pub(crate) fn print(e: &Estimates, paired: &[Paired], dumb_driver: &str, prime: 
         println!("| where drm-gem's extra time goes | value |");
         println!("|---|---:|");
         println!(
-            "| handle table alone, no syscall between: Mutex<HashMap> insert + remove (replica of GemObject adopt + drop), criterion median | {} |",
+            "| handle table alone, no syscall between: lock + count in, lock + count out (replica of GemObject adopt + drop), criterion median | {} |",
             time(table)
         );
         println!(
