@@ -585,3 +585,121 @@ fn virtio_gpu_has_no_vblank() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
+
+/// An unsignalled fence and what signals it: a sw_sync timeline where debugfs has one (the
+/// self-built kernels), else a vgem write fence exported from its dma-buf (6.0+).
+enum Gate<'d> {
+    SwSync(drm_gem::SwSyncTimeline),
+    Vgem(drm_gem::driver::vgem::VgemFence<'d>),
+}
+
+impl Gate<'_> {
+    fn open(vgem: &Device) -> Option<(Gate<'_>, drm_gem::SyncFile, DumbBuffer<'_>)> {
+        let keep = DumbBuffer::create(vgem, spec(16, 16)).ok()?;
+        if let Ok(t) = drm_gem::SwSyncTimeline::open() {
+            let f = t.create_fence(1, "gate").ok()?;
+            return Some((Gate::SwSync(t), f, keep));
+        }
+        let v = drm_gem::driver::vgem::Vgem::new(vgem).ok()?;
+        let fence = v
+            .attach_fence(keep.handle(), drm_gem::driver::vgem::VgemFenceAccess::Write)
+            .ok()?;
+        let buf = vgem.export(keep.gem(), Default::default()).ok()?;
+        let f = buf.export_sync_file(drm_gem::DmaBufSync::READ).ok()?;
+        Some((Gate::Vgem(fence), f, keep))
+    }
+
+    fn signal(self) {
+        match self {
+            Gate::SwSync(t) => t.inc(1).expect("sw_sync inc"),
+            Gate::Vgem(f) => f.signal().expect("vgem signal"),
+        }
+    }
+}
+
+#[test]
+fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
+    let dev = vkms!();
+    require_feature!("vgem");
+    let Ok(vgem) = Device::open_driver("vgem", Some(NodeKind::Primary)) else {
+        skip!("no vgem node");
+    };
+    let p = pipe(&dev);
+    let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
+    let mut a = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+    fill(&mut a, w, h);
+    let b = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+    let fa = dev
+        .add_framebuffer(&FbSpec::single(
+            w,
+            h,
+            sys::DRM_FORMAT_XRGB8888,
+            a.handle(),
+            a.pitch(),
+        ))
+        .unwrap();
+    let fb2 = dev
+        .add_framebuffer(&FbSpec::single(
+            w,
+            h,
+            sys::DRM_FORMAT_XRGB8888,
+            b.handle(),
+            b.pitch(),
+        ))
+        .unwrap();
+    let _blob = light(&dev, &p, fa.id().get(), w, h);
+    let Some((gate, fence, _keep)) = Gate::open(&vgem) else {
+        skip!("no fence source (neither sw_sync nor dma-buf EXPORT_SYNC_FILE)");
+    };
+    assert!(
+        !fence.wait(Some(Duration::ZERO)).unwrap(),
+        "the gate starts closed"
+    );
+
+    let mut flip = AtomicRequest::new();
+    flip.set(
+        p.plane,
+        prop(&dev, p.plane, "FB_ID"),
+        u64::from(fb2.id().get()),
+    )
+    .in_fence(
+        p.plane,
+        prop(&dev, p.plane, "IN_FENCE_FD"),
+        rustix::fd::AsFd::as_fd(&fence),
+    );
+    dev.atomic_commit(
+        &flip,
+        AtomicFlags::NONBLOCK | AtomicFlags::PAGE_FLIP_EVENT,
+        0xf00,
+    )
+    .expect("flip behind an in-fence");
+    // Held: no event while the fence is unsignalled.
+    let ev = dev.read_events(Some(Duration::from_millis(300))).unwrap();
+    assert!(
+        ev.is_empty(),
+        "the flip went through an unsignalled fence: {ev:?}"
+    );
+    // A second non-blocking commit on the same CRTC while the first is pending: EBUSY.
+    let mut again = AtomicRequest::new();
+    again.set(
+        p.plane,
+        prop(&dev, p.plane, "FB_ID"),
+        u64::from(fa.id().get()),
+    );
+    match dev.atomic_commit(&again, AtomicFlags::NONBLOCK, 0) {
+        Err(Error::Ioctl {
+            name: "DRM_IOCTL_MODE_ATOMIC",
+            errno,
+        }) => assert_eq!(errno, drm_gem::Errno::BUSY),
+        other => panic!("NONBLOCK with a pending commit: {other:?}"),
+    }
+    // Open the gate: the flip completes.
+    gate.signal();
+    let ev = dev.read_events(Some(Duration::from_secs(10))).unwrap();
+    assert!(
+        matches!(ev.first(), Some(Event::FlipComplete(v)) if v.user_data == 0xf00),
+        "{ev:?}"
+    );
+    assert_eq!(dev.crtc(p.crtc).unwrap().framebuffer, Some(fb2.id()));
+    kernel_tests::kms_all_off(&dev).expect("off");
+}
