@@ -1,9 +1,11 @@
 //! `drmtool caps`: which uapi families the running kernel and each driver support, each
 //! decided by a harmless probe (no modeset, nothing shown) whose errno is reported.
 
-use crate::select::{error_class, errno_name};
+use crate::select::{errno_name, error_class};
 use drm_gem::kms::FbSpec;
-use drm_gem::{ClientCap, Device, DmaBufSync, DumbBuffer, DumbSpec, NodeInfo, PrimeFlags, Syncobjs};
+use drm_gem::{
+    ClientCap, Device, DmaBufSync, DumbBuffer, DumbSpec, NodeInfo, PrimeFlags, Syncobjs,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -54,7 +56,11 @@ impl Probe {
         }
     }
 
-    fn of<T>(probe: &str, r: &drm_gem::Result<T>, detail: impl FnOnce(&T) -> Option<String>) -> Self {
+    fn of<T>(
+        probe: &str,
+        r: &drm_gem::Result<T>,
+        detail: impl FnOnce(&T) -> Option<String>,
+    ) -> Self {
         match r {
             Ok(v) => Self::ok(probe, detail(v)),
             Err(e) => Self::failed(probe, e),
@@ -92,7 +98,10 @@ pub struct CapsReport {
 pub fn probe_all(nodes: &[NodeInfo]) -> CapsReport {
     CapsReport {
         schema_version: CAPS_SCHEMA_VERSION,
-        kernel: rustix::system::uname().release().to_string_lossy().into_owned(),
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
         system: system_probes(),
         devices: nodes.iter().map(probe_device).collect(),
     }
@@ -102,17 +111,27 @@ fn system_probes() -> BTreeMap<String, Probe> {
     let mut m = BTreeMap::new();
     m.insert(
         "sw_sync".into(),
-        Probe::of("open(/sys/kernel/debug/sync/sw_sync)", &drm_gem::SwSyncTimeline::open(), |_| None),
+        Probe::of(
+            "open(/sys/kernel/debug/sync/sw_sync)",
+            &drm_gem::SwSyncTimeline::open(),
+            |_| None,
+        ),
     );
     let open = |p: &str| {
-        rustix::fs::open(p, rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        rustix::fs::open(
+            p,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
     };
     m.insert(
         "udmabuf".into(),
         match open("/dev/udmabuf") {
             Ok(_) => Probe::ok(
                 "open(/dev/udmabuf)",
-                Some("the node opens; UDMABUF_CREATE is not probed (hmm has no Udmabuf yet)".into()),
+                Some(
+                    "the node opens; UDMABUF_CREATE is not probed (hmm has no Udmabuf yet)".into(),
+                ),
             ),
             Err(e) => Probe {
                 supported: false,
@@ -133,14 +152,20 @@ fn system_probes() -> BTreeMap<String, Probe> {
                 heaps.sort();
                 Probe {
                     supported: !heaps.is_empty(),
-                    class: if heaps.is_empty() { "ENOENT".into() } else { "ok".into() },
+                    class: if heaps.is_empty() {
+                        "ENOENT".into()
+                    } else {
+                        "ok".into()
+                    },
                     probe: "readdir(/dev/dma_heap)".into(),
                     detail: Some(format!("heaps: [{}]", heaps.join(", "))),
                 }
             }
             Err(e) => Probe {
                 supported: false,
-                class: e.raw_os_error().map_or("error".into(), |n| errno_name(drm_gem::Errno::from_raw_os_error(n))),
+                class: e.raw_os_error().map_or("error".into(), |n| {
+                    errno_name(drm_gem::Errno::from_raw_os_error(n))
+                }),
                 probe: "readdir(/dev/dma_heap)".into(),
                 detail: None,
             },
@@ -190,8 +215,18 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
     };
 
     // Buffers: dumb, PRIME, flink/open, dma-buf ioctls.
-    let dumb = DumbBuffer::create(&dev, DumbSpec { width: 64, height: 64, bpp: 32 });
-    put("dumb", Probe::of("DRM_IOCTL_MODE_CREATE_DUMB", &dumb, |_| None));
+    let dumb = DumbBuffer::create(
+        &dev,
+        DumbSpec {
+            width: 64,
+            height: 64,
+            bpp: 32,
+        },
+    );
+    put(
+        "dumb",
+        Probe::of("DRM_IOCTL_MODE_CREATE_DUMB", &dumb, |_| None),
+    );
     match &dumb {
         Ok(b) => {
             put(
@@ -203,19 +238,32 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                     "gem_open",
                     Probe::of("DRM_IOCTL_GEM_OPEN", &dev.open_name(name), |_| None),
                 ),
-                Err(_) => put("gem_open", Probe::skipped("DRM_IOCTL_GEM_OPEN", "no flink name to open")),
+                Err(_) => put(
+                    "gem_open",
+                    Probe::skipped("DRM_IOCTL_GEM_OPEN", "no flink name to open"),
+                ),
             }
             let exported = dev.export(b.gem(), PrimeFlags::default());
-            put("prime_export", Probe::of("DRM_IOCTL_PRIME_HANDLE_TO_FD", &exported, |_| None));
+            put(
+                "prime_export",
+                Probe::of("DRM_IOCTL_PRIME_HANDLE_TO_FD", &exported, |_| None),
+            );
             match &exported {
                 Ok(buf) => {
                     use rustix::fd::AsFd;
                     put(
                         "prime_import",
-                        Probe::of("DRM_IOCTL_PRIME_FD_TO_HANDLE", &dev.import(buf.as_fd()), |_| None),
+                        Probe::of(
+                            "DRM_IOCTL_PRIME_FD_TO_HANDLE",
+                            &dev.import(buf.as_fd()),
+                            |_| None,
+                        ),
                     );
                     let sf = buf.export_sync_file(DmaBufSync::READ);
-                    put("dmabuf_export_sync_file", Probe::of("DMA_BUF_IOCTL_EXPORT_SYNC_FILE", &sf, |_| None));
+                    put(
+                        "dmabuf_export_sync_file",
+                        Probe::of("DMA_BUF_IOCTL_EXPORT_SYNC_FILE", &sf, |_| None),
+                    );
                     match &sf {
                         Ok(f) => put(
                             "dmabuf_import_sync_file",
@@ -227,7 +275,10 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                         ),
                         Err(_) => put(
                             "dmabuf_import_sync_file",
-                            Probe::skipped("DMA_BUF_IOCTL_IMPORT_SYNC_FILE", "no sync_file to import (export failed)"),
+                            Probe::skipped(
+                                "DMA_BUF_IOCTL_IMPORT_SYNC_FILE",
+                                "no sync_file to import (export failed)",
+                            ),
                         ),
                     }
                     put(
@@ -242,7 +293,10 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                         ("dmabuf_import_sync_file", "DMA_BUF_IOCTL_IMPORT_SYNC_FILE"),
                         ("dmabuf_set_name", "DMA_BUF_SET_NAME"),
                     ] {
-                        put(k, Probe::skipped(c, "no dma-buf to probe with (PRIME export failed)"));
+                        put(
+                            k,
+                            Probe::skipped(c, "no dma-buf to probe with (PRIME export failed)"),
+                        );
                     }
                 }
             }
@@ -257,7 +311,10 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                 ("dmabuf_import_sync_file", "DMA_BUF_IOCTL_IMPORT_SYNC_FILE"),
                 ("dmabuf_set_name", "DMA_BUF_SET_NAME"),
             ] {
-                put(k, Probe::skipped(c, "no GEM object to probe with (dumb create failed)"));
+                put(
+                    k,
+                    Probe::skipped(c, "no GEM object to probe with (dumb create failed)"),
+                );
             }
         }
     }
@@ -265,10 +322,16 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
     // Sync objects, asked without drm-gem's cap probe so the kernel's own errno shows.
     let objs = Syncobjs::without_probe(&dev);
     let so = objs.create(false);
-    put("syncobj", Probe::of("DRM_IOCTL_SYNCOBJ_CREATE", &so, |_| None));
+    put(
+        "syncobj",
+        Probe::of("DRM_IOCTL_SYNCOBJ_CREATE", &so, |_| None),
+    );
     match &so {
         Ok(s) => {
-            put("syncobj_timeline", Probe::of("DRM_IOCTL_SYNCOBJ_QUERY", &s.query(), |_| None));
+            put(
+                "syncobj_timeline",
+                Probe::of("DRM_IOCTL_SYNCOBJ_QUERY", &s.query(), |_| None),
+            );
             let ev = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC);
             match ev {
                 Ok(fd) => {
@@ -284,13 +347,25 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                 }
                 Err(e) => put(
                     "syncobj_eventfd",
-                    Probe::skipped("DRM_IOCTL_SYNCOBJ_EVENTFD", &format!("eventfd(2) failed: {}", errno_name(e))),
+                    Probe::skipped(
+                        "DRM_IOCTL_SYNCOBJ_EVENTFD",
+                        &format!("eventfd(2) failed: {}", errno_name(e)),
+                    ),
                 ),
             }
         }
         Err(_) => {
-            put("syncobj_timeline", Probe::skipped("DRM_IOCTL_SYNCOBJ_QUERY", "no sync object (create failed)"));
-            put("syncobj_eventfd", Probe::skipped("DRM_IOCTL_SYNCOBJ_EVENTFD", "no sync object (create failed)"));
+            put(
+                "syncobj_timeline",
+                Probe::skipped("DRM_IOCTL_SYNCOBJ_QUERY", "no sync object (create failed)"),
+            );
+            put(
+                "syncobj_eventfd",
+                Probe::skipped(
+                    "DRM_IOCTL_SYNCOBJ_EVENTFD",
+                    "no sync object (create failed)",
+                ),
+            );
         }
     }
 
@@ -309,7 +384,14 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
         }),
     );
     let atomic = dev.set_client_cap(ClientCap::Atomic, 1);
-    put("atomic", Probe::of("DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_ATOMIC)", &atomic, |_| None));
+    put(
+        "atomic",
+        Probe::of(
+            "DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_ATOMIC)",
+            &atomic,
+            |_| None,
+        ),
+    );
     if atomic.is_ok() {
         let wb = dev.set_client_cap(ClientCap::WritebackConnectors, 1);
         let count = dev.resources().ok().map(|r| {
@@ -319,25 +401,33 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                 .filter(|c| c.kind == ioctl_kind_writeback())
                 .count()
         });
-        let mut probe = Probe::of("DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_WRITEBACK_CONNECTORS)", &wb, |_| {
-            count.map(|n| format!("{n} writeback connectors"))
-        });
+        let mut probe = Probe::of(
+            "DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_WRITEBACK_CONNECTORS)",
+            &wb,
+            |_| count.map(|n| format!("{n} writeback connectors")),
+        );
         if probe.supported && count == Some(0) {
             // The core accepts the cap; the driver has no writeback connector to offer.
             probe.supported = false;
             probe.class = "EOPNOTSUPP".into();
-            probe.detail = Some("the cap is accepted but the driver has no writeback connector".into());
+            probe.detail =
+                Some("the cap is accepted but the driver has no writeback connector".into());
         }
         put("writeback", probe);
     } else {
         put(
             "writeback",
-            Probe::skipped("DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_WRITEBACK_CONNECTORS)", "needs atomic"),
+            Probe::skipped(
+                "DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_WRITEBACK_CONNECTORS)",
+                "needs atomic",
+            ),
         );
     }
     put(
         "leases",
-        Probe::of("DRM_IOCTL_MODE_LIST_LESSEES", &dev.lessees(), |l| Some(format!("{} lessees", l.len()))),
+        Probe::of("DRM_IOCTL_MODE_LIST_LESSEES", &dev.lessees(), |l| {
+            Some(format!("{} lessees", l.len()))
+        }),
     );
     match (&res, &dumb) {
         (Ok(_), Ok(b)) => {
@@ -351,32 +441,52 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             match fb {
                 Ok(fb) => put(
                     "closefb",
-                    Probe::of("DRM_IOCTL_MODE_CLOSEFB", &dev.close_framebuffer(fb), |_| None),
+                    Probe::of("DRM_IOCTL_MODE_CLOSEFB", &dev.close_framebuffer(fb), |_| {
+                        None
+                    }),
                 ),
                 Err(e) => put(
                     "closefb",
-                    Probe::skipped("DRM_IOCTL_MODE_CLOSEFB", &format!("no framebuffer to close: {e}")),
+                    Probe::skipped(
+                        "DRM_IOCTL_MODE_CLOSEFB",
+                        &format!("no framebuffer to close: {e}"),
+                    ),
                 ),
             }
         }
-        _ => put("closefb", Probe::skipped("DRM_IOCTL_MODE_CLOSEFB", "needs KMS and a dumb buffer")),
+        _ => put(
+            "closefb",
+            Probe::skipped("DRM_IOCTL_MODE_CLOSEFB", "needs KMS and a dumb buffer"),
+        ),
     }
     match res.as_ref().ok().and_then(|r| r.crtcs.first().copied()) {
         Some(crtc) => {
             put(
                 "crtc_sequence",
-                Probe::of("DRM_IOCTL_CRTC_GET_SEQUENCE", &dev.crtc_sequence(crtc), |s| {
-                    Some(format!("CRTC {} active: {}", crtc.get(), s.active))
-                }),
+                Probe::of(
+                    "DRM_IOCTL_CRTC_GET_SEQUENCE",
+                    &dev.crtc_sequence(crtc),
+                    |s| Some(format!("CRTC {} active: {}", crtc.get(), s.active)),
+                ),
             );
             put(
                 "vblank",
-                Probe::of("DRM_IOCTL_WAIT_VBLANK", &dev.wait_vblank(0, 0, None), |_| None),
+                Probe::of(
+                    "DRM_IOCTL_WAIT_VBLANK",
+                    &dev.wait_vblank(0, 0, None),
+                    |_| None,
+                ),
             );
         }
         None => {
-            put("crtc_sequence", Probe::skipped("DRM_IOCTL_CRTC_GET_SEQUENCE", "no CRTC (no KMS)"));
-            put("vblank", Probe::skipped("DRM_IOCTL_WAIT_VBLANK", "no CRTC (no KMS)"));
+            put(
+                "crtc_sequence",
+                Probe::skipped("DRM_IOCTL_CRTC_GET_SEQUENCE", "no CRTC (no KMS)"),
+            );
+            put(
+                "vblank",
+                Probe::skipped("DRM_IOCTL_WAIT_VBLANK", "no CRTC (no KMS)"),
+            );
         }
     }
     if n.driver.as_deref() == Some("virtio_gpu") {
@@ -386,7 +496,9 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
                 supported: false,
                 class: "not_probed".into(),
                 probe: "DRM_IOCTL_VIRTGPU_GETPARAM".into(),
-                detail: Some("TODO: drm_gem::driver::virtio_gpu has no GETPARAM wrapper yet".into()),
+                detail: Some(
+                    "TODO: drm_gem::driver::virtio_gpu has no GETPARAM wrapper yet".into(),
+                ),
             },
         );
     }
@@ -404,7 +516,11 @@ pub fn render(r: &CapsReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kernel {}", r.kernel);
     let cell = |p: &Probe| {
-        if p.supported { "yes".to_string() } else { format!("no ({})", p.class) }
+        if p.supported {
+            "yes".to_string()
+        } else {
+            format!("no ({})", p.class)
+        }
     };
     let mut fams: Vec<&String> = r.devices.iter().flat_map(|d| d.probes.keys()).collect();
     fams.sort();
@@ -412,14 +528,22 @@ pub fn render(r: &CapsReport) -> String {
     let mut rows: Vec<Vec<String>> = vec![
         std::iter::once("FAMILY".to_string())
             .chain(r.devices.iter().map(|d| {
-                format!("{} {}", d.path.trim_start_matches("/dev/dri/"), d.driver.as_deref().unwrap_or("?"))
+                format!(
+                    "{} {}",
+                    d.path.trim_start_matches("/dev/dri/"),
+                    d.driver.as_deref().unwrap_or("?")
+                )
             }))
             .collect(),
     ];
     for f in fams {
         rows.push(
             std::iter::once(f.clone())
-                .chain(r.devices.iter().map(|d| d.probes.get(f).map_or("-".into(), cell)))
+                .chain(
+                    r.devices
+                        .iter()
+                        .map(|d| d.probes.get(f).map_or("-".into(), cell)),
+                )
                 .collect(),
         );
     }
@@ -429,9 +553,15 @@ pub fn render(r: &CapsReport) -> String {
         }
     }
     let cols = rows.first().map_or(0, Vec::len);
-    let width: Vec<usize> = (0..cols).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let width: Vec<usize> = (0..cols)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
     for row in &rows {
-        let line: Vec<String> = row.iter().zip(&width).map(|(c, w)| format!("{c:<w$}")).collect();
+        let line: Vec<String> = row
+            .iter()
+            .zip(&width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
     }
     let _ = writeln!(s, "\nsystem:");
@@ -440,7 +570,10 @@ pub fn render(r: &CapsReport) -> String {
             s,
             "  {k:<10} {}{}",
             cell(p),
-            p.detail.as_deref().map(|d| format!("  {d}")).unwrap_or_default()
+            p.detail
+                .as_deref()
+                .map(|d| format!("  {d}"))
+                .unwrap_or_default()
         );
     }
     s

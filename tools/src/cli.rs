@@ -21,7 +21,6 @@ pub const EXIT_NO_MATCH: u8 = 3;
 /// Exit status when the machine has no DRM devices at all.
 pub const EXIT_NO_DEVICES: u8 = 4;
 
-
 #[derive(Parser, Debug)]
 #[command(
     name = "drmtool",
@@ -63,8 +62,10 @@ enum Cmd {
     ///
     /// Without DEVICE: every primary node. Connectors are not probed unless --probe is
     /// given, so status and modes are those of the last probe, as drm_info shows them.
-    #[command(after_help = "Examples:\n  drmtool info\n  drmtool info vkms --json\n  \
-                            drmtool info /dev/dri/card0 --probe")]
+    #[command(
+        after_help = "Examples:\n  drmtool info\n  drmtool info vkms --json\n  \
+                            drmtool info /dev/dri/card0 --probe"
+    )]
     Info {
         /// A node path (/dev/dri/card0), node name (card0), driver (vkms) or minor.
         device: Option<String>,
@@ -74,8 +75,10 @@ enum Cmd {
     },
     /// The uapi probe matrix: each ioctl family supported or not, with the errno class of
     /// the probe that decided it. Probes are harmless (no modeset, nothing shown).
-    #[command(after_help = "Examples:\n  drmtool caps\n  drmtool caps vgem --json\n  \
-                            diff <(ssh old drmtool caps --json) <(drmtool caps --json)")]
+    #[command(
+        after_help = "Examples:\n  drmtool caps\n  drmtool caps vgem --json\n  \
+                            diff <(ssh old drmtool caps --json) <(drmtool caps --json)"
+    )]
     Caps {
         /// A node path, node name, driver or minor (default: every primary node).
         device: Option<String>,
@@ -119,9 +122,9 @@ enum KmsCmd {
         #[arg(long, value_name = "N")]
         seconds: Option<f64>,
     },
-    /// Save what CRTC (its id) shows as a PNG: a writeback capture where the device has a
-    /// writeback connector (vkms; needs DRM master), else GETFB2 and a map of the
-    /// framebuffer (needs root or DRM master).
+    /// Save what CRTC (its id) shows as a PNG: GETFB2 of its primary plane and a map of
+    /// the framebuffer (needs root or DRM master); `--method writeback` captures through a
+    /// writeback connector instead (vkms; needs DRM master; experimental).
     #[command(after_help = "Examples:\n  drmtool kms screenshot 38 -o out.png\n  \
                             drmtool kms screenshot 36 -o out.png --device bochs --method getfb")]
     Screenshot {
@@ -211,7 +214,10 @@ pub fn command() -> clap::Command {
 
 /// Writes `doc` as pretty JSON; exit 1 when that fails.
 fn emit_json<T: Serialize>(doc: &T, out: &mut dyn Write) -> ExitCode {
-    match serde_json::to_string_pretty(doc).map_err(std::io::Error::other).and_then(|s| writeln!(out, "{s}")) {
+    match serde_json::to_string_pretty(doc)
+        .map_err(std::io::Error::other)
+        .and_then(|s| writeln!(out, "{s}"))
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("drmtool: cannot write the output: {e}");
@@ -247,7 +253,10 @@ fn info(spec: Option<&str>, probe: bool, json: bool, out: &mut dyn Write) -> Exi
         Ok(n) => n,
         Err(c) => return c,
     };
-    let devices: Vec<_> = nodes.iter().map(|n| crate::info::device_info(n, probe)).collect();
+    let devices: Vec<_> = nodes
+        .iter()
+        .map(|n| crate::info::device_info(n, probe))
+        .collect();
     if json {
         let doc = crate::info::InfoReport {
             schema_version: crate::info::INFO_SCHEMA_VERSION,
@@ -294,9 +303,12 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                 Err(c) => return c,
             };
             let mut devices = Vec::new();
-            for n in nodes.iter().filter(|n| n.kind == drm_gem::NodeKind::Primary) {
-                let snap = drm_gem::Device::open(&n.path)
-                    .and_then(|d| drm_gem::kms::Snapshot::take(&d));
+            for n in nodes
+                .iter()
+                .filter(|n| n.kind == drm_gem::NodeKind::Primary)
+            {
+                let snap =
+                    drm_gem::Device::open(&n.path).and_then(|d| drm_gem::kms::Snapshot::take(&d));
                 match snap {
                     Ok(s) => devices.push(KmsListDevice {
                         path: n.path.display().to_string(),
@@ -336,7 +348,12 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                 .collect();
             emit_text(&text.join("\n"), out)
         }
-        KmsCmd::Modeset { connector, mode, device, seconds } => {
+        KmsCmd::Modeset {
+            connector,
+            mode,
+            device,
+            seconds,
+        } => {
             if let Some(s) = seconds
                 && !(s >= 0.0 && s.is_finite())
             {
@@ -379,7 +396,12 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                 Err(e) => kms_error(&e),
             }
         }
-        KmsCmd::Screenshot { crtc, output, device, method } => {
+        KmsCmd::Screenshot {
+            crtc,
+            output,
+            device,
+            method,
+        } => {
             let (dev, path) = match open_kms(device.as_deref()) {
                 Ok(d) => d,
                 Err(c) => return c,

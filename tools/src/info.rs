@@ -200,7 +200,11 @@ fn prop_lines(s: &mut String, ind: &str, props: &[drm_gem::kms::ObjectProperty])
             s,
             "{ind}{} = {v}{}{}",
             p.property.name,
-            if p.property.immutable { " (immutable)" } else { "" },
+            if p.property.immutable {
+                " (immutable)"
+            } else {
+                ""
+            },
             if p.property.atomic { " (atomic)" } else { "" },
         );
     }

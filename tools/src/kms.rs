@@ -3,8 +3,7 @@
 
 use crate::select::XRGB8888;
 use drm_gem::kms::{
-    AtomicFlags, AtomicRequest, ConnectorStatus, FbSpec, Mode, ObjectProperty, PropertyId,
-    Snapshot,
+    AtomicFlags, AtomicRequest, ConnectorStatus, FbSpec, Mode, ObjectProperty, PropertyId, Snapshot,
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec};
 use std::path::Path;
@@ -71,7 +70,11 @@ pub fn open_kms(spec: Option<&str>) -> KmsResult<(Device, String)> {
     Err(format!(
         "no KMS device{}: {} (hint: pick one with --device, `drmtool devices` lists them; vgem has no KMS)",
         spec.map(|s| format!(" matches {s:?}")).unwrap_or_default(),
-        if why.is_empty() { "no primary node".into() } else { why.join("; ") }
+        if why.is_empty() {
+            "no primary node".into()
+        } else {
+            why.join("; ")
+        }
     ))
 }
 
@@ -96,7 +99,10 @@ fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
             .copied()
             .ok_or_else(|| {
                 let names: Vec<String> = modes.iter().map(Mode::name).collect();
-                format!("no mode {w:?} on that connector; it has: {} (hint: `drmtool kms list`)", names.join(", "))
+                format!(
+                    "no mode {w:?} on that connector; it has: {} (hint: `drmtool kms list`)",
+                    names.join(", ")
+                )
             });
     }
     modes
@@ -104,7 +110,9 @@ fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
         .find(|m| m.is_preferred())
         .or_else(|| modes.first())
         .copied()
-        .ok_or_else(|| "the connector has no modes (hint: is anything attached? `drmtool kms list`)".into())
+        .ok_or_else(|| {
+            "the connector has no modes (hint: is anything attached? `drmtool kms list`)".into()
+        })
 }
 
 /// Sets `mode` (by name or `WxH`; the preferred one without) on `connector` (name such as
@@ -120,11 +128,6 @@ pub fn modeset(
     let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
     let _ = dev.set_client_cap(ClientCap::UniversalPlanes, 1);
     let atomic = dev.set_client_cap(ClientCap::Atomic, 1).is_ok();
-    if let Err(err) = dev.set_master() {
-        return Err(format!(
-            "cannot become DRM master: {err} (hint: stop the compositor or run as root on a free VT)"
-        ));
-    }
     let snap = Snapshot::take(dev).map_err(e("reading the KMS state"))?;
     let conn = snap
         .connectors
@@ -132,11 +135,23 @@ pub fn modeset(
         .find(|c| c.connector.name() == connector || c.connector.id.get().to_string() == connector)
         .ok_or_else(|| {
             let names: Vec<String> = snap.connectors.iter().map(|c| c.connector.name()).collect();
-            format!("no connector {connector:?}; there are: {} (hint: `drmtool kms list`)", names.join(", "))
+            format!(
+                "no connector {connector:?}; there are: {} (hint: `drmtool kms list`)",
+                names.join(", ")
+            )
         })?;
-    let probed = dev.probe_connector(conn.connector.id).map_err(e("probing the connector"))?;
+    if let Err(err) = dev.set_master() {
+        return Err(format!(
+            "cannot become DRM master: {err} (hint: stop the compositor or run as root on a free VT)"
+        ));
+    }
+    let probed = dev
+        .probe_connector(conn.connector.id)
+        .map_err(e("probing the connector"))?;
     if probed.status == ConnectorStatus::Disconnected {
-        return Err(format!("{connector} is disconnected (hint: pick a connected one from `drmtool kms list`)"));
+        return Err(format!(
+            "{connector} is disconnected (hint: pick a connected one from `drmtool kms list`)"
+        ));
     }
     let m = pick_mode(&probed.modes, mode)?;
     let mask = probed
@@ -153,7 +168,7 @@ pub fn modeset(
         .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
         .ok_or("no CRTC can drive that connector")?;
     let crtc = &snap.crtcs[idx];
-    let before = crtc.crtc.clone();
+    let before = crtc.crtc;
     let before_conns: Vec<_> = snap
         .connectors
         .iter()
@@ -168,8 +183,15 @@ pub fn modeset(
         .collect();
 
     let (w, h) = (u32::from(m.size().0), u32::from(m.size().1));
-    let mut buf = DumbBuffer::create(dev, DumbSpec { width: w, height: h, bpp: 32 })
-        .map_err(e("creating the pattern buffer"))?;
+    let mut buf = DumbBuffer::create(
+        dev,
+        DumbSpec {
+            width: w,
+            height: h,
+            bpp: 32,
+        },
+    )
+    .map_err(e("creating the pattern buffer"))?;
     paint(&mut buf, w, h).map_err(e("drawing the pattern"))?;
     let fb = dev
         .add_framebuffer(&FbSpec::single(w, h, XRGB8888, buf.handle(), buf.pitch()))
@@ -177,20 +199,36 @@ pub fn modeset(
     let lit = Lit {
         connector: conn.connector.name(),
         crtc: crtc.crtc.id.get(),
-        mode: format!("{} {}x{}", m.name(), w, h),
+        mode: if m.name() == format!("{w}x{h}") {
+            m.name()
+        } else {
+            format!("{} ({w}x{h})", m.name())
+        },
         path: if atomic { "atomic" } else { "legacy" },
     };
     if atomic {
         let plane = snap
             .planes
             .iter()
-            .find(|p| p.kind.as_deref() == Some("Primary") && p.plane.possible_crtcs & (1 << idx) != 0)
+            .find(|p| {
+                p.kind.as_deref() == Some("Primary") && p.plane.possible_crtcs & (1 << idx) != 0
+            })
             .ok_or("no primary plane for that CRTC")?;
-        let blob = dev.create_blob(&m.to_blob_bytes()).map_err(e("creating the mode blob"))?;
+        let blob = dev
+            .create_blob(&m.to_blob_bytes())
+            .map_err(e("creating the mode blob"))?;
         let mut req = AtomicRequest::new();
         req.set(crtc.crtc.id, find(&crtc.properties, "ACTIVE")?, 1)
-            .set(crtc.crtc.id, find(&crtc.properties, "MODE_ID")?, u64::from(blob.id().get()))
-            .set(conn.connector.id, find(&conn.properties, "CRTC_ID")?, u64::from(crtc.crtc.id.get()));
+            .set(
+                crtc.crtc.id,
+                find(&crtc.properties, "MODE_ID")?,
+                u64::from(blob.id().get()),
+            )
+            .set(
+                conn.connector.id,
+                find(&conn.properties, "CRTC_ID")?,
+                u64::from(crtc.crtc.id.get()),
+            );
         let pid = plane.plane.id;
         let pp = |n: &str| find(&plane.properties, n);
         req.set(pid, pp("FB_ID")?, u64::from(fb.id().get()))
@@ -228,10 +266,19 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
     }
     // Atomic: detach every plane and connector from the CRTC, then switch it off.
     let mut req = AtomicRequest::new();
-    let f = |props: &[ObjectProperty], n: &str| props.iter().find(|p| p.property.name == n).map(|p| p.property.id);
+    let f = |props: &[ObjectProperty], n: &str| {
+        props
+            .iter()
+            .find(|p| p.property.name == n)
+            .map(|p| p.property.id)
+    };
     for c in &snap.connectors {
         if let Some(p) = f(&c.properties, "CRTC_ID") {
-            let cur = c.properties.iter().find(|x| x.property.id == p).map_or(0, |x| x.raw);
+            let cur = c
+                .properties
+                .iter()
+                .find(|x| x.property.id == p)
+                .map_or(0, |x| x.raw);
             if cur == u64::from(crtc.crtc.id.get()) || c.connector.kind != WRITEBACK {
                 // Connectors not on another CRTC end up off; those were off before too.
                 if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
@@ -244,7 +291,9 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
         if p.plane.possible_crtcs & (1 << idx) == 0 {
             continue;
         }
-        let cur = f(&p.properties, "CRTC_ID").and_then(|id| p.properties.iter().find(|x| x.property.id == id)).map_or(0, |x| x.raw);
+        let cur = f(&p.properties, "CRTC_ID")
+            .and_then(|id| p.properties.iter().find(|x| x.property.id == id))
+            .map_or(0, |x| x.raw);
         if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
             if let Some(id) = f(&p.properties, "FB_ID") {
                 req.set(p.plane.id, id, 0);
@@ -260,13 +309,15 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
     if let Some(id) = f(&crtc.properties, "MODE_ID") {
         req.set(crtc.crtc.id, id, 0);
     }
-    dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0).map(|_| ())
+    dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
+        .map(|_| ())
 }
 
 /// How a screenshot was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
-    /// Writeback where the device has a writeback connector for the CRTC, else GETFB2.
+    /// GETFB2 for now (writeback is not yet reliable: vkms on 6.12 refuses the commit
+    /// with EINVAL from its driver check, not yet understood).
     Auto,
     /// A writeback connector captures what the CRTC composes (vkms); needs DRM master.
     Writeback,
@@ -292,8 +343,15 @@ fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
         .iter()
         .position(|c| c.crtc.id.get().to_string() == spec)
         .ok_or_else(|| {
-            let ids: Vec<String> = snap.crtcs.iter().map(|c| c.crtc.id.get().to_string()).collect();
-            format!("no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)", ids.join(", "))
+            let ids: Vec<String> = snap
+                .crtcs
+                .iter()
+                .map(|c| c.crtc.id.get().to_string())
+                .collect();
+            format!(
+                "no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)",
+                ids.join(", ")
+            )
         })
 }
 
@@ -301,23 +359,36 @@ fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
 pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> {
     let _ = dev.set_client_cap(ClientCap::UniversalPlanes, 1);
     let atomic = dev.set_client_cap(ClientCap::Atomic, 1).is_ok();
-    let wb = atomic && dev.set_client_cap(ClientCap::WritebackConnectors, 1).is_ok();
+    let wb = atomic
+        && dev
+            .set_client_cap(ClientCap::WritebackConnectors, 1)
+            .is_ok();
     let snap = Snapshot::take(dev).map_err(|e| format!("reading the KMS state: {e}"))?;
     let idx = crtc_by_spec(&snap, crtc)?;
     let c = &snap.crtcs[idx];
     let Some(mode) = c.crtc.mode else {
-        return Err(format!("CRTC {crtc} is off: it shows nothing (hint: `drmtool kms modeset CONNECTOR` lights one)"));
+        return Err(format!(
+            "CRTC {crtc} is off: it shows nothing (hint: `drmtool kms modeset CONNECTOR` lights one)"
+        ));
     };
     let wb_conn = snap.connectors.iter().find(|k| {
         k.connector.kind == WRITEBACK
-            && k.connector.encoders.iter().filter_map(|&e| dev.encoder(e).ok()).any(|e| e.possible_crtcs & (1 << idx) != 0)
+            && k.connector
+                .encoders
+                .iter()
+                .filter_map(|&e| dev.encoder(e).ok())
+                .any(|e| e.possible_crtcs & (1 << idx) != 0)
     });
     match (method, wb_conn) {
         (Method::Writeback, None) => Err(format!(
             "no writeback connector for CRTC {crtc}{} (hint: --method getfb)",
-            if wb { "" } else { ": the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS" }
+            if wb {
+                ""
+            } else {
+                ": the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS"
+            }
         )),
-        (Method::Writeback | Method::Auto, Some(k)) => writeback(dev, &snap, idx, k, &mode),
+        (Method::Writeback, Some(k)) => writeback(dev, &snap, idx, k, &mode),
         (Method::Getfb | Method::Auto, _) => getfb(dev, &snap, idx, &mode),
     }
 }
@@ -335,7 +406,11 @@ fn to_rgb(px: &[u8], format: u32, w: u32, h: u32, pitch: usize) -> KmsResult<Vec
     for y in 0..h as usize {
         for x in 0..w as usize {
             let v = u32::from_le_bytes(px[y * pitch + x * 4..][..4].try_into().unwrap_or([0; 4]));
-            let (r, g, b) = (((v >> 16) & 0xff) as u8, ((v >> 8) & 0xff) as u8, (v & 0xff) as u8);
+            let (r, g, b) = (
+                ((v >> 16) & 0xff) as u8,
+                ((v >> 8) & 0xff) as u8,
+                (v & 0xff) as u8,
+            );
             if argb.contains(&format) {
                 rgb.extend_from_slice(&[r, g, b]);
             } else {
@@ -358,9 +433,15 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
     let info = dev
         .framebuffer_info(fb_id)
         .map_err(|e| format!("DRM_IOCTL_MODE_GETFB2 on framebuffer {}: {e}", fb_id.get()))?;
-    let plane0 = info.planes.into_iter().next().ok_or("GETFB2 reported no planes")?;
+    let plane0 = info
+        .planes
+        .into_iter()
+        .next()
+        .ok_or("GETFB2 reported no planes")?;
     let Some(mut obj) = plane0.object else {
-        return Err("GETFB2 withheld the buffer handle (hint: run as root, or as DRM master)".into());
+        return Err(
+            "GETFB2 withheld the buffer handle (hint: run as root, or as DRM master)".into(),
+        );
     };
     let (x0, y0) = c.crtc.position;
     let w = u32::from(mode.size().0).min(info.width.saturating_sub(x0));
@@ -373,8 +454,14 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
         .map_err(|e| format!("mapping framebuffer {}'s buffer: {e}", fb_id.get()))?;
     let mut px = vec![0u8; pitch * h as usize];
     let n = px.len().min(len - start);
-    map.read_at(start, &mut px[..n]).map_err(|e| e.to_string())?;
-    Ok(Image { width: w, height: h, rgb: to_rgb(&px, info.format, w, h, pitch)?, method: "getfb" })
+    map.read_at(start, &mut px[..n])
+        .map_err(|e| e.to_string())?;
+    Ok(Image {
+        width: w,
+        height: h,
+        rgb: to_rgb(&px, info.format, w, h, pitch)?,
+        method: "getfb",
+    })
 }
 
 fn writeback(
@@ -390,9 +477,42 @@ fn writeback(
     })?;
     let c = &snap.crtcs[idx];
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
-    let mut buf = DumbBuffer::create(dev, DumbSpec { width: w, height: h, bpp: 32 }).map_err(e("creating the capture buffer"))?;
+    // The formats the connector writes (vkms: XR24 on older kernels, AR24 on newer ones).
+    let formats: Vec<u32> = k
+        .properties
+        .iter()
+        .find(|p| p.property.name == "WRITEBACK_PIXEL_FORMATS")
+        .and_then(|p| match p.value {
+            drm_gem::kms::PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
+            _ => None,
+        })
+        .map(|b| {
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let format = [XRGB8888, u32::from_le_bytes(*b"AR24")]
+        .into_iter()
+        .find(|f| formats.contains(f))
+        .ok_or_else(|| {
+            let names: Vec<String> = formats.iter().map(|&f| drm_gem::kms::format_name(f)).collect();
+            format!(
+                "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: --method getfb)",
+                names.join(", ")
+            )
+        })?;
+    let mut buf = DumbBuffer::create(
+        dev,
+        DumbSpec {
+            width: w,
+            height: h,
+            bpp: 32,
+        },
+    )
+    .map_err(e("creating the capture buffer"))?;
     let fb = dev
-        .add_framebuffer(&FbSpec::single(w, h, XRGB8888, buf.handle(), buf.pitch()))
+        .add_framebuffer(&FbSpec::single(w, h, format, buf.handle(), buf.pitch()))
         .map_err(e("adding the capture framebuffer"))?;
     let crtc_prop = find(&k.properties, "CRTC_ID")?;
     let fb_prop = find(&k.properties, "WRITEBACK_FB_ID")?;
@@ -401,9 +521,16 @@ fn writeback(
     req.set(k.connector.id, crtc_prop, u64::from(c.crtc.id.get()))
         .set(k.connector.id, fb_prop, u64::from(fb.id().get()))
         .writeback_fence(k.connector.id, fence_prop);
-    let done = dev
-        .atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
-        .map_err(e("the writeback commit"))?;
+    let done = match dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0) {
+        Ok(d) => d,
+        Err(err) => {
+            let why = dev
+                .explain_atomic(&req, AtomicFlags::ALLOW_MODESET)
+                .map(|x| format!("{x:?}"))
+                .unwrap_or_default();
+            return Err(format!("the writeback commit: {err} {why}"));
+        }
+    };
     for (_, _, f) in &done.fences {
         match f.wait(Some(Duration::from_secs(10))) {
             Ok(true) => {}
@@ -413,21 +540,36 @@ fn writeback(
     }
     // Detach the writeback connector again.
     let mut undo = AtomicRequest::new();
-    undo.set(k.connector.id, crtc_prop, 0).set(k.connector.id, fb_prop, 0);
-    dev.atomic_commit(&undo, AtomicFlags::ALLOW_MODESET, 0).map_err(e("detaching the writeback connector"))?;
+    undo.set(k.connector.id, crtc_prop, 0)
+        .set(k.connector.id, fb_prop, 0);
+    dev.atomic_commit(&undo, AtomicFlags::ALLOW_MODESET, 0)
+        .map_err(e("detaching the writeback connector"))?;
     let pitch = buf.pitch() as usize;
     let mut px = vec![0u8; pitch * h as usize];
-    buf.map().map_err(e("mapping the capture"))?.read_at(0, &mut px).map_err(|err| err.to_string())?;
-    Ok(Image { width: w, height: h, rgb: to_rgb(&px, XRGB8888, w, h, pitch)?, method: "writeback" })
+    buf.map()
+        .map_err(e("mapping the capture"))?
+        .read_at(0, &mut px)
+        .map_err(|err| err.to_string())?;
+    Ok(Image {
+        width: w,
+        height: h,
+        rgb: to_rgb(&px, format, w, h, pitch)?,
+        method: "writeback",
+    })
 }
 
 /// Writes `img` as an 8-bit RGB PNG.
 pub fn write_png(img: &Image, path: &Path) -> KmsResult<()> {
-    let f = std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), img.width, img.height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().map_err(|e| format!("writing {}: {e}", path.display()))?;
-    w.write_image_data(&img.rgb).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    w.finish().map_err(|e| format!("writing {}: {e}", path.display()))
+    let mut w = enc
+        .write_header()
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    w.write_image_data(&img.rgb)
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    w.finish()
+        .map_err(|e| format!("writing {}: {e}", path.display()))
 }

@@ -19,7 +19,9 @@ pub fn no_nodes_reason(e: &NoNodes) -> String {
                               here); run drmtool inside a guest with real drivers: \
                               cargo run -p vm -- run --kernel debian-6.12 -- drmtool devices"
             .into(),
-        NoNodes::Empty => "no DRM devices: /dev/dri exists but holds no card or render nodes".into(),
+        NoNodes::Empty => {
+            "no DRM devices: /dev/dri exists but holds no card or render nodes".into()
+        }
     }
 }
 
@@ -46,23 +48,36 @@ pub fn matches(n: &NodeInfo, spec: &str) -> bool {
 pub fn select(spec: Option<&str>) -> Result<Vec<NodeInfo>, NoMatch> {
     let nodes = drm_gem::enumerate().map_err(|e| NoMatch(no_nodes_reason(&e)))?;
     let Some(spec) = spec else {
-        return Ok(nodes.into_iter().filter(|n| n.kind == NodeKind::Primary).collect());
+        return Ok(nodes
+            .into_iter()
+            .filter(|n| n.kind == NodeKind::Primary)
+            .collect());
     };
     let hits: Vec<NodeInfo> = nodes.iter().filter(|n| matches(n, spec)).cloned().collect();
-    let by_path = hits.iter().any(|n| {
-        n.path.as_os_str() == spec || n.path.file_name().is_some_and(|f| f == spec)
-    });
+    let by_path = hits
+        .iter()
+        .any(|n| n.path.as_os_str() == spec || n.path.file_name().is_some_and(|f| f == spec));
     let picked: Vec<NodeInfo> = if by_path || hits.len() <= 1 {
         hits
     } else {
         // A driver name: its primary node(s), else its render node(s).
-        let prim: Vec<NodeInfo> = hits.iter().filter(|n| n.kind == NodeKind::Primary).cloned().collect();
+        let prim: Vec<NodeInfo> = hits
+            .iter()
+            .filter(|n| n.kind == NodeKind::Primary)
+            .cloned()
+            .collect();
         if prim.is_empty() { hits } else { prim }
     };
     if picked.is_empty() {
         let have: Vec<String> = nodes
             .iter()
-            .map(|n| format!("{} ({})", n.path.display(), n.driver.as_deref().unwrap_or("?")))
+            .map(|n| {
+                format!(
+                    "{} ({})",
+                    n.path.display(),
+                    n.driver.as_deref().unwrap_or("?")
+                )
+            })
             .collect();
         return Err(NoMatch(format!(
             "no DRM device matches {spec:?}; there are: {} (hint: `drmtool devices` lists nodes \
@@ -111,8 +126,16 @@ pub fn error_class(e: &drm_gem::Error) -> String {
         return errno_name(n);
     }
     if let drm_gem::Error::Unsupported { reason, .. } = e {
-        for c in ["ENOTTY", "EINVAL", "EOPNOTSUPP", "ENOSYS", "ENOENT", "EACCES", "EPERM"] {
-            if reason.contains(c) {
+        for (c, text) in [
+            ("ENOTTY", "Inappropriate ioctl"),
+            ("EINVAL", "Invalid argument"),
+            ("EOPNOTSUPP", "Operation not supported"),
+            ("ENOSYS", "Function not implemented"),
+            ("ENOENT", "No such file"),
+            ("EACCES", "Permission denied"),
+            ("EPERM", "Operation not permitted"),
+        ] {
+            if reason.contains(c) || reason.contains(text) {
                 return c.to_string();
             }
         }
