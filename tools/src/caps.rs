@@ -20,7 +20,8 @@ pub struct Probe {
     /// `ok` when supported; else the errno class of the probe that decided it (`ENOTTY`:
     /// the kernel has no such ioctl, `EINVAL`: an older DRM core or unknown cap,
     /// `EOPNOTSUPP`: the driver lacks it, `ENOSYS`, `ENOENT`: no such node, ...), or
-    /// `skipped` when an earlier probe it needs failed, or `not_probed` for a TODO.
+    /// `skipped` when an earlier probe it needs failed, `off` for a virtio-gpu parameter
+    /// the kernel knows and answers 0.
     pub class: String,
     /// The call that decided it (`DRM_IOCTL_MODE_CREATE_DUMB`, `open(/dev/udmabuf)`).
     pub probe: String,
@@ -489,20 +490,53 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             );
         }
     }
-    if n.driver.as_deref() == Some("virtio_gpu") {
-        put(
-            "virtio_gpu_params",
-            Probe {
-                supported: false,
-                class: "not_probed".into(),
-                probe: "DRM_IOCTL_VIRTGPU_GETPARAM".into(),
-                detail: Some(
-                    "TODO: drm_gem::driver::virtio_gpu has no GETPARAM wrapper yet".into(),
-                ),
-            },
-        );
+    if n.driver.as_deref() == Some(drm_gem::driver::virtio_gpu::DRIVER_NAME) {
+        virtio_gpu_params(&dev, &mut out.probes);
     }
     out
+}
+
+/// Each `VIRTGPU_PARAM_*` as `virtio_gpu_param_<name>`: `ok` when the kernel answers
+/// non-zero, `off` when it answers 0, `EINVAL` when it does not know the parameter.
+fn virtio_gpu_params(dev: &Device, probes: &mut BTreeMap<String, Probe>) {
+    use drm_gem::driver::virtio_gpu::{Param, VirtioGpu};
+    const CALL: &str = "DRM_IOCTL_VIRTGPU_GETPARAM";
+    let gpu = match VirtioGpu::new(dev) {
+        Ok(g) => g,
+        Err(e) => {
+            probes.insert("virtio_gpu_params".into(), Probe::failed(CALL, &e));
+            return;
+        }
+    };
+    for p in Param::ALL {
+        let name = match p {
+            Param::ThreeDFeatures => "3d_features",
+            Param::CapsetQueryFix => "capset_query_fix",
+            Param::ResourceBlob => "resource_blob",
+            Param::HostVisible => "host_visible",
+            Param::CrossDevice => "cross_device",
+            Param::ContextInit => "context_init",
+            Param::SupportedCapsetIds => "supported_capset_ids",
+            Param::ExplicitDebugName => "explicit_debug_name",
+        };
+        let probe = match gpu.param(p) {
+            Ok(Some(v)) if v != 0 => Probe::ok(CALL, Some(format!("value {v:#x}"))),
+            Ok(Some(_)) => Probe {
+                supported: false,
+                class: "off".into(),
+                probe: CALL.into(),
+                detail: Some("the kernel knows the parameter and answers 0".into()),
+            },
+            Ok(None) => Probe {
+                supported: false,
+                class: "EINVAL".into(),
+                probe: CALL.into(),
+                detail: Some("this kernel does not know the parameter".into()),
+            },
+            Err(e) => Probe::failed(CALL, &e),
+        };
+        probes.insert(format!("virtio_gpu_param_{name}"), probe);
+    }
 }
 
 fn ioctl_kind_writeback() -> u32 {
