@@ -1,10 +1,12 @@
-//! The command line: `drmtool devices` and `drmtool buffers`.
+//! The command line: `devices`, `info`, `caps`, `buffers`, `kms`, `completions`, `man`.
 //!
 //! # Exit codes
 //! - 0: success (also when some processes could not be read: they are listed).
-//! - 1: the scan could not run (`/proc` unreadable) or output could not be written.
+//! - 1: the command could not do its job (`/proc` unreadable, an ioctl failed, the output
+//!   could not be written).
 //! - 2: bad usage (unknown option, bad value).
-//! - 3: `--pid` or `--device` matched nothing.
+//! - 3: `--pid`, `DEVICE`/`--device`, a connector, mode or CRTC matched nothing.
+//! - 4: this machine has no DRM devices at all (`info`, `caps`, `kms`).
 
 use crate::render::{By, SortKey};
 use crate::scan::{self, Options, SCHEMA_VERSION};
@@ -16,6 +18,8 @@ use std::time::{Duration, Instant};
 
 /// Exit status when `--pid` or `--device` matched nothing.
 pub const EXIT_NO_MATCH: u8 = 3;
+/// Exit status when the machine has no DRM devices at all.
+pub const EXIT_NO_DEVICES: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,10 +27,16 @@ pub const EXIT_NO_MATCH: u8 = 3;
     version,
     about = "Inspect DRM devices, capabilities, KMS state and who holds which GPU memory",
     after_help = "Examples:\n  drmtool devices\n  drmtool devices --json\n  \
+                  drmtool info vkms\n  drmtool caps --json\n  \
                   drmtool buffers\n  drmtool buffers --by client --json\n  \
-                  drmtool buffers --watch 1\n\n\
-                  Exit codes: 0 ok, 1 the scan could not run, 2 bad usage, \
-                  3 --pid/--device matched nothing.\n\n\
+                  drmtool buffers --watch 1\n  drmtool kms list card0\n  \
+                  drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
+                  drmtool kms screenshot 38 -o crtc.png\n  \
+                  drmtool completions bash > /etc/bash_completion.d/drmtool\n  \
+                  drmtool man > drmtool.1\n\n\
+                  Exit codes: 0 ok, 1 the command failed (an ioctl, /proc, the output), \
+                  2 bad usage, 3 a device/pid/connector/mode/CRTC matched nothing, \
+                  4 no DRM devices on this machine.\n\n\
                   On a machine without /dev/dri, run it in a guest with real drivers:\n  \
                   scripts/drmtool devices"
 )]
@@ -48,6 +58,88 @@ enum Cmd {
     /// and dma-buf mappings in /proc/<pid>/maps, dma-buf fdinfo and debugfs; each is
     /// labelled with its source, and what no source exposes is shown as unknown.
     Buffers(BuffersArgs),
+    /// Driver, node identity, every DRM_CAP_*, accepted client caps and the whole KMS state.
+    ///
+    /// Without DEVICE: every primary node. Connectors are not probed unless --probe is
+    /// given, so status and modes are those of the last probe, as drm_info shows them.
+    #[command(
+        after_help = "Examples:\n  drmtool info\n  drmtool info vkms --json\n  \
+                            drmtool info /dev/dri/card0 --probe"
+    )]
+    Info {
+        /// A node path (/dev/dri/card0), node name (card0), driver (vkms) or minor.
+        device: Option<String>,
+        /// Probe connectors first (needs DRM master; slow on real hardware).
+        #[arg(long)]
+        probe: bool,
+    },
+    /// The uapi probe matrix: each ioctl family supported or not, with the errno class of
+    /// the probe that decided it. Probes are harmless (no modeset, nothing shown).
+    #[command(
+        after_help = "Examples:\n  drmtool caps\n  drmtool caps vgem --json\n  \
+                            diff <(ssh old drmtool caps --json) <(drmtool caps --json)"
+    )]
+    Caps {
+        /// A node path, node name, driver or minor (default: every primary node).
+        device: Option<String>,
+    },
+    /// Kernel modesetting: list, set a mode with a test pattern, screenshot a CRTC.
+    #[command(subcommand)]
+    Kms(KmsCmd),
+    /// Print a shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Example:\n  drmtool completions bash > /etc/bash_completion.d/drmtool")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) generated from this command line.
+    #[command(after_help = "Example:\n  drmtool man > drmtool.1 && man ./drmtool.1")]
+    Man,
+}
+
+/// `drmtool kms ...`.
+#[derive(Subcommand, Debug)]
+enum KmsCmd {
+    /// Connectors with modes and EDID, encoders, CRTCs, planes with formats, every property.
+    #[command(after_help = "Examples:\n  drmtool kms list\n  drmtool kms list virtio-gpu --json")]
+    List {
+        /// A node path, node name, driver or minor (default: every primary node with KMS).
+        device: Option<String>,
+    },
+    /// Show a test pattern on CONNECTOR (atomic where available, else legacy), hold it
+    /// until Enter (or stdin closes) or --seconds pass, then restore what was shown.
+    #[command(after_help = "Examples:\n  drmtool kms modeset Virtual-1\n  \
+                            drmtool kms modeset Virtual-1 1024x768 --seconds 5 --device vkms")]
+    Modeset {
+        /// Connector name (Virtual-1, HDMI-A-2) or id.
+        connector: String,
+        /// Mode name or WxH (default: the preferred mode).
+        mode: Option<String>,
+        /// The device (default: the first primary node with KMS).
+        #[arg(long)]
+        device: Option<String>,
+        /// Hold the pattern for N seconds instead of waiting for Enter.
+        #[arg(long, value_name = "N")]
+        seconds: Option<f64>,
+    },
+    /// Save what CRTC (its id) shows as a PNG: GETFB2 of its primary plane and a map of
+    /// the framebuffer (needs root or DRM master); `--method writeback` captures through a
+    /// writeback connector instead (vkms; needs DRM master; experimental).
+    #[command(after_help = "Examples:\n  drmtool kms screenshot 38 -o out.png\n  \
+                            drmtool kms screenshot 36 -o out.png --device bochs --method getfb")]
+    Screenshot {
+        /// CRTC id (`drmtool kms list` shows them).
+        crtc: String,
+        /// The PNG file to write.
+        #[arg(short, long, value_name = "FILE.png")]
+        output: std::path::PathBuf,
+        /// The device (default: the first primary node with KMS).
+        #[arg(long)]
+        device: Option<String>,
+        /// How to capture.
+        #[arg(long, value_enum, default_value = "auto")]
+        method: crate::kms::Method,
+    },
 }
 
 /// Options of `drmtool buffers`.
@@ -97,6 +189,274 @@ pub fn main_with(
     match cli.cmd {
         Cmd::Devices => devices(cli.json, out),
         Cmd::Buffers(a) => buffers(&a, cli.json, out),
+        Cmd::Info { device, probe } => info(device.as_deref(), probe, cli.json, out),
+        Cmd::Caps { device } => caps(device.as_deref(), cli.json, out),
+        Cmd::Kms(k) => kms(k, cli.json, out),
+        Cmd::Completions { shell } => {
+            let mut cmd = command();
+            clap_complete::generate(shell, &mut cmd, "drmtool", out);
+            ExitCode::SUCCESS
+        }
+        Cmd::Man => match clap_mangen::Man::new(command()).render(out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("drmtool: cannot write the man page: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// The clap definition (for completions, the man page and tests).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Writes `doc` as pretty JSON; exit 1 when that fails.
+fn emit_json<T: Serialize>(doc: &T, out: &mut dyn Write) -> ExitCode {
+    match serde_json::to_string_pretty(doc)
+        .map_err(std::io::Error::other)
+        .and_then(|s| writeln!(out, "{s}"))
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drmtool: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn emit_text(s: &str, out: &mut dyn Write) -> ExitCode {
+    match write!(out, "{s}") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drmtool: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Nodes for `spec`, or the exit status after a one-line error.
+fn nodes_for(spec: Option<&str>) -> Result<Vec<drm_gem::NodeInfo>, ExitCode> {
+    crate::select::select(spec).map_err(|e| {
+        eprintln!("drmtool: {e}");
+        if drm_gem::enumerate().is_err() {
+            ExitCode::from(EXIT_NO_DEVICES)
+        } else {
+            ExitCode::from(EXIT_NO_MATCH)
+        }
+    })
+}
+
+fn info(spec: Option<&str>, probe: bool, json: bool, out: &mut dyn Write) -> ExitCode {
+    let nodes = match nodes_for(spec) {
+        Ok(n) => n,
+        Err(c) => return c,
+    };
+    let devices: Vec<_> = nodes
+        .iter()
+        .map(|n| crate::info::device_info(n, probe))
+        .collect();
+    if json {
+        let doc = crate::info::InfoReport {
+            schema_version: crate::info::INFO_SCHEMA_VERSION,
+            devices,
+        };
+        return emit_json(&doc, out);
+    }
+    let text: Vec<String> = devices.iter().map(crate::info::render).collect();
+    emit_text(&text.join("\n"), out)
+}
+
+fn caps(spec: Option<&str>, json: bool, out: &mut dyn Write) -> ExitCode {
+    let nodes = match nodes_for(spec) {
+        Ok(n) => n,
+        Err(c) => return c,
+    };
+    let r = crate::caps::probe_all(&nodes);
+    if json {
+        emit_json(&r, out)
+    } else {
+        emit_text(&crate::caps::render(&r), out)
+    }
+}
+
+/// `drmtool kms list --json`.
+#[derive(Serialize)]
+struct KmsListOut {
+    schema_version: u32,
+    devices: Vec<KmsListDevice>,
+}
+
+#[derive(Serialize)]
+struct KmsListDevice {
+    path: String,
+    driver: Option<String>,
+    kms: drm_gem::kms::Snapshot,
+}
+
+fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
+    match k {
+        KmsCmd::List { device } => {
+            let nodes = match nodes_for(device.as_deref()) {
+                Ok(n) => n,
+                Err(c) => return c,
+            };
+            let mut devices = Vec::new();
+            for n in nodes
+                .iter()
+                .filter(|n| n.kind == drm_gem::NodeKind::Primary)
+            {
+                let snap =
+                    drm_gem::Device::open(&n.path).and_then(|d| drm_gem::kms::Snapshot::take(&d));
+                match snap {
+                    Ok(s) => devices.push(KmsListDevice {
+                        path: n.path.display().to_string(),
+                        driver: n.driver.clone(),
+                        kms: s,
+                    }),
+                    // A named device without KMS is an error; in the full list it is left out.
+                    Err(e) if device.is_some() => {
+                        eprintln!(
+                            "drmtool: {} has no KMS state: {e} (hint: vgem has no KMS; `drmtool devices` lists the others)",
+                            n.path.display()
+                        );
+                        return ExitCode::FAILURE;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if json {
+                return emit_json(
+                    &KmsListOut {
+                        schema_version: crate::info::INFO_SCHEMA_VERSION,
+                        devices,
+                    },
+                    out,
+                );
+            }
+            let text: Vec<String> = devices
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} ({})\n{}",
+                        d.path,
+                        d.driver.as_deref().unwrap_or("?"),
+                        crate::info::render_kms(&d.kms, "  ")
+                    )
+                })
+                .collect();
+            emit_text(&text.join("\n"), out)
+        }
+        KmsCmd::Modeset {
+            connector,
+            mode,
+            device,
+            seconds,
+        } => {
+            if let Some(s) = seconds
+                && !(s >= 0.0 && s.is_finite())
+            {
+                eprintln!("drmtool: --seconds needs a number of seconds >= 0 (hint: --seconds 5)");
+                return ExitCode::from(2);
+            }
+            let (dev, path) = match open_kms(device.as_deref()) {
+                Ok(d) => d,
+                Err(c) => return c,
+            };
+            let mut hold = |lit: &crate::kms::Lit| {
+                let msg = format!(
+                    "{path}: {} shows the test pattern in {} on CRTC {} ({})",
+                    lit.connector, lit.mode, lit.crtc, lit.path
+                );
+                if json {
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({
+                            "schema_version": 1, "device": path, "connector": lit.connector,
+                            "crtc": lit.crtc, "mode": lit.mode, "path": lit.path,
+                        })
+                    );
+                } else {
+                    let _ = writeln!(out, "{msg}");
+                }
+                let _ = out.flush();
+                match seconds {
+                    Some(s) => std::thread::sleep(Duration::from_secs_f64(s)),
+                    None => {
+                        eprintln!("drmtool: press Enter to restore");
+                        let mut line = String::new();
+                        let _ = std::io::stdin().read_line(&mut line);
+                    }
+                }
+            };
+            match crate::kms::modeset(&dev, &connector, mode.as_deref(), &mut hold) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => kms_error(&e),
+            }
+        }
+        KmsCmd::Screenshot {
+            crtc,
+            output,
+            device,
+            method,
+        } => {
+            let (dev, path) = match open_kms(device.as_deref()) {
+                Ok(d) => d,
+                Err(c) => return c,
+            };
+            let img = match crate::kms::screenshot(&dev, &crtc, method) {
+                Ok(i) => i,
+                Err(e) => return kms_error(&e),
+            };
+            if let Err(e) = crate::kms::write_png(&img, &output) {
+                eprintln!("drmtool: {e}");
+                return ExitCode::FAILURE;
+            }
+            if json {
+                emit_json(
+                    &serde_json::json!({
+                        "schema_version": 1, "device": path, "crtc": crtc,
+                        "file": output.display().to_string(), "width": img.width,
+                        "height": img.height, "method": img.method,
+                    }),
+                    out,
+                )
+            } else {
+                emit_text(
+                    &format!(
+                        "{path}: CRTC {crtc} -> {} ({}x{}, {})\n",
+                        output.display(),
+                        img.width,
+                        img.height,
+                        img.method
+                    ),
+                    out,
+                )
+            }
+        }
+    }
+}
+
+fn open_kms(spec: Option<&str>) -> Result<(drm_gem::Device, String), ExitCode> {
+    if let Err(e) = drm_gem::enumerate() {
+        eprintln!("drmtool: {}", crate::select::no_nodes_reason(&e));
+        return Err(ExitCode::from(EXIT_NO_DEVICES));
+    }
+    crate::kms::open_kms(spec).map_err(|e| {
+        eprintln!("drmtool: {e}");
+        ExitCode::from(EXIT_NO_MATCH)
+    })
+}
+
+/// Errors that name something which does not exist exit 3; the rest 1.
+fn kms_error(e: &str) -> ExitCode {
+    eprintln!("drmtool: {e}");
+    if e.starts_with("no connector") || e.starts_with("no mode") || e.starts_with("no CRTC ") {
+        ExitCode::from(EXIT_NO_MATCH)
+    } else {
+        ExitCode::FAILURE
     }
 }
 

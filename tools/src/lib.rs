@@ -1,4 +1,4 @@
-//! `drmtool` as a library: the parsers behind `drmtool buffers` (fdinfo, dma-buf fdinfo,
+//! `drmtool` as a library: `info`, `caps` and `kms` (modules of the same names), the parsers behind `drmtool buffers` (fdinfo, dma-buf fdinfo,
 //! `/proc/<pid>/maps`, DRM debugfs files), the `/proc` scan that joins them into one
 //! report, its table and JSON views, the command line, and the sample client used by the
 //! guest tests.
@@ -9,13 +9,17 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod caps;
 pub mod cli;
 pub mod debugfs;
 pub mod fdinfo;
+pub mod info;
+pub mod kms;
 pub mod maps;
 pub mod render;
 pub mod sample;
 pub mod scan;
+pub mod select;
 mod sys_call;
 
 pub use scan::{Options, Report, SCHEMA_VERSION, scan};

@@ -1,0 +1,575 @@
+//! `drmtool kms`: a modetest-style listing, a mode set with a test pattern, and a PNG of
+//! what a CRTC shows.
+
+use crate::select::XRGB8888;
+use drm_gem::kms::{
+    AtomicFlags, AtomicRequest, ConnectorStatus, FbSpec, Mode, ObjectProperty, PropertyId, Snapshot,
+};
+use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec};
+use std::path::Path;
+use std::time::Duration;
+
+/// A failure with a one-line cause and hint.
+pub type KmsResult<T> = Result<T, String>;
+
+/// `DRM_MODE_CONNECTOR_WRITEBACK`.
+const WRITEBACK: u32 = 18;
+
+fn find(props: &[ObjectProperty], name: &str) -> KmsResult<PropertyId> {
+    props
+        .iter()
+        .find(|p| p.property.name == name)
+        .map(|p| p.property.id)
+        .ok_or_else(|| format!("no {name} property"))
+}
+
+/// The colour of pixel (`x`, `y`) of the test pattern for a `w`x`h` mode, as XRGB8888:
+/// eight vertical colour bars (white, yellow, cyan, green, magenta, red, blue, black) over
+/// the top three quarters, a grey ramp below.
+pub fn pattern_pixel(x: u32, y: u32, w: u32, h: u32) -> u32 {
+    const BARS: [u32; 8] = [
+        0xffffff, 0xffff00, 0x00ffff, 0x00ff00, 0xff00ff, 0xff0000, 0x0000ff, 0x000000,
+    ];
+    if y < h / 4 * 3 {
+        BARS[(x as usize * 8 / w.max(1) as usize).min(7)]
+    } else {
+        let g = x * 255 / w.max(1);
+        g << 16 | g << 8 | g
+    }
+}
+
+/// Fills a dumb buffer with the test pattern.
+fn paint(buf: &mut DumbBuffer<'_>, w: u32, h: u32) -> drm_gem::Result<()> {
+    let pitch = buf.pitch() as usize;
+    let mut px = vec![0u8; pitch * h as usize];
+    for y in 0..h {
+        for x in 0..w {
+            let at = y as usize * pitch + x as usize * 4;
+            px[at..at + 4].copy_from_slice(&pattern_pixel(x, y, w, h).to_le_bytes());
+        }
+    }
+    buf.map()?.write_at(0, &px)
+}
+
+/// Opens the KMS device `spec` selects (the first primary node with KMS without one).
+pub fn open_kms(spec: Option<&str>) -> KmsResult<(Device, String)> {
+    let nodes = crate::select::select(spec).map_err(|e| e.0)?;
+    let mut why = Vec::new();
+    for n in &nodes {
+        if n.kind != drm_gem::NodeKind::Primary {
+            continue;
+        }
+        match Device::open(&n.path) {
+            Ok(d) => match d.resources() {
+                Ok(_) => return Ok((d, n.path.display().to_string())),
+                Err(e) => why.push(format!("{}: {e}", n.path.display())),
+            },
+            Err(e) => why.push(format!("{}: {e}", n.path.display())),
+        }
+    }
+    Err(format!(
+        "no KMS device{}: {} (hint: pick one with --device, `drmtool devices` lists them; vgem has no KMS)",
+        spec.map(|s| format!(" matches {s:?}")).unwrap_or_default(),
+        if why.is_empty() {
+            "no primary node".into()
+        } else {
+            why.join("; ")
+        }
+    ))
+}
+
+/// What `modeset` lit, for the caller to report.
+#[derive(Debug, Clone)]
+pub struct Lit {
+    /// Connector name.
+    pub connector: String,
+    /// CRTC id.
+    pub crtc: u32,
+    /// Mode name and size.
+    pub mode: String,
+    /// `atomic` or `legacy`.
+    pub path: &'static str,
+}
+
+fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
+    if let Some(w) = want {
+        return modes
+            .iter()
+            .find(|m| m.name() == w || format!("{}x{}", m.size().0, m.size().1) == w)
+            .copied()
+            .ok_or_else(|| {
+                let names: Vec<String> = modes.iter().map(Mode::name).collect();
+                format!(
+                    "no mode {w:?} on that connector; it has: {} (hint: `drmtool kms list`)",
+                    names.join(", ")
+                )
+            });
+    }
+    modes
+        .iter()
+        .find(|m| m.is_preferred())
+        .or_else(|| modes.first())
+        .copied()
+        .ok_or_else(|| {
+            "the connector has no modes (hint: is anything attached? `drmtool kms list`)".into()
+        })
+}
+
+/// Sets `mode` (by name or `WxH`; the preferred one without) on `connector` (name such as
+/// `Virtual-1`, or id) with the test pattern, calls `hold` while it shows, then restores
+/// what the CRTC showed before (or turns it off). Atomic where the kernel accepts the
+/// client cap, else legacy `SETCRTC`.
+pub fn modeset(
+    dev: &Device,
+    connector: &str,
+    mode: Option<&str>,
+    hold: &mut dyn FnMut(&Lit),
+) -> KmsResult<Lit> {
+    let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
+    let _ = dev.set_client_cap(ClientCap::UniversalPlanes, 1);
+    let atomic = dev.set_client_cap(ClientCap::Atomic, 1).is_ok();
+    let snap = Snapshot::take(dev).map_err(e("reading the KMS state"))?;
+    let conn = snap
+        .connectors
+        .iter()
+        .find(|c| c.connector.name() == connector || c.connector.id.get().to_string() == connector)
+        .ok_or_else(|| {
+            let names: Vec<String> = snap.connectors.iter().map(|c| c.connector.name()).collect();
+            format!(
+                "no connector {connector:?}; there are: {} (hint: `drmtool kms list`)",
+                names.join(", ")
+            )
+        })?;
+    if let Err(err) = dev.set_master() {
+        return Err(format!(
+            "cannot become DRM master: {err} (hint: stop the compositor or run as root on a free VT)"
+        ));
+    }
+    let probed = dev
+        .probe_connector(conn.connector.id)
+        .map_err(e("probing the connector"))?;
+    if probed.status == ConnectorStatus::Disconnected {
+        return Err(format!(
+            "{connector} is disconnected (hint: pick a connected one from `drmtool kms list`)"
+        ));
+    }
+    let m = pick_mode(&probed.modes, mode)?;
+    let mask = probed
+        .encoders
+        .iter()
+        .filter_map(|&id| dev.encoder(id).ok())
+        .fold(0u32, |m, enc| m | enc.possible_crtcs);
+    let current = probed
+        .encoder
+        .and_then(|id| dev.encoder(id).ok())
+        .and_then(|enc| enc.crtc);
+    let idx = current
+        .and_then(|c| snap.resources.crtcs.iter().position(|&x| x == c))
+        .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
+        .ok_or("no CRTC can drive that connector")?;
+    let crtc = &snap.crtcs[idx];
+    let before = crtc.crtc;
+    let before_conns: Vec<_> = snap
+        .connectors
+        .iter()
+        .filter(|c| {
+            c.connector
+                .encoder
+                .and_then(|id| dev.encoder(id).ok())
+                .and_then(|enc| enc.crtc)
+                == Some(crtc.crtc.id)
+        })
+        .map(|c| c.connector.id)
+        .collect();
+
+    let (w, h) = (u32::from(m.size().0), u32::from(m.size().1));
+    let mut buf = DumbBuffer::create(
+        dev,
+        DumbSpec {
+            width: w,
+            height: h,
+            bpp: 32,
+        },
+    )
+    .map_err(e("creating the pattern buffer"))?;
+    paint(&mut buf, w, h).map_err(e("drawing the pattern"))?;
+    let fb = dev
+        .add_framebuffer(&FbSpec::single(w, h, XRGB8888, buf.handle(), buf.pitch()))
+        .map_err(e("adding the framebuffer"))?;
+    let lit = Lit {
+        connector: conn.connector.name(),
+        crtc: crtc.crtc.id.get(),
+        mode: if m.name() == format!("{w}x{h}") {
+            m.name()
+        } else {
+            format!("{} ({w}x{h})", m.name())
+        },
+        path: if atomic { "atomic" } else { "legacy" },
+    };
+    if atomic {
+        let plane = snap
+            .planes
+            .iter()
+            .find(|p| {
+                p.kind.as_deref() == Some("Primary") && p.plane.possible_crtcs & (1 << idx) != 0
+            })
+            .ok_or("no primary plane for that CRTC")?;
+        let blob = dev
+            .create_blob(&m.to_blob_bytes())
+            .map_err(e("creating the mode blob"))?;
+        let mut req = AtomicRequest::new();
+        req.set(crtc.crtc.id, find(&crtc.properties, "ACTIVE")?, 1)
+            .set(
+                crtc.crtc.id,
+                find(&crtc.properties, "MODE_ID")?,
+                u64::from(blob.id().get()),
+            )
+            .set(
+                conn.connector.id,
+                find(&conn.properties, "CRTC_ID")?,
+                u64::from(crtc.crtc.id.get()),
+            );
+        let pid = plane.plane.id;
+        let pp = |n: &str| find(&plane.properties, n);
+        req.set(pid, pp("FB_ID")?, u64::from(fb.id().get()))
+            .set(pid, pp("CRTC_ID")?, u64::from(crtc.crtc.id.get()))
+            .set(pid, pp("SRC_X")?, 0)
+            .set(pid, pp("SRC_Y")?, 0)
+            .set(pid, pp("SRC_W")?, u64::from(w) << 16)
+            .set(pid, pp("SRC_H")?, u64::from(h) << 16)
+            .set(pid, pp("CRTC_X")?, 0)
+            .set(pid, pp("CRTC_Y")?, 0)
+            .set(pid, pp("CRTC_W")?, u64::from(w))
+            .set(pid, pp("CRTC_H")?, u64::from(h));
+        dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
+            .map_err(e("the atomic commit"))?;
+        hold(&lit);
+    } else {
+        dev.set_crtc(crtc.crtc.id, fb.id(), (0, 0), &[conn.connector.id], &m)
+            .map_err(e("DRM_IOCTL_MODE_SETCRTC"))?;
+        hold(&lit);
+    }
+    // Restore: what the CRTC showed before, else off. Legacy SETCRTC works for both paths.
+    let restored = match (before.framebuffer, before.mode) {
+        (Some(f), Some(mode)) => dev.set_crtc(before.id, f, before.position, &before_conns, &mode),
+        _ => restore_off(dev, &snap, idx, atomic),
+    };
+    restored.map_err(e("restoring the previous state"))?;
+    drop(fb);
+    Ok(lit)
+}
+
+fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_gem::Result<()> {
+    let crtc = &snap.crtcs[idx];
+    if !atomic {
+        return dev.disable_crtc(crtc.crtc.id);
+    }
+    // Atomic: detach every plane and connector from the CRTC, then switch it off.
+    let mut req = AtomicRequest::new();
+    let f = |props: &[ObjectProperty], n: &str| {
+        props
+            .iter()
+            .find(|p| p.property.name == n)
+            .map(|p| p.property.id)
+    };
+    for c in &snap.connectors {
+        if let Some(p) = f(&c.properties, "CRTC_ID") {
+            let cur = c
+                .properties
+                .iter()
+                .find(|x| x.property.id == p)
+                .map_or(0, |x| x.raw);
+            if cur == u64::from(crtc.crtc.id.get()) || c.connector.kind != WRITEBACK {
+                // Connectors not on another CRTC end up off; those were off before too.
+                if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
+                    req.set(c.connector.id, p, 0);
+                }
+            }
+        }
+    }
+    for p in &snap.planes {
+        if p.plane.possible_crtcs & (1 << idx) == 0 {
+            continue;
+        }
+        let cur = f(&p.properties, "CRTC_ID")
+            .and_then(|id| p.properties.iter().find(|x| x.property.id == id))
+            .map_or(0, |x| x.raw);
+        if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
+            if let Some(id) = f(&p.properties, "FB_ID") {
+                req.set(p.plane.id, id, 0);
+            }
+            if let Some(id) = f(&p.properties, "CRTC_ID") {
+                req.set(p.plane.id, id, 0);
+            }
+        }
+    }
+    if let Some(id) = f(&crtc.properties, "ACTIVE") {
+        req.set(crtc.crtc.id, id, 0);
+    }
+    if let Some(id) = f(&crtc.properties, "MODE_ID") {
+        req.set(crtc.crtc.id, id, 0);
+    }
+    dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
+        .map(|_| ())
+}
+
+/// How a screenshot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// GETFB2 for now (writeback is not yet reliable: vkms on 6.12 refuses the commit
+    /// with EINVAL from its driver check, not yet understood).
+    Auto,
+    /// A writeback connector captures what the CRTC composes (vkms); needs DRM master.
+    Writeback,
+    /// `GETFB2` of the CRTC's primary plane, then a map of its buffer (root or master).
+    Getfb,
+}
+
+/// An RGB8 image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// RGB bytes, row by row.
+    pub rgb: Vec<u8>,
+    /// `writeback` or `getfb`.
+    pub method: &'static str,
+}
+
+fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
+    snap.crtcs
+        .iter()
+        .position(|c| c.crtc.id.get().to_string() == spec)
+        .ok_or_else(|| {
+            let ids: Vec<String> = snap
+                .crtcs
+                .iter()
+                .map(|c| c.crtc.id.get().to_string())
+                .collect();
+            format!(
+                "no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)",
+                ids.join(", ")
+            )
+        })
+}
+
+/// Captures what CRTC `crtc` (its id) shows.
+pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> {
+    let _ = dev.set_client_cap(ClientCap::UniversalPlanes, 1);
+    let atomic = dev.set_client_cap(ClientCap::Atomic, 1).is_ok();
+    let wb = atomic
+        && dev
+            .set_client_cap(ClientCap::WritebackConnectors, 1)
+            .is_ok();
+    let snap = Snapshot::take(dev).map_err(|e| format!("reading the KMS state: {e}"))?;
+    let idx = crtc_by_spec(&snap, crtc)?;
+    let c = &snap.crtcs[idx];
+    let Some(mode) = c.crtc.mode else {
+        return Err(format!(
+            "CRTC {crtc} is off: it shows nothing (hint: `drmtool kms modeset CONNECTOR` lights one)"
+        ));
+    };
+    let wb_conn = snap.connectors.iter().find(|k| {
+        k.connector.kind == WRITEBACK
+            && k.connector
+                .encoders
+                .iter()
+                .filter_map(|&e| dev.encoder(e).ok())
+                .any(|e| e.possible_crtcs & (1 << idx) != 0)
+    });
+    match (method, wb_conn) {
+        (Method::Writeback, None) => Err(format!(
+            "no writeback connector for CRTC {crtc}{} (hint: --method getfb)",
+            if wb {
+                ""
+            } else {
+                ": the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS"
+            }
+        )),
+        (Method::Writeback, Some(k)) => writeback(dev, &snap, idx, k, &mode),
+        (Method::Getfb | Method::Auto, _) => getfb(dev, &snap, idx, &mode),
+    }
+}
+
+fn to_rgb(px: &[u8], format: u32, w: u32, h: u32, pitch: usize) -> KmsResult<Vec<u8>> {
+    let mut rgb = Vec::with_capacity(w as usize * h as usize * 3);
+    let argb = [XRGB8888, u32::from_le_bytes(*b"AR24")];
+    let abgr = [u32::from_le_bytes(*b"XB24"), u32::from_le_bytes(*b"AB24")];
+    if !argb.contains(&format) && !abgr.contains(&format) {
+        return Err(format!(
+            "the framebuffer's format {} is not one drmtool converts (XR24, AR24, XB24, AB24)",
+            drm_gem::kms::format_name(format)
+        ));
+    }
+    for y in 0..h as usize {
+        for x in 0..w as usize {
+            let v = u32::from_le_bytes(px[y * pitch + x * 4..][..4].try_into().unwrap_or([0; 4]));
+            let (r, g, b) = (
+                ((v >> 16) & 0xff) as u8,
+                ((v >> 8) & 0xff) as u8,
+                (v & 0xff) as u8,
+            );
+            if argb.contains(&format) {
+                rgb.extend_from_slice(&[r, g, b]);
+            } else {
+                rgb.extend_from_slice(&[b, g, r]);
+            }
+        }
+    }
+    Ok(rgb)
+}
+
+fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Image> {
+    let c = &snap.crtcs[idx];
+    let fb_id = snap
+        .planes
+        .iter()
+        .find(|p| p.kind.as_deref() == Some("Primary") && p.plane.crtc == Some(c.crtc.id))
+        .and_then(|p| p.plane.framebuffer)
+        .or(c.crtc.framebuffer)
+        .ok_or("the CRTC's primary plane shows no framebuffer")?;
+    let info = dev
+        .framebuffer_info(fb_id)
+        .map_err(|e| format!("DRM_IOCTL_MODE_GETFB2 on framebuffer {}: {e}", fb_id.get()))?;
+    let plane0 = info
+        .planes
+        .into_iter()
+        .next()
+        .ok_or("GETFB2 reported no planes")?;
+    let Some(mut obj) = plane0.object else {
+        return Err(
+            "GETFB2 withheld the buffer handle (hint: run as root, or as DRM master)".into(),
+        );
+    };
+    let (x0, y0) = c.crtc.position;
+    let w = u32::from(mode.size().0).min(info.width.saturating_sub(x0));
+    let h = u32::from(mode.size().1).min(info.height.saturating_sub(y0));
+    let pitch = plane0.pitch as usize;
+    let start = plane0.offset as usize + y0 as usize * pitch + x0 as usize * 4;
+    let len = plane0.offset as usize + pitch * info.height as usize;
+    let map = obj
+        .map(len)
+        .map_err(|e| format!("mapping framebuffer {}'s buffer: {e}", fb_id.get()))?;
+    let mut px = vec![0u8; pitch * h as usize];
+    let n = px.len().min(len - start);
+    map.read_at(start, &mut px[..n])
+        .map_err(|e| e.to_string())?;
+    Ok(Image {
+        width: w,
+        height: h,
+        rgb: to_rgb(&px, info.format, w, h, pitch)?,
+        method: "getfb",
+    })
+}
+
+fn writeback(
+    dev: &Device,
+    snap: &Snapshot,
+    idx: usize,
+    k: &drm_gem::kms::ConnectorState,
+    mode: &Mode,
+) -> KmsResult<Image> {
+    let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
+    dev.set_master().map_err(|err| {
+        format!("writeback needs DRM master: {err} (hint: --method getfb while another program is master)")
+    })?;
+    let c = &snap.crtcs[idx];
+    let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
+    // The formats the connector writes (vkms: XR24 on older kernels, AR24 on newer ones).
+    let formats: Vec<u32> = k
+        .properties
+        .iter()
+        .find(|p| p.property.name == "WRITEBACK_PIXEL_FORMATS")
+        .and_then(|p| match p.value {
+            drm_gem::kms::PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
+            _ => None,
+        })
+        .map(|b| {
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let format = [XRGB8888, u32::from_le_bytes(*b"AR24")]
+        .into_iter()
+        .find(|f| formats.contains(f))
+        .ok_or_else(|| {
+            let names: Vec<String> = formats.iter().map(|&f| drm_gem::kms::format_name(f)).collect();
+            format!(
+                "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: --method getfb)",
+                names.join(", ")
+            )
+        })?;
+    let mut buf = DumbBuffer::create(
+        dev,
+        DumbSpec {
+            width: w,
+            height: h,
+            bpp: 32,
+        },
+    )
+    .map_err(e("creating the capture buffer"))?;
+    let fb = dev
+        .add_framebuffer(&FbSpec::single(w, h, format, buf.handle(), buf.pitch()))
+        .map_err(e("adding the capture framebuffer"))?;
+    let crtc_prop = find(&k.properties, "CRTC_ID")?;
+    let fb_prop = find(&k.properties, "WRITEBACK_FB_ID")?;
+    let fence_prop = find(&k.properties, "WRITEBACK_OUT_FENCE_PTR")?;
+    let mut req = AtomicRequest::new();
+    req.set(k.connector.id, crtc_prop, u64::from(c.crtc.id.get()))
+        .set(k.connector.id, fb_prop, u64::from(fb.id().get()))
+        .writeback_fence(k.connector.id, fence_prop);
+    let done = match dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0) {
+        Ok(d) => d,
+        Err(err) => {
+            let why = dev
+                .explain_atomic(&req, AtomicFlags::ALLOW_MODESET)
+                .map(|x| format!("{x:?}"))
+                .unwrap_or_default();
+            return Err(format!("the writeback commit: {err} {why}"));
+        }
+    };
+    for (_, _, f) in &done.fences {
+        match f.wait(Some(Duration::from_secs(10))) {
+            Ok(true) => {}
+            Ok(false) => return Err("the writeback fence did not signal within 10 s".into()),
+            Err(err) => return Err(format!("waiting for the writeback fence: {err}")),
+        }
+    }
+    // Detach the writeback connector again.
+    let mut undo = AtomicRequest::new();
+    undo.set(k.connector.id, crtc_prop, 0)
+        .set(k.connector.id, fb_prop, 0);
+    dev.atomic_commit(&undo, AtomicFlags::ALLOW_MODESET, 0)
+        .map_err(e("detaching the writeback connector"))?;
+    let pitch = buf.pitch() as usize;
+    let mut px = vec![0u8; pitch * h as usize];
+    buf.map()
+        .map_err(e("mapping the capture"))?
+        .read_at(0, &mut px)
+        .map_err(|err| err.to_string())?;
+    Ok(Image {
+        width: w,
+        height: h,
+        rgb: to_rgb(&px, format, w, h, pitch)?,
+        method: "writeback",
+    })
+}
+
+/// Writes `img` as an 8-bit RGB PNG.
+pub fn write_png(img: &Image, path: &Path) -> KmsResult<()> {
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(f), img.width, img.height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc
+        .write_header()
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    w.write_image_data(&img.rgb)
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    w.finish()
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+}
