@@ -72,6 +72,58 @@ fn snap_drm_gem(dev: &Device) -> io::Result<Snapshot> {
     Ok(Snapshot::take(dev)?)
 }
 
+/// The ioctls of `Snapshot::take` through drm-gem's per-call API, with the same property
+/// cache and blob fetches, but no decoding of values, EDID or `IN_FORMATS` and no assembly:
+/// where `Snapshot::take`'s time goes (the calls vs what it builds from them).
+fn snap_drm_gem_calls(dev: &Device) -> io::Result<usize> {
+    fn props<O: ModeObject>(
+        dev: &Device,
+        cache: &mut std::collections::HashMap<PropertyId, drm_gem::kms::Property>,
+        o: O,
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        for (id, raw) in dev.object_properties(o)? {
+            let p = match cache.get(&id) {
+                Some(p) => p,
+                None => cache.entry(id).or_insert(dev.property(id)?),
+            };
+            if matches!(p.name.as_str(), "EDID" | "IN_FORMATS")
+                && let Some(b) = u32::try_from(raw).ok().and_then(drm_gem::kms::BlobId::new)
+            {
+                n += dev.blob(b)?.len();
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+    for cap in [
+        ClientCap::UniversalPlanes,
+        ClientCap::Atomic,
+        ClientCap::WritebackConnectors,
+    ] {
+        let _ = dev.set_client_cap(cap, 1);
+    }
+    let mut cache = std::collections::HashMap::new();
+    let res = dev.resources()?;
+    let mut n = 0;
+    for &id in &res.connectors {
+        n += dev.connector(id)?.modes.len();
+        n += props(dev, &mut cache, id)?;
+    }
+    for &id in &res.encoders {
+        black_box(dev.encoder(id)?);
+    }
+    for &id in &res.crtcs {
+        black_box(dev.crtc(id)?);
+        n += props(dev, &mut cache, id)?;
+    }
+    for id in dev.plane_ids()? {
+        n += dev.plane(id)?.formats.len();
+        n += props(dev, &mut cache, id)?;
+    }
+    Ok(n)
+}
+
 /// Properties of one object through the `drm` crate, as `libdrm_object_props` does.
 fn props_drm<T: ResourceHandle>(c: Card<'_>, h: T, s: &mut KmsSummary) -> io::Result<()> {
     let set = c.get_properties(h)?;
@@ -147,7 +199,11 @@ fn count_one(which: &str) -> Result<(), String> {
                 .map(|s| s.planes)
                 .map_err(|e| e.to_string())?,
         ),
-        other => return Err(format!("--count {other}: want drm_gem, libdrm, drm_crate or none")),
+        other => {
+            return Err(format!(
+                "--count {other}: want drm_gem, libdrm, drm_crate or none"
+            ));
+        }
     };
     eprintln!("kms --count {which}: one snapshot, {s:?} planes");
     Ok(())
@@ -169,7 +225,11 @@ struct Pipe<'d> {
     entries: Vec<(u32, u32, u64)>,
 }
 
-fn find<O: ModeObject + std::fmt::Debug>(dev: &Device, o: O, name: &str) -> Result<PropertyId, String> {
+fn find<O: ModeObject + std::fmt::Debug>(
+    dev: &Device,
+    o: O,
+    name: &str,
+) -> Result<PropertyId, String> {
     dev.find_property(o, name)
         .map(|p| p.0.id)
         .map_err(|e| format!("property {name} of {o:?}: {e}"))
@@ -213,9 +273,8 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
         DumbBuffer::create(dev, spec).map_err(e("dumb"))?,
         DumbBuffer::create(dev, spec).map_err(e("dumb"))?,
     ];
-    let fb = |b: &DumbBuffer<'_>| {
-        FbSpec::single(w, h, sys::DRM_FORMAT_XRGB8888, b.handle(), b.pitch())
-    };
+    let fb =
+        |b: &DumbBuffer<'_>| FbSpec::single(w, h, sys::DRM_FORMAT_XRGB8888, b.handle(), b.pitch());
     let fbs = [
         dev.add_framebuffer(&fb(&bufs[0])).map_err(e("ADDFB2"))?,
         dev.add_framebuffer(&fb(&bufs[1])).map_err(e("ADDFB2"))?,
@@ -298,7 +357,8 @@ impl Pipe<'_> {
 
     /// Flips to framebuffer `i` and waits for its flip-complete event.
     fn flip_drm_gem(&self, i: usize) -> io::Result<()> {
-        self.dev.page_flip(self.crtc, self.fbs[i].id(), Some(i as u64 + 1))?;
+        self.dev
+            .page_flip(self.crtc, self.fbs[i].id(), Some(i as u64 + 1))?;
         loop {
             let ev = self.dev.read_events(Some(Duration::from_secs(10)))?;
             if ev.is_empty() {
@@ -348,8 +408,14 @@ fn check_snapshots(dev: &Device) -> Result<KmsSummary, String> {
                 "snapshots disagree:\n  drm_gem   {g:?}\n  libdrm    {l:?}\n  drm_crate {d:?}"
             ));
         }
+        let n = snap_drm_gem_calls(dev).map_err(|e| format!("drm_gem_calls: {e}"))?;
+        if n != g.modes + g.formats + g.props + g.blob_bytes {
+            return Err(format!("drm_gem_calls saw {n}, the snapshot {g:?}"));
+        }
         if first.is_some_and(|f| f != g) {
-            return Err(format!("snapshot changed between rounds: {first:?} -> {g:?}"));
+            return Err(format!(
+                "snapshot changed between rounds: {first:?} -> {g:?}"
+            ));
         }
         first = Some(g);
     }
@@ -366,10 +432,13 @@ fn check_snapshots(dev: &Device) -> Result<KmsSummary, String> {
 fn check_pipe(p: &Pipe<'_>) -> Result<(), String> {
     let fds = fd_count();
     for _ in 0..3 {
-        p.test_drm_gem().map_err(|e| format!("drm_gem TEST_ONLY: {e}"))?;
-        p.test_libdrm().map_err(|e| format!("libdrm TEST_ONLY: {e}"))?;
+        p.test_drm_gem()
+            .map_err(|e| format!("drm_gem TEST_ONLY: {e}"))?;
+        p.test_libdrm()
+            .map_err(|e| format!("libdrm TEST_ONLY: {e}"))?;
         for i in [1, 0] {
-            p.flip_drm_gem(i).map_err(|e| format!("drm_gem flip: {e}"))?;
+            p.flip_drm_gem(i)
+                .map_err(|e| format!("drm_gem flip: {e}"))?;
         }
         for i in [1, 0] {
             p.flip_libdrm(i).map_err(|e| format!("libdrm flip: {e}"))?;
@@ -379,7 +448,13 @@ fn check_pipe(p: &Pipe<'_>) -> Result<(), String> {
     let bad: Vec<_> = p
         .entries
         .iter()
-        .map(|&(o, pr, v)| if v == u64::from(p.fbs[0].id().get()) { (o, pr, 0xdead_beef) } else { (o, pr, v) })
+        .map(|&(o, pr, v)| {
+            if v == u64::from(p.fbs[0].id().get()) {
+                (o, pr, 0xdead_beef)
+            } else {
+                (o, pr, v)
+            }
+        })
         .collect();
     let flags = sys::DRM_MODE_ATOMIC_TEST_ONLY | sys::DRM_MODE_ATOMIC_ALLOW_MODESET;
     if sc::libdrm_atomic(p.dev.as_fd(), &bad, flags).is_ok() {
@@ -408,6 +483,17 @@ fn must<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> T {
 }
 
 fn print_paired(all: &[Paired]) {
+    println!("\nKMS paired pass, per-function median of the per-round times");
+    println!("| group | function | median us/call |");
+    println!("|---|---|---:|");
+    for p in all {
+        for (f, t) in &p.times {
+            let mut t = t.clone();
+            t.sort_by(f64::total_cmp);
+            let m = paired::quantile(&t, 0.5).unwrap_or(f64::NAN);
+            println!("| {} | {f} | {:.2} |", p.group, m / 1e3);
+        }
+    }
     println!("\nKMS paired ratios (median [q1, q3] of per-round time ratios; < 1: drm_gem faster)");
     println!("| group | pair | rounds x calls | median | q1 | q3 | drm_gem ns/call (median) |");
     println!("|---|---|---|---|---|---|---|");
@@ -419,7 +505,7 @@ fn print_paired(all: &[Paired]) {
             .map(|(_, t)| t.clone())
             .unwrap_or_default();
         own.sort_by(f64::total_cmp);
-        for other in ["libdrm", "drm_crate"] {
+        for other in ["libdrm", "drm_crate", "drm_gem_calls"] {
             let Some(r) = p.ratios("drm_gem", other) else {
                 continue;
             };
@@ -445,22 +531,50 @@ fn bench(c: &mut Criterion, snap_dev: &Device, pipe: &Pipe<'_>) -> Vec<Paired> {
     {
         let mut g = c.benchmark_group("kms_snapshot");
         g.sampling_mode(SamplingMode::Flat);
-        g.bench_function("drm_gem", |b| b.iter(|| must("drm_gem", snap_drm_gem(snap_dev))));
-        g.bench_function("libdrm", |b| b.iter(|| must("libdrm", sc::libdrm_snapshot(fd))));
+        g.bench_function("drm_gem", |b| {
+            b.iter(|| must("drm_gem", snap_drm_gem(snap_dev)))
+        });
+        g.bench_function("libdrm", |b| {
+            b.iter(|| must("libdrm", sc::libdrm_snapshot(fd)))
+        });
         g.bench_function("drm_crate", |b| b.iter(|| must("drm", snap_drm(Card(fd)))));
+        g.bench_function("drm_gem_calls", |b| {
+            b.iter(|| must("drm_gem_calls", snap_drm_gem_calls(snap_dev)))
+        });
         g.finish();
         if !budget.is_zero() {
             let mut ops: Vec<Op<'_>> = vec![
-                ("drm_gem", Box::new(|| drop(black_box(must("drm_gem", snap_drm_gem(snap_dev)))))),
-                ("libdrm", Box::new(move || { black_box(must("libdrm", sc::libdrm_snapshot(fd))); })),
-                ("drm_crate", Box::new(move || { black_box(must("drm", snap_drm(Card(fd)))); })),
+                (
+                    "drm_gem",
+                    Box::new(|| drop(black_box(must("drm_gem", snap_drm_gem(snap_dev))))),
+                ),
+                (
+                    "libdrm",
+                    Box::new(move || {
+                        black_box(must("libdrm", sc::libdrm_snapshot(fd)));
+                    }),
+                ),
+                (
+                    "drm_crate",
+                    Box::new(move || {
+                        black_box(must("drm", snap_drm(Card(fd))));
+                    }),
+                ),
+                (
+                    "drm_gem_calls",
+                    Box::new(|| {
+                        black_box(must("drm_gem_calls", snap_drm_gem_calls(snap_dev)));
+                    }),
+                ),
             ];
             out.push(paired::run("kms_snapshot", &mut ops, budget));
         }
     }
     {
         let mut g = c.benchmark_group("atomic_test_only");
-        g.bench_function("drm_gem", |b| b.iter(|| must("drm_gem", pipe.test_drm_gem())));
+        g.bench_function("drm_gem", |b| {
+            b.iter(|| must("drm_gem", pipe.test_drm_gem()))
+        });
         g.bench_function("libdrm", |b| b.iter(|| must("libdrm", pipe.test_libdrm())));
         g.finish();
         if !budget.is_zero() {
@@ -497,8 +611,14 @@ fn bench(c: &mut Criterion, snap_dev: &Device, pipe: &Pipe<'_>) -> Vec<Paired> {
                 k.get()
             };
             let mut ops: Vec<Op<'_>> = vec![
-                ("drm_gem", Box::new(|| must("drm_gem", pipe.flip_drm_gem(next())))),
-                ("libdrm", Box::new(|| must("libdrm", pipe.flip_libdrm(next())))),
+                (
+                    "drm_gem",
+                    Box::new(|| must("drm_gem", pipe.flip_drm_gem(next()))),
+                ),
+                (
+                    "libdrm",
+                    Box::new(|| must("libdrm", pipe.flip_libdrm(next()))),
+                ),
             ];
             out.push(paired::run("page_flip_roundtrip", &mut ops, budget));
         }

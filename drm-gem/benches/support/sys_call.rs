@@ -496,11 +496,7 @@ unsafe extern "C" {
     fn drmModeFreePlaneResources(p: *mut DrmModePlaneResC);
     fn drmModeGetPlane(fd: c_int, id: u32) -> *mut DrmModePlaneC;
     fn drmModeFreePlane(p: *mut DrmModePlaneC);
-    fn drmModeObjectGetProperties(
-        fd: c_int,
-        id: u32,
-        kind: u32,
-    ) -> *mut DrmModeObjectPropertiesC;
+    fn drmModeObjectGetProperties(fd: c_int, id: u32, kind: u32) -> *mut DrmModeObjectPropertiesC;
     fn drmModeFreeObjectProperties(p: *mut DrmModeObjectPropertiesC);
     fn drmModeGetProperty(fd: c_int, id: u32) -> *mut DrmModePropertyC;
     fn drmModeFreeProperty(p: *mut DrmModePropertyC);
@@ -515,8 +511,7 @@ unsafe extern "C" {
         flags: u32,
         user_data: *mut c_void,
     ) -> c_int;
-    fn drmModePageFlip(fd: c_int, crtc: u32, fb: u32, flags: u32, user_data: *mut c_void)
-    -> c_int;
+    fn drmModePageFlip(fd: c_int, crtc: u32, fb: u32, flags: u32, user_data: *mut c_void) -> c_int;
     fn drmHandleEvent(fd: c_int, ctx: *mut DrmEventContextC) -> c_int;
 }
 
@@ -591,7 +586,12 @@ fn libdrm_object_props(fd: c_int, id: u32, kind: u32, s: &mut KmsSummary) -> io:
         // SAFETY: the struct lives until drmModeFreeProperty; `name` is a fixed array.
         let (flags, name) = unsafe {
             let p = pp.as_ref();
-            let name: Vec<u8> = p.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            let name: Vec<u8> = p
+                .name
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
             (p.flags, name)
         };
         // SAFETY: from drmModeGetProperty; freed once.
