@@ -20,6 +20,7 @@ struct Pipe {
     conn: ConnectorId,
     writeback: ConnectorId,
     plane: PlaneId,
+    cursor: Option<PlaneId>,
     mode: Mode,
 }
 
@@ -74,6 +75,11 @@ fn pipe(dev: &Device) -> Pipe {
         .unwrap()
         .plane
         .id;
+    let cursor = snap
+        .planes
+        .iter()
+        .find(|p| p.kind.as_deref() == Some("Cursor"))
+        .map(|p| p.plane.id);
     dev.set_master().ok();
     let probed = dev.probe_connector(conn.connector.id).unwrap();
     let mode = *probed
@@ -87,6 +93,7 @@ fn pipe(dev: &Device) -> Pipe {
         conn: conn.connector.id,
         writeback,
         plane,
+        cursor,
         mode,
     }
 }
@@ -132,8 +139,35 @@ fn spec(w: u32, h: u32) -> DumbSpec {
 
 #[test]
 fn writeback_captures_exactly_what_was_committed() {
+    writeback_check(false);
+}
+
+/// The same with vkms's cursor plane on top: an opaque 64x64 ARGB8888 square at (100, 50)
+/// replaces exactly those pixels of the primary plane's pattern.
+#[test]
+fn writeback_captures_the_cursor_plane_too() {
+    writeback_check(true);
+}
+
+/// Cursor position, size and colour for [`writeback_check`].
+const CURSOR: (u32, u32, u32, u32) = (100, 50, 64, 0x0012_3456);
+
+fn writeback_check(with_cursor: bool) {
     let dev = vkms!();
     let p = pipe(&dev);
+    let cursor = if with_cursor {
+        match p.cursor {
+            Some(c) => Some(c),
+            None => skip!("this vkms offers no cursor plane"),
+        }
+    } else {
+        None
+    };
+    let in_cursor = |x: u32, y: u32| {
+        cursor.is_some()
+            && (CURSOR.0..CURSOR.0 + CURSOR.2).contains(&x)
+            && (CURSOR.1..CURSOR.1 + CURSOR.2).contains(&y)
+    };
     let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
     let fds = open_fds();
     {
@@ -189,6 +223,32 @@ fn writeback_captures_exactly_what_was_committed() {
                 prop(&dev, p.writeback, "WRITEBACK_OUT_FENCE_PTR"),
             );
         plane_props(&dev, &mut req, &p, fb.id().get(), w, h);
+        // The cursor: an opaque square of one colour (alpha 0xff, so blending is exact).
+        let mut cur_buf = DumbBuffer::create(&dev, spec(CURSOR.2, CURSOR.2)).unwrap();
+        let argb = (0xff00_0000u32 | CURSOR.3).to_le_bytes();
+        let square: Vec<u8> = (0..cur_buf.size() / 4).flat_map(|_| argb).collect();
+        cur_buf.map().unwrap().write_at(0, &square).unwrap();
+        let cur_fb = dev
+            .add_framebuffer(&FbSpec::single(
+                CURSOR.2,
+                CURSOR.2,
+                sys::DRM_FORMAT_ARGB8888,
+                cur_buf.handle(),
+                cur_buf.pitch(),
+            ))
+            .unwrap();
+        if let Some(c) = cursor {
+            req.set(c, prop(&dev, c, "FB_ID"), u64::from(cur_fb.id().get()))
+                .set(c, prop(&dev, c, "CRTC_ID"), u64::from(p.crtc.get()))
+                .set(c, prop(&dev, c, "SRC_X"), 0)
+                .set(c, prop(&dev, c, "SRC_Y"), 0)
+                .set(c, prop(&dev, c, "SRC_W"), u64::from(CURSOR.2) << 16)
+                .set(c, prop(&dev, c, "SRC_H"), u64::from(CURSOR.2) << 16)
+                .set(c, prop(&dev, c, "CRTC_X"), u64::from(CURSOR.0))
+                .set(c, prop(&dev, c, "CRTC_Y"), u64::from(CURSOR.1))
+                .set(c, prop(&dev, c, "CRTC_W"), u64::from(CURSOR.2))
+                .set(c, prop(&dev, c, "CRTC_H"), u64::from(CURSOR.2));
+        }
         if let Err(e) =
             dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET | AtomicFlags::TEST_ONLY, 0)
         {
@@ -218,10 +278,15 @@ fn writeback_captures_exactly_what_was_committed() {
             for x in 0..w {
                 let at = y as usize * pitch + x as usize * 4;
                 let got = u32::from_le_bytes(back[at..at + 4].try_into().unwrap()) & 0xff_ffff;
-                if got != px(x, y) & 0xff_ffff {
+                let want = if in_cursor(x, y) {
+                    CURSOR.3
+                } else {
+                    px(x, y) & 0xff_ffff
+                };
+                if got != want {
                     bad += 1;
                     if bad < 5 {
-                        eprintln!("({x},{y}): got {got:06x}, want {:06x}", px(x, y));
+                        eprintln!("({x},{y}): got {got:06x}, want {want:06x}");
                     }
                 }
             }
@@ -238,6 +303,10 @@ fn writeback_captures_exactly_what_was_committed() {
             .set(p.writeback, prop(&dev, p.writeback, "CRTC_ID"), 0)
             .set(p.plane, prop(&dev, p.plane, "FB_ID"), 0)
             .set(p.plane, prop(&dev, p.plane, "CRTC_ID"), 0);
+        if let Some(c) = cursor {
+            off.set(c, prop(&dev, c, "FB_ID"), 0)
+                .set(c, prop(&dev, c, "CRTC_ID"), 0);
+        }
         dev.atomic_commit(&off, AtomicFlags::ALLOW_MODESET, 0)
             .expect("off");
     }
@@ -515,4 +584,122 @@ fn virtio_gpu_has_no_vblank() {
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
+}
+
+/// An unsignalled fence and what signals it: a sw_sync timeline where debugfs has one (the
+/// self-built kernels), else a vgem write fence exported from its dma-buf (6.0+).
+enum Gate<'d> {
+    SwSync(drm_gem::SwSyncTimeline),
+    Vgem(drm_gem::driver::vgem::VgemFence<'d>),
+}
+
+impl Gate<'_> {
+    fn open(vgem: &Device) -> Option<(Gate<'_>, drm_gem::SyncFile, DumbBuffer<'_>)> {
+        let keep = DumbBuffer::create(vgem, spec(16, 16)).ok()?;
+        if let Ok(t) = drm_gem::SwSyncTimeline::open() {
+            let f = t.create_fence(1, "gate").ok()?;
+            return Some((Gate::SwSync(t), f, keep));
+        }
+        let v = drm_gem::driver::vgem::Vgem::new(vgem).ok()?;
+        let fence = v
+            .attach_fence(keep.handle(), drm_gem::driver::vgem::VgemFenceAccess::Write)
+            .ok()?;
+        let buf = vgem.export(keep.gem(), Default::default()).ok()?;
+        let f = buf.export_sync_file(drm_gem::DmaBufSync::READ).ok()?;
+        Some((Gate::Vgem(fence), f, keep))
+    }
+
+    fn signal(self) {
+        match self {
+            Gate::SwSync(t) => t.inc(1).expect("sw_sync inc"),
+            Gate::Vgem(f) => f.signal().expect("vgem signal"),
+        }
+    }
+}
+
+#[test]
+fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
+    let dev = vkms!();
+    require_feature!("vgem");
+    let Ok(vgem) = Device::open_driver("vgem", Some(NodeKind::Primary)) else {
+        skip!("no vgem node");
+    };
+    let p = pipe(&dev);
+    let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
+    let mut a = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+    fill(&mut a, w, h);
+    let b = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+    let fa = dev
+        .add_framebuffer(&FbSpec::single(
+            w,
+            h,
+            sys::DRM_FORMAT_XRGB8888,
+            a.handle(),
+            a.pitch(),
+        ))
+        .unwrap();
+    let fb2 = dev
+        .add_framebuffer(&FbSpec::single(
+            w,
+            h,
+            sys::DRM_FORMAT_XRGB8888,
+            b.handle(),
+            b.pitch(),
+        ))
+        .unwrap();
+    let _blob = light(&dev, &p, fa.id().get(), w, h);
+    let Some((gate, fence, _keep)) = Gate::open(&vgem) else {
+        skip!("no fence source (neither sw_sync nor dma-buf EXPORT_SYNC_FILE)");
+    };
+    assert!(
+        !fence.wait(Some(Duration::ZERO)).unwrap(),
+        "the gate starts closed"
+    );
+
+    let mut flip = AtomicRequest::new();
+    flip.set(
+        p.plane,
+        prop(&dev, p.plane, "FB_ID"),
+        u64::from(fb2.id().get()),
+    )
+    .in_fence(
+        p.plane,
+        prop(&dev, p.plane, "IN_FENCE_FD"),
+        rustix::fd::AsFd::as_fd(&fence),
+    );
+    dev.atomic_commit(
+        &flip,
+        AtomicFlags::NONBLOCK | AtomicFlags::PAGE_FLIP_EVENT,
+        0xf00,
+    )
+    .expect("flip behind an in-fence");
+    // Held: no event while the fence is unsignalled.
+    let ev = dev.read_events(Some(Duration::from_millis(300))).unwrap();
+    assert!(
+        ev.is_empty(),
+        "the flip went through an unsignalled fence: {ev:?}"
+    );
+    // A second non-blocking commit on the same CRTC while the first is pending: EBUSY.
+    let mut again = AtomicRequest::new();
+    again.set(
+        p.plane,
+        prop(&dev, p.plane, "FB_ID"),
+        u64::from(fa.id().get()),
+    );
+    match dev.atomic_commit(&again, AtomicFlags::NONBLOCK, 0) {
+        Err(Error::Ioctl {
+            name: "DRM_IOCTL_MODE_ATOMIC",
+            errno,
+        }) => assert_eq!(errno, drm_gem::Errno::BUSY),
+        other => panic!("NONBLOCK with a pending commit: {other:?}"),
+    }
+    // Open the gate: the flip completes.
+    gate.signal();
+    let ev = dev.read_events(Some(Duration::from_secs(10))).unwrap();
+    assert!(
+        matches!(ev.first(), Some(Event::FlipComplete(v)) if v.user_data == 0xf00),
+        "{ev:?}"
+    );
+    assert_eq!(dev.crtc(p.crtc).unwrap().framebuffer, Some(fb2.id()));
+    kernel_tests::kms_all_off(&dev).expect("off");
 }

@@ -160,3 +160,71 @@ fn getfb2_handles_are_owned_and_closed() {
     assert_eq!(r.expect_err("handle still open"), Errno::INVAL);
     assert_eq!((open_fds(), dev.live_handles()), (fds, handles));
 }
+
+#[test]
+fn multi_planar_framebuffer_shares_one_owned_handle_in_getfb2() {
+    let dev = node!("vkms", "vkms", NodeKind::Primary);
+    dev.set_client_cap(drm_gem::ClientCap::UniversalPlanes, 1)
+        .unwrap();
+    const NV12: u32 = 0x3231_564e;
+    let offers_nv12 = dev
+        .plane_ids()
+        .unwrap()
+        .into_iter()
+        .any(|p| dev.plane(p).unwrap().formats.contains(&NV12));
+    let handles = dev.live_handles();
+    // One 8 bpp buffer holds both planes: Y (64x64) then interleaved CbCr (64x32).
+    let buf = DumbBuffer::create(
+        &dev,
+        DumbSpec {
+            width: 64,
+            height: 96,
+            bpp: 8,
+        },
+    )
+    .unwrap();
+    let pitch = buf.pitch();
+    let spec = drm_gem::kms::FbSpec {
+        width: 64,
+        height: 64,
+        format: NV12,
+        modifier: None,
+        planes: vec![
+            drm_gem::kms::FbPlane {
+                handle: buf.handle(),
+                pitch,
+                offset: 0,
+            },
+            drm_gem::kms::FbPlane {
+                handle: buf.handle(),
+                pitch,
+                offset: pitch * 64,
+            },
+        ],
+    };
+    match dev.add_framebuffer(&spec) {
+        Ok(fb) => {
+            let info = dev.framebuffer_info(fb.id()).unwrap();
+            assert_eq!(info.format, NV12);
+            assert_eq!(info.planes.len(), 2);
+            assert_eq!(info.planes[1].offset, pitch * 64);
+            let h0 = info.planes[0].object.as_ref().unwrap();
+            let h1 = info.planes[1].object.as_ref().unwrap();
+            // GETFB2 gives one fresh handle for both planes: two owners, one handle.
+            assert_eq!(h0.handle(), h1.handle());
+            assert_eq!(h0.owners(), 2);
+            assert_eq!(dev.live_handles(), handles + 2, "the buffer's and GETFB2's");
+        }
+        Err(Error::Ioctl { errno, .. }) => {
+            assert!(
+                !offers_nv12,
+                "a plane lists NV12 but ADDFB2 refused it: {errno:?}"
+            );
+            assert_eq!(errno, Errno::INVAL);
+            eprintln!("no vkms plane takes NV12 on this kernel: ADDFB2 answers EINVAL");
+        }
+        Err(e) => panic!("{e}"),
+    }
+    drop(buf);
+    assert_eq!(dev.live_handles(), handles);
+}
