@@ -34,7 +34,7 @@ use std::io;
 use std::process::ExitCode;
 use std::time::Duration;
 use support::paired::{self, Op, Paired};
-use support::sys_call::{self as sc, KmsSummary};
+use support::sys_call::kms::{self as sc, KmsSummary};
 use support::{Card, fd_count, strict};
 
 // ---- the snapshot ----------------------------------------------------------------------
