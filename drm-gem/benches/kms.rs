@@ -5,7 +5,7 @@
 //! ratios that survive a noisy host; see `drm-gem/BENCHMARKS.md`, section KMS.
 //!
 //! `kms --count <drm_gem|libdrm|drm_crate|none>` opens vkms, takes exactly one snapshot with
-//! that implementation and exits: `scripts/bench --kms` runs it under `strace -c` to count
+//! that implementation and exits: `scripts/bench --kms` runs it under `strace` to count
 //! ioctls (`none` is the baseline of opening the node, subtracted).
 //!
 //! Run it in a guest with `scripts/bench --kms`. Without vkms it prints SKIP and exits 0;
@@ -380,16 +380,24 @@ impl Pipe<'_> {
     /// Turns the pipe off (plane, connector, CRTC).
     fn off(&self) -> Result<(), String> {
         let mut r = AtomicRequest::new();
-        let p = |o: &dyn Fn() -> Result<PropertyId, String>| o();
-        r.set(self.crtc, p(&|| find(self.dev, self.crtc, "ACTIVE"))?, 0)
-            .set(self.crtc, p(&|| find(self.dev, self.crtc, "MODE_ID"))?, 0)
-            .set(self.conn, p(&|| find(self.dev, self.conn, "CRTC_ID"))?, 0)
-            .set(self.plane, p(&|| find(self.dev, self.plane, "FB_ID"))?, 0)
-            .set(self.plane, p(&|| find(self.dev, self.plane, "CRTC_ID"))?, 0);
+        let d = self.dev;
+        r.set(self.crtc, find(d, self.crtc, "ACTIVE")?, 0)
+            .set(self.crtc, find(d, self.crtc, "MODE_ID")?, 0)
+            .set(self.conn, find(d, self.conn, "CRTC_ID")?, 0)
+            .set(self.plane, find(d, self.plane, "FB_ID")?, 0)
+            .set(self.plane, find(d, self.plane, "CRTC_ID")?, 0);
         self.dev
             .atomic_commit(&r, AtomicFlags::ALLOW_MODESET, 0)
             .map(|_| ())
             .map_err(|e| format!("pipe off: {e}"))
+    }
+}
+
+impl Drop for Pipe<'_> {
+    /// Turns the pipe off on every way out, a panic in a timed call included (`run` turns it
+    /// off itself first, to report a failure; a second off is harmless).
+    fn drop(&mut self) {
+        let _ = self.off();
     }
 }
 
