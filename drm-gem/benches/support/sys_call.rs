@@ -371,3 +371,418 @@ pub(crate) fn libdrm_close_buffer_handle(fd: BorrowedFd<'_>, handle: u32) -> io:
     // SAFETY: plain values only.
     check(unsafe { drmCloseBufferHandle(fd.as_raw_fd(), handle) })
 }
+
+// ---------------------------------------------------------------------------------------
+
+/// libdrm's KMS calls (xf86drmMode.h of libdrm 2.4.114), for `benches/kms.rs`. Only the
+/// structs whose fields the benchmark reads are declared field by field; the others are
+/// opaque and only ever passed back to their free function.
+pub(crate) mod kms {
+    // benches/peers.rs compiles this module too and uses none of it.
+    #![allow(dead_code)]
+
+    use super::{check, sys};
+    use rustix::fd::{AsRawFd, BorrowedFd};
+    use std::ffi::{c_char, c_int, c_void};
+    use std::io;
+    use std::ptr::NonNull;
+
+    // ---------------------------------------------------------------------------------------
+    // libdrm's KMS calls (xf86drmMode.h of libdrm 2.4.114), for benches/kms.rs. Only the
+    // structs whose fields the benchmark reads are declared field by field; the others are
+    // opaque and only ever passed back to their free function.
+
+    /// `drmModeRes`.
+    #[repr(C)]
+    struct DrmModeResC {
+        count_fbs: c_int,
+        fbs: *mut u32,
+        count_crtcs: c_int,
+        crtcs: *mut u32,
+        count_connectors: c_int,
+        connectors: *mut u32,
+        count_encoders: c_int,
+        encoders: *mut u32,
+        min_width: u32,
+        max_width: u32,
+        min_height: u32,
+        max_height: u32,
+    }
+
+    /// `drmModeConnector`.
+    #[repr(C)]
+    struct DrmModeConnectorC {
+        connector_id: u32,
+        encoder_id: u32,
+        connector_type: u32,
+        connector_type_id: u32,
+        connection: c_int,
+        mm_width: u32,
+        mm_height: u32,
+        subpixel: c_int,
+        count_modes: c_int,
+        modes: *mut sys::drm_mode_modeinfo,
+        count_props: c_int,
+        props: *mut u32,
+        prop_values: *mut u64,
+        count_encoders: c_int,
+        encoders: *mut u32,
+    }
+
+    /// `drmModePlaneRes`.
+    #[repr(C)]
+    struct DrmModePlaneResC {
+        count_planes: u32,
+        planes: *mut u32,
+    }
+
+    /// `drmModePlane`.
+    #[repr(C)]
+    struct DrmModePlaneC {
+        count_formats: u32,
+        formats: *mut u32,
+        plane_id: u32,
+        crtc_id: u32,
+        fb_id: u32,
+        crtc_x: u32,
+        crtc_y: u32,
+        x: u32,
+        y: u32,
+        possible_crtcs: u32,
+        gamma_size: u32,
+    }
+
+    /// `drmModeObjectProperties`.
+    #[repr(C)]
+    struct DrmModeObjectPropertiesC {
+        count_props: u32,
+        props: *mut u32,
+        prop_values: *mut u64,
+    }
+
+    /// `drmModePropertyRes`.
+    #[repr(C)]
+    struct DrmModePropertyC {
+        prop_id: u32,
+        flags: u32,
+        name: [c_char; 32],
+        count_values: c_int,
+        values: *mut u64,
+        count_enums: c_int,
+        enums: *mut c_void,
+        count_blobs: c_int,
+        blob_ids: *mut u32,
+    }
+
+    /// `drmModePropertyBlobRes`.
+    #[repr(C)]
+    struct DrmModePropertyBlobC {
+        id: u32,
+        length: u32,
+        data: *mut c_void,
+    }
+
+    /// `drmEventContext` (version 2).
+    #[repr(C)]
+    struct DrmEventContextC {
+        version: c_int,
+        vblank_handler: Option<unsafe extern "C" fn(c_int, u32, u32, u32, *mut c_void)>,
+        page_flip_handler: Option<unsafe extern "C" fn(c_int, u32, u32, u32, *mut c_void)>,
+    }
+
+    /// Opaque libdrm objects, only passed back to libdrm.
+    #[repr(C)]
+    struct Opaque {
+        _p: [u8; 0],
+    }
+
+    #[link(name = "drm")]
+    unsafe extern "C" {
+        fn drmSetClientCap(fd: c_int, capability: u64, value: u64) -> c_int;
+        fn drmModeGetResources(fd: c_int) -> *mut DrmModeResC;
+        fn drmModeFreeResources(p: *mut DrmModeResC);
+        fn drmModeGetConnectorCurrent(fd: c_int, id: u32) -> *mut DrmModeConnectorC;
+        fn drmModeFreeConnector(p: *mut DrmModeConnectorC);
+        fn drmModeGetEncoder(fd: c_int, id: u32) -> *mut Opaque;
+        fn drmModeFreeEncoder(p: *mut Opaque);
+        fn drmModeGetCrtc(fd: c_int, id: u32) -> *mut Opaque;
+        fn drmModeFreeCrtc(p: *mut Opaque);
+        fn drmModeGetPlaneResources(fd: c_int) -> *mut DrmModePlaneResC;
+        fn drmModeFreePlaneResources(p: *mut DrmModePlaneResC);
+        fn drmModeGetPlane(fd: c_int, id: u32) -> *mut DrmModePlaneC;
+        fn drmModeFreePlane(p: *mut DrmModePlaneC);
+        fn drmModeObjectGetProperties(
+            fd: c_int,
+            id: u32,
+            kind: u32,
+        ) -> *mut DrmModeObjectPropertiesC;
+        fn drmModeFreeObjectProperties(p: *mut DrmModeObjectPropertiesC);
+        fn drmModeGetProperty(fd: c_int, id: u32) -> *mut DrmModePropertyC;
+        fn drmModeFreeProperty(p: *mut DrmModePropertyC);
+        fn drmModeGetPropertyBlob(fd: c_int, id: u32) -> *mut DrmModePropertyBlobC;
+        fn drmModeFreePropertyBlob(p: *mut DrmModePropertyBlobC);
+        fn drmModeAtomicAlloc() -> *mut Opaque;
+        fn drmModeAtomicFree(req: *mut Opaque);
+        fn drmModeAtomicAddProperty(req: *mut Opaque, obj: u32, prop: u32, value: u64) -> c_int;
+        fn drmModeAtomicCommit(
+            fd: c_int,
+            req: *mut Opaque,
+            flags: u32,
+            user_data: *mut c_void,
+        ) -> c_int;
+        fn drmModePageFlip(
+            fd: c_int,
+            crtc: u32,
+            fb: u32,
+            flags: u32,
+            user_data: *mut c_void,
+        ) -> c_int;
+        fn drmHandleEvent(fd: c_int, ctx: *mut DrmEventContextC) -> c_int;
+    }
+
+    /// What one KMS snapshot saw, the same summary for every implementation (compared by the
+    /// agreement check).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub(crate) struct KmsSummary {
+        /// Connectors.
+        pub(crate) connectors: usize,
+        /// Modes over all connectors.
+        pub(crate) modes: usize,
+        /// Encoders.
+        pub(crate) encoders: usize,
+        /// CRTCs.
+        pub(crate) crtcs: usize,
+        /// Planes.
+        pub(crate) planes: usize,
+        /// Formats over all planes.
+        pub(crate) formats: usize,
+        /// Property values over all connectors, CRTCs and planes.
+        pub(crate) props: usize,
+        /// Bytes of the `EDID` and `IN_FORMATS` blobs fetched.
+        pub(crate) blob_bytes: usize,
+    }
+
+    /// `DRM_MODE_OBJECT_*` of the objects whose properties the snapshot reads.
+    const OBJ_CONNECTOR: u32 = 0xc0c0_c0c0;
+    const OBJ_CRTC: u32 = 0xcccc_cccc;
+    const OBJ_PLANE: u32 = 0xeeee_eeee;
+    /// `DRM_MODE_PROP_BLOB`.
+    const PROP_BLOB: u32 = 1 << 4;
+
+    /// Views a libdrm array as a slice (empty for NULL or a non-positive count).
+    ///
+    /// # Safety
+    /// `p` is NULL or points to `n` live `T`s that outlive the returned slice.
+    unsafe fn arr<'a, T>(p: *const T, n: impl TryInto<usize>) -> &'a [T] {
+        let n = n.try_into().unwrap_or(0);
+        if p.is_null() || n == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { core::slice::from_raw_parts(p, n) }
+        }
+    }
+
+    fn null_err<T>(p: *mut T) -> io::Result<NonNull<T>> {
+        NonNull::new(p).ok_or_else(io::Error::last_os_error)
+    }
+
+    /// `drmModeObjectGetProperties` of one object, then `drmModeGetProperty` of every property
+    /// (no cache, as modetest and drm_info do), and `drmModeGetPropertyBlob` of the `EDID` and
+    /// `IN_FORMATS` blobs. Adds to `s`.
+    fn libdrm_object_props(fd: c_int, id: u32, kind: u32, s: &mut KmsSummary) -> io::Result<()> {
+        // SAFETY: a plain call; the result is NULL or owned here and freed below.
+        let op = null_err(unsafe { drmModeObjectGetProperties(fd, id, kind) })?;
+        // SAFETY: libdrm keeps `props`/`prop_values` (count_props entries each) alive until
+        // drmModeFreeObjectProperties, called once after the last use of the slices.
+        let (ids, vals) = unsafe {
+            let o = op.as_ref();
+            (
+                arr(o.props, o.count_props).to_vec(),
+                arr(o.prop_values, o.count_props).to_vec(),
+            )
+        };
+        // SAFETY: the pointer came from drmModeObjectGetProperties; freed once.
+        unsafe { drmModeFreeObjectProperties(op.as_ptr()) };
+        s.props += ids.len();
+        for (&pid, &val) in ids.iter().zip(&vals) {
+            // SAFETY: a plain call; the result is NULL or owned here and freed below.
+            let pp = null_err(unsafe { drmModeGetProperty(fd, pid) })?;
+            // SAFETY: the struct lives until drmModeFreeProperty; `name` is a fixed array.
+            let (flags, name) = unsafe {
+                let p = pp.as_ref();
+                let name: Vec<u8> = p
+                    .name
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
+                (p.flags, name)
+            };
+            // SAFETY: from drmModeGetProperty; freed once.
+            unsafe { drmModeFreeProperty(pp.as_ptr()) };
+            if flags & PROP_BLOB != 0 && val != 0 && (name == b"EDID" || name == b"IN_FORMATS") {
+                let bid = u32::try_from(val).map_err(|_| io::Error::other("blob id over u32"))?;
+                // SAFETY: a plain call; the result is NULL or owned here and freed below.
+                let bp = null_err(unsafe { drmModeGetPropertyBlob(fd, bid) })?;
+                // SAFETY: `data` holds `length` bytes until drmModeFreePropertyBlob.
+                let len = unsafe { arr(bp.as_ref().data.cast::<u8>(), bp.as_ref().length).len() };
+                // SAFETY: from drmModeGetPropertyBlob; freed once.
+                unsafe { drmModeFreePropertyBlob(bp.as_ptr()) };
+                s.blob_bytes += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole KMS state through libdrm: `drmSetClientCap` (UNIVERSAL_PLANES, ATOMIC,
+    /// WRITEBACK_CONNECTORS, as `Snapshot::take` does), `drmModeGetResources`,
+    /// `drmModeGetConnectorCurrent`, `drmModeGetEncoder`, `drmModeGetCrtc`,
+    /// `drmModeGetPlaneResources`, `drmModeGetPlane`, and the properties of every connector,
+    /// CRTC and plane (see `libdrm_object_props`). Everything is freed before it returns.
+    pub(crate) fn libdrm_snapshot(fd: BorrowedFd<'_>) -> io::Result<KmsSummary> {
+        let fd = fd.as_raw_fd();
+        for cap in [
+            sys::DRM_CLIENT_CAP_UNIVERSAL_PLANES,
+            sys::DRM_CLIENT_CAP_ATOMIC,
+            sys::DRM_CLIENT_CAP_WRITEBACK_CONNECTORS,
+        ] {
+            // SAFETY: plain values; a refusal is ignored, as Snapshot::take ignores it.
+            let _ = unsafe { drmSetClientCap(fd, u64::from(cap), 1) };
+        }
+        let mut s = KmsSummary::default();
+        // SAFETY: a plain call; the result is NULL or owned here and freed below.
+        let rp = null_err(unsafe { drmModeGetResources(fd) })?;
+        // SAFETY: the arrays live (with their counts) until drmModeFreeResources, called once
+        // right after they are copied.
+        let (conns, encs, crtcs) = unsafe {
+            let r = rp.as_ref();
+            (
+                arr(r.connectors, r.count_connectors).to_vec(),
+                arr(r.encoders, r.count_encoders).to_vec(),
+                arr(r.crtcs, r.count_crtcs).to_vec(),
+            )
+        };
+        // SAFETY: from drmModeGetResources; freed once.
+        unsafe { drmModeFreeResources(rp.as_ptr()) };
+        for &id in &conns {
+            // SAFETY: a plain call; the result is NULL or owned here and freed below.
+            let cp = null_err(unsafe { drmModeGetConnectorCurrent(fd, id) })?;
+            // SAFETY: `count_modes` is the length of `modes` until drmModeFreeConnector.
+            s.modes += unsafe { arr(cp.as_ref().modes, cp.as_ref().count_modes).len() };
+            // SAFETY: from drmModeGetConnectorCurrent; freed once.
+            unsafe { drmModeFreeConnector(cp.as_ptr()) };
+            s.connectors += 1;
+            libdrm_object_props(fd, id, OBJ_CONNECTOR, &mut s)?;
+        }
+        for &id in &encs {
+            // SAFETY: a plain call; the result is NULL or owned and freed at once.
+            let e = null_err(unsafe { drmModeGetEncoder(fd, id) })?;
+            // SAFETY: from drmModeGetEncoder; freed once.
+            unsafe { drmModeFreeEncoder(e.as_ptr()) };
+            s.encoders += 1;
+        }
+        for &id in &crtcs {
+            // SAFETY: as for encoders.
+            let c = null_err(unsafe { drmModeGetCrtc(fd, id) })?;
+            // SAFETY: from drmModeGetCrtc; freed once.
+            unsafe { drmModeFreeCrtc(c.as_ptr()) };
+            s.crtcs += 1;
+            libdrm_object_props(fd, id, OBJ_CRTC, &mut s)?;
+        }
+        // SAFETY: a plain call; the result is NULL or owned here and freed below.
+        let pr = null_err(unsafe { drmModeGetPlaneResources(fd) })?;
+        // SAFETY: `planes` holds `count_planes` ids until drmModeFreePlaneResources.
+        let planes = unsafe { arr(pr.as_ref().planes, pr.as_ref().count_planes).to_vec() };
+        // SAFETY: from drmModeGetPlaneResources; freed once.
+        unsafe { drmModeFreePlaneResources(pr.as_ptr()) };
+        for &id in &planes {
+            // SAFETY: a plain call; the result is NULL or owned here and freed below.
+            let pp = null_err(unsafe { drmModeGetPlane(fd, id) })?;
+            // SAFETY: `formats` holds `count_formats` entries until drmModeFreePlane.
+            s.formats += unsafe { arr(pp.as_ref().formats, pp.as_ref().count_formats).len() };
+            // SAFETY: from drmModeGetPlane; freed once.
+            unsafe { drmModeFreePlane(pp.as_ptr()) };
+            s.planes += 1;
+            libdrm_object_props(fd, id, OBJ_PLANE, &mut s)?;
+        }
+        Ok(s)
+    }
+
+    /// `drmModeAtomicAlloc`, one `drmModeAtomicAddProperty` per entry, `drmModeAtomicCommit`
+    /// with `flags`, `drmModeAtomicFree`: how a libdrm client issues one atomic request.
+    pub(crate) fn libdrm_atomic(
+        fd: BorrowedFd<'_>,
+        entries: &[(u32, u32, u64)],
+        flags: u32,
+    ) -> io::Result<()> {
+        // SAFETY: a plain call; the request is NULL or owned here and freed below.
+        let req = NonNull::new(unsafe { drmModeAtomicAlloc() })
+            .ok_or_else(|| io::Error::other("drmModeAtomicAlloc"))?;
+        let mut r = Ok(());
+        for &(o, p, v) in entries {
+            // SAFETY: `req` is the live request from drmModeAtomicAlloc.
+            if unsafe { drmModeAtomicAddProperty(req.as_ptr(), o, p, v) } < 0 {
+                r = Err(io::Error::other("drmModeAtomicAddProperty"));
+                break;
+            }
+        }
+        if r.is_ok() {
+            // SAFETY: `req` is live; no user data pointer.
+            r = check(unsafe {
+                drmModeAtomicCommit(fd.as_raw_fd(), req.as_ptr(), flags, core::ptr::null_mut())
+            });
+        }
+        // SAFETY: from drmModeAtomicAlloc; freed once.
+        unsafe { drmModeAtomicFree(req.as_ptr()) };
+        r
+    }
+
+    unsafe extern "C" fn on_flip(_fd: c_int, _seq: u32, _sec: u32, _usec: u32, data: *mut c_void) {
+        // SAFETY: `libdrm_flip_and_wait` passes a pointer to its live u64 counter as the flip's
+        // user data, and drmHandleEvent calls this only from within that function.
+        unsafe { *data.cast::<u64>() += 1 };
+    }
+
+    /// `drmModePageFlip(DRM_MODE_PAGE_FLIP_EVENT)` to `fb` on `crtc`, then `poll` and
+    /// `drmHandleEvent` until the flip-complete event has been handled (10 s at most).
+    pub(crate) fn libdrm_flip_and_wait(fd: BorrowedFd<'_>, crtc: u32, fb: u32) -> io::Result<()> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let done = std::cell::Cell::new(0u64);
+        let raw = fd.as_raw_fd();
+        // SAFETY: `done` (a Cell: `on_flip` writes through its pointer) outlives the call
+        // and every drmHandleEvent below, the only place where the kernel's event, which
+        // carries this pointer back, is consumed.
+        check(unsafe {
+            drmModePageFlip(
+                raw,
+                crtc,
+                fb,
+                sys::DRM_MODE_PAGE_FLIP_EVENT,
+                done.as_ptr().cast(),
+            )
+        })?;
+        let mut ctx = DrmEventContextC {
+            version: 2,
+            vblank_handler: None,
+            page_flip_handler: Some(on_flip),
+        };
+        let ts = Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        while done.get() == 0 {
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match poll(&mut fds, Some(&ts)) {
+                Ok(0) => return Err(io::Error::other("no flip event in 10 s")),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            // SAFETY: `ctx` is a live version-2 context whose handler matches libdrm's
+            // signature; `done` is still alive (see above).
+            check(unsafe { drmHandleEvent(raw, &mut ctx) })?;
+        }
+        Ok(())
+    }
+}
