@@ -13,6 +13,13 @@
 
 use ioctl_sys::test_hmm::{v5_10, v5_14, v6_0};
 
+pub mod dmirror;
+mod sys_call;
+pub mod udmabuf;
+
+pub use dmirror::{Dmirror, MirrorProt, MirrorReport, PageKind, PageRange, PageState};
+pub use udmabuf::{SealedMemfd, SealedMemfdBuilder, Udmabuf, UdmabufLimits, UdmabufRange};
+
 /// Which numbering of the test_hmm ioctls a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HmmLayout {

@@ -1,0 +1,37 @@
+//! The only module of this crate that issues syscalls with raw arguments.
+//!
+//! # Safety
+//! Every request number comes from `ioctl_sys` (generated from the pinned uapi headers) and
+//! is paired with the exact struct type the kernel copies for it (`ioctl-sys/tests` checks
+//! the numbers, which encode the struct's size). Both test_hmm's `hmm_dmirror_cmd` and
+//! udmabuf's `udmabuf_create_list` lead the kernel to user memory (a bounce buffer, a
+//! trailing item array), so the raw calls are `unsafe fn` and the safe wrappers here build
+//! those pointers from slices whose lengths they check.
+//!
+//! One file per area: `dmirror.rs` (test_hmm), `udmabuf.rs`. Other areas of the crate add
+//! their own files.
+#![allow(unsafe_code)]
+
+use drm_gem::Error;
+use rustix::io::Errno;
+
+mod dmirror;
+mod udmabuf;
+pub(crate) use dmirror::*;
+pub(crate) use udmabuf::*;
+
+/// Retries `f` while it fails with EINTR (the kernel's answer when a signal arrives during
+/// a long fault or migration).
+fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        match f() {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The error of a failed ioctl, named by its C macro.
+fn ioctl_error(name: &'static str, errno: Errno) -> Error {
+    Error::Ioctl { name, errno }
+}
