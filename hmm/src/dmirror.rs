@@ -203,9 +203,7 @@ impl PageState {
                 let k = match kind {
                     PageKind::System => 0,
                     PageKind::Zero => tsys::HMM_DMIRROR_PROT_ZERO as u8,
-                    PageKind::DevicePrivateLocal => {
-                        tsys::HMM_DMIRROR_PROT_DEV_PRIVATE_LOCAL as u8
-                    }
+                    PageKind::DevicePrivateLocal => tsys::HMM_DMIRROR_PROT_DEV_PRIVATE_LOCAL as u8,
                     PageKind::DevicePrivateRemote => {
                         tsys::HMM_DMIRROR_PROT_DEV_PRIVATE_REMOTE as u8
                     }

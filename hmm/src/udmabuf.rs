@@ -73,14 +73,14 @@ impl SealedMemfdBuilder {
         if self.hugetlb {
             flags |= MemfdFlags::HUGETLB;
         }
-        let name = std::ffi::CString::new(self.name.clone()).map_err(|_| Error::InvalidArgument {
-            what: format!("memfd name {:?} contains a NUL byte", self.name),
-        })?;
-        let fd = memfd_create(name.as_c_str(), flags)
-            .map_err(|e| Error::Syscall {
-                name: "memfd_create",
-                errno: e,
+        let name =
+            std::ffi::CString::new(self.name.clone()).map_err(|_| Error::InvalidArgument {
+                what: format!("memfd name {:?} contains a NUL byte", self.name),
             })?;
+        let fd = memfd_create(name.as_c_str(), flags).map_err(|e| Error::Syscall {
+            name: "memfd_create",
+            errno: e,
+        })?;
         ftruncate(&fd, self.size).map_err(|e| Error::Syscall {
             name: "ftruncate",
             errno: e,
@@ -155,7 +155,12 @@ impl SealedMemfd {
                     offset += n as u64;
                 }
                 Err(Errno::INTR) => {}
-                Err(e) => return Err(Error::Syscall { name: "pwrite", errno: e }),
+                Err(e) => {
+                    return Err(Error::Syscall {
+                        name: "pwrite",
+                        errno: e,
+                    });
+                }
             }
         }
         Ok(())
@@ -175,7 +180,12 @@ impl SealedMemfd {
                     offset += n as u64;
                 }
                 Err(Errno::INTR) => {}
-                Err(e) => return Err(Error::Syscall { name: "pread", errno: e }),
+                Err(e) => {
+                    return Err(Error::Syscall {
+                        name: "pread",
+                        errno: e,
+                    });
+                }
             }
         }
         Ok(())
@@ -321,11 +331,8 @@ impl Udmabuf {
                 size: r.size,
             })
             .collect();
-        let fd = sys_call::udmabuf_create_list(
-            self.fd.as_fd(),
-            usys::UDMABUF_FLAGS_CLOEXEC,
-            &items,
-        )?;
+        let fd =
+            sys_call::udmabuf_create_list(self.fd.as_fd(), usys::UDMABUF_FLAGS_CLOEXEC, &items)?;
         Ok(DmaBuf::from_fd(fd))
     }
 

@@ -13,6 +13,7 @@
 //! # if std::env::var_os("KERNEL_TESTS_STRICT").is_none() { needs_a_node(); }
 //! ```
 
+pub mod mem;
 pub mod raw;
 
 /// Whether this run is strict (inside a guest built to have every device).

@@ -5,7 +5,8 @@
 //! # Safety
 //! Each request number comes from `ioctl_sys` and is paired with its own argument struct
 //! (checked by `ioctl-sys/tests/opcodes.rs`); none of these structs carries a user pointer,
-//! so any field values are harmless to the caller's memory.
+//! so any field values are harmless to the caller's memory. The exceptions are the test_hmm
+//! command (its `ptr` field), an `unsafe fn`, and udmabuf's list, built here from a slice.
 #![allow(unsafe_code)]
 
 use ioctl_sys::drm as sys;
@@ -56,4 +57,102 @@ pub fn closed_fd_number() -> i32 {
     let n = fd.as_raw_fd();
     drop(fd);
     n
+}
+
+/// A test_hmm request by number: `_IOWR('H', nr, struct hmm_dmirror_cmd)`, whatever the
+/// running kernel's numbering means by it.
+pub const fn dmirror_request(nr: u8) -> u32 {
+    // READ is number 0 in every layout; the number is the low byte.
+    ioctl_sys::test_hmm::v6_0::HMM_DMIRROR_READ | nr as u32
+}
+
+/// An ioctl with its number chosen at run time over one `T`, returning the raw result.
+struct Dynamic<T> {
+    opcode: u32,
+    arg: *mut T,
+}
+
+// SAFETY: `as_ptr` returns the argument pointer the constructing function vouches for; the
+// output is the ioctl's raw return value.
+unsafe impl<T> rustix::ioctl::Ioctl for Dynamic<T> {
+    type Output = rustix::ioctl::IoctlOutput;
+    const IS_MUTATING: bool = true;
+    fn opcode(&self) -> Opcode {
+        self.opcode as Opcode
+    }
+    fn as_ptr(&mut self) -> *mut core::ffi::c_void {
+        self.arg.cast()
+    }
+    unsafe fn output_from_ptr(
+        out: rustix::ioctl::IoctlOutput,
+        _: *mut core::ffi::c_void,
+    ) -> rustix::io::Result<rustix::ioctl::IoctlOutput> {
+        Ok(out)
+    }
+}
+
+/// The test_hmm request `request` with exactly `cmd`; the errno on failure.
+///
+/// # Safety
+/// `fd` must be a test_hmm file, and `cmd.ptr` valid for whatever `request` means on the
+/// running kernel (see `hmm::dmirror`): null where the request fails before using it or
+/// does not use it, else a buffer of `npages` pages (a WRITE stores into `cmd.addr`, which
+/// must hold no Rust reference).
+pub unsafe fn dmirror_cmd(
+    fd: BorrowedFd<'_>,
+    request: u32,
+    cmd: &mut ioctl_sys::test_hmm::hmm_dmirror_cmd,
+) -> Result<(), Errno> {
+    let req = Dynamic {
+        opcode: request,
+        arg: core::ptr::from_mut(cmd),
+    };
+    // SAFETY: forwarded to the caller (`# Safety`).
+    unsafe { ioctl(fd, req) }.map(|_| ())
+}
+
+fn own(raw: rustix::ioctl::IoctlOutput) -> rustix::fd::OwnedFd {
+    use rustix::fd::FromRawFd;
+    assert!(raw >= 0);
+    // SAFETY: udmabuf's requests return a new fd as the result; nothing else owns it.
+    unsafe { rustix::fd::OwnedFd::from_raw_fd(raw) }
+}
+
+/// `UDMABUF_CREATE` with exactly `arg`: the new dma-buf, or the errno.
+pub fn udmabuf_create(
+    fd: BorrowedFd<'_>,
+    mut arg: ioctl_sys::udmabuf::udmabuf_create,
+) -> Result<rustix::fd::OwnedFd, Errno> {
+    let req = Dynamic {
+        opcode: ioctl_sys::udmabuf::UDMABUF_CREATE,
+        arg: core::ptr::from_mut(&mut arg),
+    };
+    // SAFETY: UDMABUF_CREATE reads one plain-data udmabuf_create (no pointers), which
+    // `arg` is for the whole call.
+    unsafe { ioctl(fd, req) }.map(own)
+}
+
+/// `UDMABUF_CREATE_LIST` with the header `flags`, `count` (which may differ from the number
+/// of `items`, which must then be at least `count`) and `items`.
+pub fn udmabuf_create_list(
+    fd: BorrowedFd<'_>,
+    flags: u32,
+    count: u32,
+    items: &[ioctl_sys::udmabuf::udmabuf_create_item],
+) -> Result<rustix::fd::OwnedFd, Errno> {
+    assert!(count as usize <= items.len() || items.is_empty() && count == 0);
+    let mut words = vec![0u64; 1 + 3 * items.len()];
+    words[0] = u64::from(flags) | (u64::from(count) << 32);
+    for (i, it) in items.iter().enumerate() {
+        words[1 + 3 * i] = u64::from(it.memfd);
+        words[2 + 3 * i] = it.offset;
+        words[3 + 3 * i] = it.size;
+    }
+    let req = Dynamic {
+        opcode: ioctl_sys::udmabuf::UDMABUF_CREATE_LIST,
+        arg: words.as_mut_ptr(),
+    };
+    // SAFETY: the kernel reads the 8-byte header and then `count` 24-byte items, all inside
+    // `words` (count <= items, asserted), which lives for the whole call; no pointers.
+    unsafe { ioctl(fd, req) }.map(own)
 }
