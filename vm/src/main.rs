@@ -651,7 +651,14 @@ fn guest_tests(
     runner::run_binaries(&bins, &mut sink, strict, limit);
     if let Some(dir) = selftests {
         for (suite, exe) in vm::build::SELFTESTS {
-            runner::run_kselftest(&dir.join(exe), suite, &mut sink, Duration::from_secs(600));
+            let run = |sink: &mut runner::Sink| {
+                runner::run_kselftest(&dir.join(exe), suite, sink, Duration::from_secs(600))
+            };
+            if *suite == "hmm-tests" {
+                runner::with_thp_madvise(|| run(&mut sink));
+            } else {
+                run(&mut sink);
+            }
         }
     }
     if libdrm {
