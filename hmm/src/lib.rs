@@ -1,8 +1,9 @@
 //! Letting a device see process memory, and registering persistent memory with a device.
 //!
-//! This crate will own `Dmirror` (the test_hmm mirror device), `Udmabuf` with
-//! `SealedMemfd`, `PmemRegion`/`DaxMapping` and `HostRegistration`. So far it exposes the
-//! test_hmm request-number layouts, which differ between kernels.
+//! This crate owns [`Dmirror`] (the test_hmm mirror device), [`Udmabuf`] with [`SealedMemfd`],
+//! persistent memory ([`PmemRegion`] discovery, [`DaxMapping`] with [`DaxMapping::persist`],
+//! whose guarantee is in [`persist`]) and [`HostRegistration`]. It also exposes the test_hmm
+//! request-number layouts, which differ between kernels.
 //!
 //! ```
 //! use hmm::HmmLayout;
@@ -11,14 +12,22 @@
 //! ```
 #![deny(unsafe_code)]
 
-use ioctl_sys::test_hmm::{v5_10, v5_14, v6_0};
-
+mod dax;
 pub mod dmirror;
+pub mod persist;
+mod pmem;
+mod register;
 mod sys_call;
 pub mod udmabuf;
 
+pub use dax::{DaxKind, DaxMapping, DevDax, is_not_dax};
 pub use dmirror::{Dmirror, MirrorProt, MirrorReport, PageKind, PageRange, PageState};
+pub use persist::{FlushInstruction, PersistMethod};
+pub use pmem::{Namespace, NamespaceMode, PmemRegion};
+pub use register::{Backend, HostRegistration};
 pub use udmabuf::{SealedMemfd, SealedMemfdBuilder, Udmabuf, UdmabufLimits, UdmabufRange};
+
+use ioctl_sys::test_hmm::{v5_10, v5_14, v6_0};
 
 /// Which numbering of the test_hmm ioctls a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The only module of this crate that issues syscalls with raw arguments.
+//! The only module of this crate that issues syscalls with raw arguments or touches raw
+//! memory.
 //!
 //! # Safety
 //! Every request number comes from `ioctl_sys` (generated from the pinned uapi headers) and
@@ -6,17 +7,27 @@
 //! the numbers, which encode the struct's size). Both test_hmm's `hmm_dmirror_cmd` and
 //! udmabuf's `udmabuf_create_list` lead the kernel to user memory (a bounce buffer, a
 //! trailing item array), so the raw calls are `unsafe fn` and the safe wrappers here build
-//! those pointers from slices whose lengths they check.
+//! those pointers from slices whose lengths they check. Each DAX mapping made here is owned
+//! by exactly one value that unmaps it once, on drop; every access through a raw pointer is
+//! bounds-checked against the mapping it belongs to before the pointer is formed. Calls that
+//! take a caller's address range (`mlock`, `msync`) are `unsafe fn`: their callers vouch
+//! that the range is mapped for the whole call.
 //!
-//! One file per area: `dmirror.rs` (test_hmm), `udmabuf.rs`. Other areas of the crate add
-//! their own files.
+//! One file per area: `dmirror.rs` (test_hmm), `udmabuf.rs`, `dax.rs` (DAX mappings,
+//! cache-line flushes, page locking), `cuda.rs` (feature `cuda`).
 #![allow(unsafe_code)]
 
 use drm_gem::Error;
 use rustix::io::Errno;
 
+#[cfg(feature = "cuda")]
+mod cuda;
+mod dax;
 mod dmirror;
 mod udmabuf;
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::CudaRegistration;
+pub(crate) use dax::*;
 pub(crate) use dmirror::*;
 pub(crate) use udmabuf::*;
 
