@@ -38,10 +38,7 @@ impl DevDax {
                 what: format!("{} is not a character device", path.display()),
             });
         }
-        let (ma, mi) = (
-            rustix::fs::major(st.st_rdev),
-            rustix::fs::minor(st.st_rdev),
-        );
+        let (ma, mi) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
         let sys = PathBuf::from(format!("/sys/dev/char/{ma}:{mi}"));
         let num = |f: &str| -> Option<u64> {
             std::fs::read_to_string(sys.join(f))
@@ -165,7 +162,13 @@ impl DaxMapping {
     /// then uses `msync`. For comparison with [`map_file`](Self::map_file) and for files
     /// that cannot be DAX.
     pub fn map_file_without_sync(file: &impl AsFd, offset: u64, len: usize) -> Result<Self> {
-        Self::file(file.as_fd(), offset, len, MapKind::Shared, DaxKind::FileShared)
+        Self::file(
+            file.as_fd(),
+            offset,
+            len,
+            MapKind::Shared,
+            DaxKind::FileShared,
+        )
     }
 
     fn file(

@@ -283,7 +283,13 @@ mod tests {
                 std::fs::create_dir_all(ns.join("block/pmem0")).unwrap();
             }
         }
-        for d in ["region0", "namespace0.0", "namespace0.1", "pfn0.0", "dax0.0"] {
+        for d in [
+            "region0",
+            "namespace0.0",
+            "namespace0.1",
+            "pfn0.0",
+            "dax0.0",
+        ] {
             let target = if d == "region0" {
                 bus.clone()
             } else {

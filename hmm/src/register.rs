@@ -80,7 +80,9 @@ impl<'m> HostRegistration<'m> {
     /// Registers a PMEM/DAX mapping. Backends that long-term pin pages refuse fsdax
     /// mappings with the kernel's reason (see
     /// [`DaxMapping::check_longterm_pin`]); `Pinned` uses `mlock`, which is no long-term
-    /// pin, and works for every kind.
+    /// pin, and works for every kind. `mlock` populates a shared mapping with read faults,
+    /// and a read fault on a hole of an fsdax file maps the zero page: write the range (or
+    /// `fallocate` the file) first when the page frames should be the file's own blocks.
     pub fn dax(map: &'m DaxMapping, backend: Backend) -> Result<Self> {
         let (addr, len) = (map.addr(), map.len());
         match backend {

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod mem;
+pub mod pmem;
 pub mod raw;
 
 /// Whether this run is strict (inside a guest built to have every device).
