@@ -433,9 +433,54 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
     a
 }
 
+/// A power cut: QEMU is killed (SIGKILL, no shutdown of any kind) at a random moment after
+/// the payload has printed `after_acks` lines starting with `ACK ` on its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerCut {
+    /// Acknowledgements to wait for before the cut may happen.
+    pub after_acks: u64,
+    /// The cut comes a uniformly random time in `0..max_delay` after that.
+    pub max_delay: Duration,
+    /// Seed of the random delay (printed by callers, so a run can be repeated).
+    pub seed: u64,
+}
+
+/// Options of [`boot_with`] beyond the [`GuestSpec`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BootOptions {
+    /// Keep the NVDIMM backing file (`RunFiles::nvdimm`) as it is when it exists, instead
+    /// of starting from a zeroed one: what one boot wrote, the next one reads.
+    pub keep_nvdimm: bool,
+    /// Cut the power as described.
+    pub power_cut: Option<PowerCut>,
+}
+
+/// A small xorshift generator for cut delays (no cryptographic use).
+pub fn xorshift(state: &mut u64) -> u64 {
+    let mut x = (*state).max(1);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+/// Counts the lines of `text` that start with `ACK `.
+pub fn count_acks(text: &[u8]) -> u64 {
+    text.split(|&b| b == b'\n')
+        .filter(|l| l.starts_with(b"ACK "))
+        .count() as u64
+}
+
 /// How a boot ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
+    /// The harness cut the power as asked ([`BootOptions::power_cut`]), after this many
+    /// acknowledgements had been printed.
+    PowerCut {
+        /// `ACK ` lines seen when QEMU was killed.
+        acks: u64,
+    },
     /// The payload ran and exited with this status.
     Exited(i32),
     /// The guest never reported that it reached the payload.
@@ -527,13 +572,23 @@ pub fn classify(parsed: &Parsed, console: &str, timed_out: bool, qemu_err: Optio
 
 /// Boots one guest and waits for it.
 pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootResult> {
+    boot_with(spec, files, busybox, &BootOptions::default())
+}
+
+/// [`boot`] with options: a kept NVDIMM file, a power cut.
+pub fn boot_with(
+    spec: &GuestSpec,
+    files: RunFiles,
+    busybox: &Path,
+    opts: &BootOptions,
+) -> Result<BootResult> {
     let initrd = initramfs(spec, busybox)?;
     fs::write(&files.initrd, initrd)
         .map_err(|e| VmError::new(format!("{}: {e}", files.initrd.display())))?;
     for f in [&files.console, &files.results, &files.output] {
         fs::write(f, b"").map_err(|e| VmError::new(format!("{}: {e}", f.display())))?;
     }
-    if spec.devices.contains(&DeviceKind::Nvdimm) {
+    if spec.devices.contains(&DeviceKind::Nvdimm) && !(opts.keep_nvdimm && files.nvdimm.exists()) {
         let f = fs::File::create(&files.nvdimm)
             .map_err(|e| VmError::new(format!("{}: {e}", files.nvdimm.display())))?;
         f.set_len(u64::from(NVDIMM_MIB) << 20)
@@ -589,8 +644,25 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
     let mut boot_at = None;
     let mut payload_at = None;
     let mut timed_out = false;
+    let mut cut_at: Option<Instant> = None;
+    let mut cut_acks = None;
+    let mut seed = opts.power_cut.map_or(0, |c| c.seed);
     loop {
         let exited = child.try_wait().ok().flatten().is_some();
+        if let (Some(cut), false) = (opts.power_cut, exited) {
+            let acks = count_acks(&fs::read(&files.output).unwrap_or_default());
+            if cut_at.is_none() && acks >= cut.after_acks {
+                let max = cut.max_delay.as_micros().max(1) as u64;
+                cut_at = Some(Instant::now() + Duration::from_micros(xorshift(&mut seed) % max));
+            }
+            if cut_at.is_some_and(|t| Instant::now() >= t) {
+                // The power cut: SIGKILL, so QEMU writes nothing more anywhere. Stores
+                // the guest made to the NVDIMM are already in the shared backing file.
+                kill(&mut child);
+                cut_acks = Some(count_acks(&fs::read(&files.output).unwrap_or_default()));
+                break;
+            }
+        }
         if spec.stream_output {
             out_pos = copy_new(&files.output, out_pos);
         }
@@ -616,7 +688,7 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
             break;
         }
         // A panic with panic=-1 reboots and -no-reboot ends QEMU; keep polling until then.
-        std::thread::sleep(Duration::from_millis(25));
+        std::thread::sleep(Duration::from_millis(if cut_at.is_some() { 1 } else { 25 }));
     }
     let end = start.elapsed();
     if spec.stream_output {
@@ -630,7 +702,10 @@ pub fn boot(spec: &GuestSpec, files: RunFiles, busybox: &Path) -> Result<BootRes
     let console =
         String::from_utf8_lossy(&fs::read(&files.console).unwrap_or_default()).into_owned();
     let parsed = stream::parse(&fs::read(&files.results).unwrap_or_default());
-    let ending = classify(&parsed, &console, timed_out, Some(&qemu_err));
+    let ending = match cut_acks {
+        Some(acks) => Ending::PowerCut { acks },
+        None => classify(&parsed, &console, timed_out, Some(&qemu_err)),
+    };
     Ok(BootResult {
         ending,
         parsed,
@@ -958,6 +1033,17 @@ mod tests {
         ];
         assert_eq!(tmp_keep(&p), ["ci-clone", "other"]);
         assert!(init_env(&spec(vec![])).contains("VM_TMP_KEEP=''\n"));
+    }
+
+    #[test]
+    fn acks_and_random_delays() {
+        assert_eq!(count_acks(b"READY\nACK 0\nACK 1\nxACK 2\nACK"), 2);
+        let mut s = 7;
+        let a = xorshift(&mut s);
+        let b = xorshift(&mut s);
+        assert_ne!(a, b);
+        let mut z = 0;
+        assert_ne!(xorshift(&mut z), 0, "a zero seed still moves");
     }
 
     #[test]

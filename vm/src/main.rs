@@ -93,6 +93,48 @@ enum Cmd {
         #[arg(long, default_value_t = 900)]
         timeout: u64,
     },
+    /// Cut the guest's power again and again while a payload writes to the NVDIMM, and
+    /// check after each reboot, on the same backing file, that nothing acknowledged was
+    /// lost.
+    ///
+    /// Round r (0..=cuts) boots with POWERCUT_ROUND=r and POWERCUT_ACKED=<acknowledgements
+    /// of round r-1>. The payload checks round r-1's records and prints one line `CHECK
+    /// acked=<n> intact=<i> lost=<l>`, then writes new records, printing `ACK <seq>` once
+    /// each is durable. After --min-acks acknowledgements and a random delay below
+    /// --max-delay-ms QEMU is killed. The last boot (POWERCUT_LAST=1) only checks and exits
+    /// 0. Exit status: 0 when nothing acknowledged was lost (or --allow-loss), 1 on a loss,
+    /// 125 when the harness or the payload broke the protocol.
+    Powercut {
+        #[command(flatten)]
+        k: KernelArgs,
+        /// Power cuts (boots: cuts + 1).
+        #[arg(long, default_value_t = 20)]
+        cuts: u32,
+        /// Acknowledgements to wait for before each cut may come.
+        #[arg(long, default_value_t = 20)]
+        min_acks: u64,
+        /// Upper bound of the random delay after --min-acks, in milliseconds.
+        #[arg(long, default_value_t = 1500)]
+        max_delay_ms: u64,
+        /// Seed of the random delays (default: from the clock; printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// NVDIMM backing file to use and keep (default: a fresh one, removed at the end).
+        #[arg(long)]
+        nvdimm_file: Option<PathBuf>,
+        /// Wall-clock limit per boot, in seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        /// Report losses but exit 0 (for the runs that show the test can fail).
+        #[arg(long)]
+        allow_loss: bool,
+        /// Extra environment for the payload (repeatable, KEY=VALUE).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// The payload and its arguments.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
     /// Print a CI matrix (one job per kernel) for an existing CI engine.
     Matrix {
         /// Output format.
@@ -172,6 +214,31 @@ fn main() -> ExitCode {
             junit,
             timeout,
         } => test(&kernel, modules, &accel, json, junit, timeout),
+        Cmd::Powercut {
+            k,
+            cuts,
+            min_acks,
+            max_delay_ms,
+            seed,
+            nvdimm_file,
+            timeout,
+            allow_loss,
+            env,
+            argv,
+        } => powercut(
+            &k,
+            &PowercutArgs {
+                cuts,
+                min_acks,
+                max_delay: Duration::from_millis(max_delay_ms),
+                seed,
+                nvdimm_file,
+                timeout: Duration::from_secs(timeout),
+                allow_loss,
+            },
+            &env,
+            argv,
+        ),
         Cmd::Matrix { format } => matrix(&format),
         Cmd::GuestTests {
             bins,
@@ -612,6 +679,196 @@ fn test(
         return fail(&VmError::new(format!("{}: {e}", p.display())));
     }
     if reports.iter().all(|r| r.passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `vm powercut` settings.
+#[derive(Debug)]
+struct PowercutArgs {
+    cuts: u32,
+    min_acks: u64,
+    max_delay: Duration,
+    seed: Option<u64>,
+    nvdimm_file: Option<PathBuf>,
+    timeout: Duration,
+    allow_loss: bool,
+}
+
+/// The `CHECK acked=<n> intact=<i> lost=<l>` line of a payload's output.
+fn parse_check(out: &str) -> Option<(u64, u64, u64)> {
+    let l = out.lines().find(|l| l.starts_with("CHECK "))?;
+    let field = |k: &str| {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+    };
+    Some((field("acked")?, field("intact")?, field("lost")?))
+}
+
+fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<String>) -> ExitCode {
+    let Some(choice) = AccelChoice::parse(&k.accel) else {
+        return fail(&VmError::new(format!(
+            "--accel {:?}: use auto, kvm or tcg",
+            k.accel
+        )));
+    };
+    let mut envs = Vec::new();
+    for e in env {
+        match e.split_once('=') {
+            Some((x, y)) if !x.is_empty() => envs.push((x.to_string(), y.to_string())),
+            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
+        }
+    }
+    if argv[0].contains('/')
+        && let Ok(abs) = std::fs::canonicalize(&argv[0])
+    {
+        argv[0] = abs.to_string_lossy().into_owned();
+    }
+    let kernel = match resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref()) {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    let busybox = match guest::busybox_binary() {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = guest::qemu_binary() {
+        return fail(&e);
+    }
+    if !kernel.missing_features.is_empty() {
+        envs.push((
+            "VM_MISSING_FEATURES".into(),
+            kernel.missing_features.join(","),
+        ));
+    }
+    let decision = accel::decide(choice, &kernel, &busybox);
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let scratch = match RunFiles::new(&std::env::temp_dir(), "vm-powercut") {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    let nvdimm = a
+        .nvdimm_file
+        .clone()
+        .unwrap_or_else(|| scratch.nvdimm.clone());
+    // Round 0 starts from a zeroed NVDIMM unless the caller brought a file.
+    if a.nvdimm_file.is_none() {
+        let _ = std::fs::remove_file(&nvdimm);
+    }
+    eprintln!(
+        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}",
+        decision.note,
+        kernel.name,
+        kernel.release,
+        a.cuts,
+        a.min_acks,
+        a.max_delay.as_millis(),
+        nvdimm.display()
+    );
+    let mut rng = seed;
+    let (mut acked_total, mut lost_total) = (0u64, 0u64);
+    let mut prev_acks = 0u64;
+    let mut losses = Vec::new();
+    for round in 0..=a.cuts {
+        let last = round == a.cuts;
+        let mut env = envs.clone();
+        env.push(("POWERCUT_ROUND".into(), round.to_string()));
+        env.push(("POWERCUT_ACKED".into(), prev_acks.to_string()));
+        if last {
+            env.push(("POWERCUT_LAST".into(), "1".into()));
+        }
+        let spec = GuestSpec {
+            kernel: kernel.clone(),
+            devices: vec![DeviceKind::Nvdimm],
+            payload: Payload {
+                argv: argv.clone(),
+                cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+                env,
+                host_root: true,
+            },
+            accel: decision.accel,
+            timeout: a.timeout,
+            memory_mib: 1024,
+            probe_only: false,
+            stream_output: false,
+        };
+        let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-powercut-round") {
+            Ok(f) => f,
+            Err(e) => return fail(&e),
+        };
+        files.nvdimm = nvdimm.clone();
+        let opts = guest::BootOptions {
+            keep_nvdimm: true,
+            power_cut: (!last).then(|| guest::PowerCut {
+                after_acks: a.min_acks,
+                max_delay: a.max_delay,
+                seed: guest::xorshift(&mut rng),
+            }),
+        };
+        let r = match guest::boot_with(&spec, files, &busybox, &opts) {
+            Ok(r) => r,
+            Err(e) => return fail(&e),
+        };
+        let out = String::from_utf8_lossy(&std::fs::read(&r.files.output).unwrap_or_default())
+            .into_owned();
+        let ok_ending = match (&r.ending, last) {
+            (Ending::PowerCut { .. }, false) | (Ending::Exited(0), true) => true,
+            _ => false,
+        };
+        let check = parse_check(&out);
+        if !ok_ending || (round > 0 && check.is_none()) {
+            eprintln!(
+                "vm: powercut round {round}: {} (expected {})",
+                report::ending_text(&r.ending),
+                if last { "exit 0" } else { "a power cut" }
+            );
+            for l in out.lines().filter(|l| !l.starts_with("ACK ")).take(40) {
+                eprintln!("    > {l}");
+            }
+            for l in &r.console_tail {
+                eprintln!("    | {l}");
+            }
+            eprintln!("vm: files kept in {}", r.files.dir.display());
+            return ExitCode::from(125);
+        }
+        let mut line = format!("round {round:>2}:");
+        if let Some((acked, intact, lost)) = check {
+            if acked != prev_acks {
+                eprintln!(
+                    "vm: powercut round {round}: the payload checked {acked} records, {prev_acks} were acknowledged"
+                );
+                return ExitCode::from(125);
+            }
+            acked_total += acked;
+            lost_total += lost;
+            losses.push(lost);
+            line.push_str(&format!(
+                " check of round {}: {intact}/{acked} intact, {lost} lost;",
+                round - 1
+            ));
+        }
+        if let Ending::PowerCut { acks } = r.ending {
+            prev_acks = acks;
+            line.push_str(&format!(" cut after {acks} acks"));
+        } else {
+            line.push_str(" final boot");
+        }
+        println!("{line}");
+        let _ = std::fs::remove_dir_all(&r.files.dir);
+    }
+    println!(
+        "powercut: {} cuts, {acked_total} records acknowledged, {lost_total} lost (per cut: {losses:?}), seed {seed}",
+        a.cuts
+    );
+    // Holds the NVDIMM file unless the caller brought one (then it is empty).
+    let _ = std::fs::remove_dir_all(&scratch.dir);
+    if lost_total == 0 || a.allow_loss {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

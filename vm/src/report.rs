@@ -161,6 +161,7 @@ impl KernelReport {
 pub fn ending_text(e: &Ending) -> String {
     match e {
         Ending::Exited(c) => format!("exited {c}"),
+        Ending::PowerCut { acks } => format!("power cut after {acks} acknowledgements"),
         Ending::NeverBooted => "never reached the payload".into(),
         Ending::Panic(p) => format!("kernel panic: {p}"),
         Ending::Timeout => "timeout".into(),
