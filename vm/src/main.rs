@@ -817,10 +817,10 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         };
         let out = String::from_utf8_lossy(&std::fs::read(&r.files.output).unwrap_or_default())
             .into_owned();
-        let ok_ending = match (&r.ending, last) {
-            (Ending::PowerCut { .. }, false) | (Ending::Exited(0), true) => true,
-            _ => false,
-        };
+        let ok_ending = matches!(
+            (&r.ending, last),
+            (Ending::PowerCut { .. }, false) | (Ending::Exited(0), true)
+        );
         let check = parse_check(&out);
         if !ok_ending || (round > 0 && check.is_none()) {
             eprintln!(
