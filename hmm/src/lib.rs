@@ -5,6 +5,13 @@
 //! whose guarantee is in [`persist`]) and [`HostRegistration`]. It also exposes the test_hmm
 //! request-number layouts, which differ between kernels.
 //!
+//! `examples/pmem.rs` (run in the test guests by `kernel-tests/tests/pmem_example.rs`)
+//! lists the regions and namespaces and persists a record through a MAP_SYNC mapping:
+//!
+//! ```no_run
+#![doc = include_str!("../examples/pmem.rs")]
+//! ```
+//!
 //! ```
 //! use hmm::HmmLayout;
 //! assert_eq!(HmmLayout::V6_0.snapshot_request(), ioctl_sys::test_hmm::v6_0::HMM_DMIRROR_SNAPSHOT);

@@ -254,3 +254,24 @@ mod tests {
         ));
     }
 }
+
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests {
+    use super::*;
+
+    #[test]
+    fn cuda_registers_or_says_why_not() {
+        let mut v = vec![0u8; 1 << 20];
+        match HostRegistration::new(&mut v, Backend::Cuda) {
+            Ok(r) => assert_eq!(r.len(), 1 << 20),
+            Err(Error::Unsupported { reason, .. }) => {
+                eprintln!("SKIP cuda: {reason}");
+                assert!(
+                    reason.contains("libcuda") || reason.contains("cu"),
+                    "{reason}"
+                );
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
