@@ -103,7 +103,9 @@ pub enum DaxKind {
 /// The safe API copies in and out (the memory can be written by a device or another
 /// process, so no Rust reference to it is handed out) and [`persist`](Self::persist)s
 /// ranges. The mapping keeps the file open; truncating the file below the mapping while
-/// it exists makes accesses fault (SIGBUS), as for any file mapping.
+/// it exists makes accesses fault (SIGBUS), as for any file mapping, and so does a write
+/// into a hole of an fsdax file when the filesystem has no free block left (the write
+/// fault cannot allocate one): `fallocate` the file first where that matters.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
