@@ -68,6 +68,10 @@ enum Cmd {
         /// Extra environment for the program (repeatable, KEY=VALUE).
         #[arg(long = "env")]
         env: Vec<String>,
+        /// Back the NVDIMM with this file and keep it: created (zeroed) when missing, used
+        /// as it is otherwise, so one boot reads what an earlier one wrote.
+        #[arg(long)]
+        nvdimm_file: Option<PathBuf>,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -204,8 +208,9 @@ fn main() -> ExitCode {
             devices,
             timeout,
             env,
+            nvdimm_file,
             argv,
-        } => run(&k, &devices, timeout, &env, argv),
+        } => run(&k, &devices, timeout, &env, nvdimm_file, argv),
         Cmd::Test {
             kernel,
             modules,
@@ -394,6 +399,7 @@ fn run(
     devices: &[String],
     timeout: u64,
     env: &[String],
+    nvdimm_file: Option<PathBuf>,
     mut argv: Vec<String>,
 ) -> ExitCode {
     let devices = match parse_devices(devices) {
@@ -455,11 +461,18 @@ fn run(
         probe_only: false,
         stream_output: true,
     };
-    let files = match RunFiles::new(&std::env::temp_dir(), "vm-run") {
+    let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-run") {
         Ok(f) => f,
         Err(e) => return fail(&e),
     };
-    let r = match guest::boot(&spec, files, &busybox) {
+    let opts = guest::BootOptions {
+        keep_nvdimm: nvdimm_file.is_some(),
+        power_cut: None,
+    };
+    if let Some(p) = nvdimm_file {
+        files.nvdimm = p;
+    }
+    let r = match guest::boot_with(&spec, files, &busybox, &opts) {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
