@@ -118,3 +118,23 @@ pub fn fsdax_remount() -> Result<PathBuf, String> {
     sh("mount", &["-o", "dax", &dev.to_string_lossy(), MNT])?;
     Ok(PathBuf::from(MNT))
 }
+
+/// Unmounts [`MNT`] and puts the namespace back into raw mode when dropped (also when a
+/// test panics), so later tests and suites of the same guest find `/dev/pmem0` as the
+/// harness made it. Errors are ignored: a drop must not panic.
+#[derive(Debug)]
+pub struct RestoreRaw;
+
+impl Drop for RestoreRaw {
+    fn drop(&mut self) {
+        if !crate::in_guest() {
+            return;
+        }
+        if mounted(MNT) {
+            let _ = sh("umount", &[MNT]);
+        }
+        if let Ok(ns) = namespace_name() {
+            let _ = sh("ndctl", &["create-namespace", "-f", "-e", &ns, "-m", "raw"]);
+        }
+    }
+}

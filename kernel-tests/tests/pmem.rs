@@ -13,18 +13,21 @@ use hmm::{
     Backend, DaxKind, DaxMapping, DevDax, HostRegistration, NamespaceMode, PersistMethod,
     PmemRegion, is_not_dax,
 };
-use kernel_tests::pmem::{MNT, fsdax_mount, namespace_name, set_mode, sh};
+use kernel_tests::pmem::{MNT, RestoreRaw, fsdax_mount, namespace_name, set_mode, sh};
 use kernel_tests::{open_fds, require_feature, skip};
 use std::io::Write;
 use std::path::Path;
 
 const MIB: usize = 1 << 20;
 
+/// The fixture's value and a guard that puts the namespace back into raw mode at the end
+/// of the test; skips (loudly, failing in strict mode) when the fixture cannot be had.
 macro_rules! setup {
     ($e:expr) => {{
         require_feature!("pmem");
+        let restore = RestoreRaw;
         match $e {
-            Ok(v) => v,
+            Ok(v) => (v, restore),
             Err(why) => skip!("{why}"),
         }
     }};
@@ -80,7 +83,7 @@ fn phys_range(ns: &hmm::Namespace) -> std::ops::Range<u64> {
 
 #[test]
 fn discovery_follows_every_namespace_mode() {
-    let raw = setup!(set_mode("raw"));
+    let (raw, _restore) = setup!(set_mode("raw"));
     let regions = PmemRegion::discover().unwrap();
     assert_eq!(regions.len(), 1, "{regions:?}");
     let r = &regions[0];
@@ -121,7 +124,7 @@ fn discovery_follows_every_namespace_mode() {
 
 #[test]
 fn fsdax_file_with_map_sync_persists_and_reads_back() {
-    let dir = setup!(fsdax_mount(true));
+    let (dir, _restore) = setup!(fsdax_mount(true));
     let path = dir.join("data");
     let f = new_file(&path, 4 * MIB as u64);
     let mut m = DaxMapping::map_file(&f, 0, 4 * MIB).expect("MAP_SYNC on an fsdax file");
@@ -159,7 +162,7 @@ fn fsdax_file_with_map_sync_persists_and_reads_back() {
 
 #[test]
 fn devdax_maps_at_its_alignment_and_persists() {
-    let ns = setup!(set_mode("devdax"));
+    let (ns, _restore) = setup!(set_mode("devdax"));
     let dev = DevDax::open(ns.dax_device.as_ref().unwrap()).unwrap();
     let align = usize::try_from(dev.align()).unwrap();
     let mut m = DaxMapping::map_devdax(&dev, dev.align(), 3 * align).unwrap();
@@ -181,7 +184,7 @@ fn devdax_maps_at_its_alignment_and_persists() {
 
 #[test]
 fn pinned_registration_lists_the_frames_of_the_nvdimm() {
-    let ns = setup!(set_mode("devdax"));
+    let (ns, _restore) = setup!(set_mode("devdax"));
     let dev = DevDax::open(ns.dax_device.as_ref().unwrap()).unwrap();
     let align = usize::try_from(dev.align()).unwrap();
     let m = DaxMapping::map_devdax(&dev, 0, align).unwrap();
@@ -213,7 +216,7 @@ fn pinned_registration_lists_the_frames_of_the_nvdimm() {
 
 #[test]
 fn fsdax_pages_refuse_long_term_pins_with_a_reason() {
-    let dir = setup!(fsdax_mount(true));
+    let (dir, _restore) = setup!(fsdax_mount(true));
     let f = new_file(&dir.join("pin"), 2 * MIB as u64);
     let mut m = DaxMapping::map_file(&f, 0, 2 * MIB).unwrap();
     // Fill the file through the mapping first: mlock populates shared mappings with read
@@ -276,7 +279,7 @@ fn map_sync_on_tmpfs_is_eopnotsupp() {
 
 #[test]
 fn map_sync_on_ext4_without_dax_is_eopnotsupp() {
-    let dir = setup!(fsdax_mount(false));
+    let (dir, _restore) = setup!(fsdax_mount(false));
     let f = new_file(&dir.join("nodax"), 2 * MIB as u64);
     let fds = open_fds();
     let r = DaxMapping::map_file(&f, 0, 2 * MIB);
@@ -338,7 +341,7 @@ fn read_only_file_cannot_be_mapped_writable() {
 
 #[test]
 fn devdax_at_a_wrong_alignment_is_einval() {
-    let ns = setup!(set_mode("devdax"));
+    let (ns, _restore) = setup!(set_mode("devdax"));
     let dev = DevDax::open(ns.dax_device.as_ref().unwrap()).unwrap();
     let align = usize::try_from(dev.align()).unwrap();
     let fds = open_fds();
@@ -364,7 +367,7 @@ fn devdax_at_a_wrong_alignment_is_einval() {
 
 #[test]
 fn devdax_open_refuses_other_nodes() {
-    let ns = setup!(set_mode("fsdax"));
+    let (ns, _restore) = setup!(set_mode("fsdax"));
     let fds = open_fds();
     let block = ns.block_device.unwrap();
     assert!(

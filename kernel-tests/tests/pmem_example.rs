@@ -4,12 +4,13 @@
 #[path = "../../hmm/examples/pmem.rs"]
 mod example;
 
-use kernel_tests::pmem::{MNT, fsdax_mount, sh};
+use kernel_tests::pmem::{MNT, RestoreRaw, fsdax_mount, sh};
 use kernel_tests::{require_feature, skip};
 
 #[test]
 fn pmem_example_persists_a_record_on_a_dax_file() {
     require_feature!("pmem");
+    let _restore = RestoreRaw;
     let dir = match fsdax_mount(true) {
         Ok(d) => d,
         Err(why) => skip!("{why}"),
