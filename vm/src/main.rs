@@ -811,11 +811,6 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
             probe_only: false,
             stream_output: false,
         };
-        let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-powercut-round") {
-            Ok(f) => f,
-            Err(e) => return fail(&e),
-        };
-        files.nvdimm = nvdimm.clone();
         let opts = guest::BootOptions {
             keep_nvdimm: true,
             power_cut: (!last).then(|| guest::PowerCut {
@@ -824,9 +819,29 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
                 seed: guest::xorshift(&mut rng),
             }),
         };
-        let r = match guest::boot_with(&spec, files, &busybox, &opts) {
-            Ok(r) => r,
-            Err(e) => return fail(&e),
+        // A boot that died before the payload started (a TCG timer-check panic on a loaded
+        // host was seen) touched nothing on the NVDIMM: it is retried once, visibly.
+        let mut attempt = 0;
+        let r = loop {
+            let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-powercut-round") {
+                Ok(f) => f,
+                Err(e) => return fail(&e),
+            };
+            files.nvdimm = nvdimm.clone();
+            let r = match guest::boot_with(&spec, files, &busybox, &opts) {
+                Ok(r) => r,
+                Err(e) => return fail(&e),
+            };
+            if r.payload_time.is_none() && attempt == 0 {
+                eprintln!(
+                    "vm: powercut round {round}: the boot never reached the payload ({}); retrying once",
+                    report::ending_text(&r.ending)
+                );
+                let _ = std::fs::remove_dir_all(&r.files.dir);
+                attempt += 1;
+                continue;
+            }
+            break r;
         };
         let out = String::from_utf8_lossy(&std::fs::read(&r.files.output).unwrap_or_default())
             .into_owned();
