@@ -3,55 +3,18 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::sys_call;
-use core::num::NonZeroU32;
 use ioctl_sys::drm as sys;
 use rustix::fd::AsFd;
 
-/// A GEM handle: a name in one open file's namespace (not device-wide, unlike KMS ids).
-#[repr(transparent)]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GemHandle(NonZeroU32);
+crate::id::nonzero_id!(
+    /// A GEM handle: a name in one open file's namespace (not device-wide, unlike KMS ids).
+    GemHandle
+);
 
-impl GemHandle {
-    /// Wraps a raw handle; `None` for 0, which the kernel never hands out.
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw handle.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
-
-impl core::fmt::Debug for GemHandle {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "GemHandle({})", self.get())
-    }
-}
-
-/// A global GEM name (flink): visible to every open file of the device, unlike a handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct GemName(NonZeroU32);
-
-impl GemName {
-    /// Wraps a raw name; `None` for 0.
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw name.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
+crate::id::nonzero_id!(
+    /// A global GEM name (flink): visible to every open file of the device, unlike a handle.
+    GemName
+);
 
 /// Owner counts of the GEM handles of one open file. The kernel hands out small
 /// consecutive handles (an idr starting at 1), so counts live in a vector indexed by handle;

@@ -22,6 +22,7 @@ pub mod driver;
 mod dumb;
 mod error;
 mod gem;
+mod id;
 pub mod kms;
 mod mapping;
 pub mod raw;

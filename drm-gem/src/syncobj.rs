@@ -14,37 +14,15 @@ use crate::error::{Error, Result};
 use crate::sync_file::SyncFile;
 use crate::sys_call;
 use crate::sys_call::{ArrayOp, handles_u32};
-use core::num::NonZeroU32;
 use ioctl_sys::drm as sys;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use std::time::Duration;
 
-/// A sync object handle: a name in one open file's namespace, like a GEM handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SyncobjHandle(NonZeroU32);
-
-impl SyncobjHandle {
-    /// Wraps a raw handle; `None` for 0, which the kernel never hands out.
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw handle.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
-
-impl core::fmt::Debug for SyncobjHandle {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "SyncobjHandle({})", self.get())
-    }
-}
+crate::id::nonzero_id!(
+    /// A sync object handle: a name in one open file's namespace, like a GEM handle.
+    SyncobjHandle
+);
 
 bitflags::bitflags! {
     /// `DRM_SYNCOBJ_WAIT_FLAGS_*` for waits and eventfd registration. Bits this crate does

@@ -30,7 +30,6 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::gem::GemHandle;
 use crate::sys_call;
-use core::num::NonZeroU32;
 use ioctl_sys::vgem as vsys;
 use rustix::fd::AsFd;
 
@@ -50,25 +49,10 @@ pub enum VgemFenceAccess {
     Write,
 }
 
-/// A vgem fence id: a name in one open file's namespace, never reused by it.
-#[repr(transparent)]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct VgemFenceId(NonZeroU32);
-
-impl VgemFenceId {
-    /// Wraps a raw id; `None` for 0, which the kernel never hands out.
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw id.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
+crate::id::nonzero_id!(
+    /// A vgem fence id: a name in one open file's namespace, never reused by it.
+    VgemFenceId
+);
 
 impl<'d> Vgem<'d> {
     /// Checks (`DRM_IOCTL_VERSION`) that `dev` is driven by vgem.

@@ -32,7 +32,6 @@ use crate::gem::{GemHandle, GemObject, Release};
 use crate::mapping::Mapping;
 use crate::sync_file::SyncFile;
 use crate::sys_call;
-use core::num::NonZeroU32;
 use ioctl_sys::virtgpu as vsys;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd};
 use rustix::io::Errno;
@@ -360,25 +359,10 @@ pub struct Submit<'a> {
     pub extra_flags: u32,
 }
 
-/// The host's resource id (`res_handle`): device-wide, unlike the GEM handle.
-#[repr(transparent)]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct ResourceId(NonZeroU32);
-
-impl ResourceId {
-    /// Wraps a raw id; `None` for 0.
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw id.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
+crate::id::nonzero_id!(
+    /// The host's resource id (`res_handle`): device-wide, unlike the GEM handle.
+    ResourceId
+);
 
 /// A resource format (`enum virtio_gpu_formats` for 2D; the virgl format list for 3D).
 #[repr(transparent)]

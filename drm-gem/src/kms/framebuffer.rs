@@ -4,30 +4,13 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::gem::{GemHandle, GemObject, Release};
 use crate::sys_call;
-use core::num::NonZeroU32;
 use ioctl_sys::drm as sys;
 use rustix::fd::AsFd;
 
-/// A framebuffer id: a device-wide KMS object id (unlike GEM handles).
-#[repr(transparent)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct FramebufferId(NonZeroU32);
-
-impl FramebufferId {
-    /// Wraps a raw id; `None` for 0 ("no framebuffer").
-    pub const fn new(raw: u32) -> Option<Self> {
-        match NonZeroU32::new(raw) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw id.
-    pub const fn get(self) -> u32 {
-        self.0.get()
-    }
-}
+crate::id::nonzero_id!(
+    /// A framebuffer id: a device-wide KMS object id (unlike GEM handles).
+    FramebufferId
+);
 
 /// One plane of a framebuffer being created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 //! Typed KMS object ids (device-wide, unlike GEM handles).
 
-use core::num::NonZeroU32;
 use ioctl_sys::drm as sys;
 
 /// A KMS mode object type: its `DRM_MODE_OBJECT_*` tag, for property calls.
@@ -13,26 +12,7 @@ pub trait ModeObject: Copy {
 
 macro_rules! mode_id {
     ($(#[$m:meta])* $name:ident, $tag:expr) => {
-        $(#[$m])*
-        #[repr(transparent)]
-        #[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
-        #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-        pub struct $name(NonZeroU32);
-
-        impl $name {
-            /// Wraps a raw id; `None` for 0 (no object).
-            pub const fn new(raw: u32) -> Option<Self> {
-                match NonZeroU32::new(raw) {
-                    Some(v) => Some(Self(v)),
-                    None => None,
-                }
-            }
-
-            /// The raw id.
-            pub const fn get(self) -> u32 {
-                self.0.get()
-            }
-        }
+        crate::id::nonzero_id!($(#[$m])* $name);
 
         impl ModeObject for $name {
             const OBJECT_TYPE: u32 = $tag;
