@@ -149,3 +149,42 @@ pub fn kms_all_off(dev: &drm_gem::Device) -> drm_gem::Result<()> {
     dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
         .map(|_| ())
 }
+
+/// A single-plane XRGB8888 framebuffer over all of `buf` (its spec's size, the kernel's
+/// pitch).
+pub fn xrgb_fb<'d>(
+    dev: &'d drm_gem::Device,
+    buf: &drm_gem::DumbBuffer<'_>,
+) -> drm_gem::Result<drm_gem::kms::Framebuffer<'d>> {
+    let s = buf.spec();
+    dev.add_framebuffer(&drm_gem::kms::FbSpec::single(
+        s.width,
+        s.height,
+        ioctl_sys::drm::DRM_FORMAT_XRGB8888,
+        buf.handle(),
+        buf.pitch(),
+    ))
+}
+
+/// vkms's virtual connector and its 1024x768 mode, probed (the caller must be master for
+/// the kernel to probe).
+pub fn vkms_output(
+    dev: &drm_gem::Device,
+    snap: &drm_gem::kms::Snapshot,
+) -> (drm_gem::kms::ConnectorId, drm_gem::kms::Mode) {
+    let conn = snap
+        .connectors
+        .iter()
+        .find(|c| c.connector.kind == ioctl_sys::drm::DRM_MODE_CONNECTOR_VIRTUAL)
+        .expect("vkms has a virtual connector")
+        .connector
+        .id;
+    let mode = *dev
+        .probe_connector(conn)
+        .expect("probe the virtual connector")
+        .modes
+        .iter()
+        .find(|m| m.size() == (1024, 768))
+        .expect("vkms offers 1024x768");
+    (conn, mode)
+}

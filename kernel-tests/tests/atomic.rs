@@ -9,7 +9,7 @@ use drm_gem::kms::{
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{open_fds, require_feature, skip};
+use kernel_tests::{open_fds, require_feature, skip, xrgb_fb};
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
@@ -173,27 +173,11 @@ fn writeback_check(with_cursor: bool) {
     {
         let mut src = DumbBuffer::create(&dev, spec(w, h)).unwrap();
         fill(&mut src, w, h);
-        let fb = dev
-            .add_framebuffer(&FbSpec::single(
-                w,
-                h,
-                sys::DRM_FORMAT_XRGB8888,
-                src.handle(),
-                src.pitch(),
-            ))
-            .unwrap();
+        let fb = xrgb_fb(&dev, &src).unwrap();
         let mut out = DumbBuffer::create(&dev, spec(w, h)).unwrap();
         let junk = vec![0xa5; out.size() as usize];
         out.map().unwrap().write_at(0, &junk).unwrap();
-        let out_fb = dev
-            .add_framebuffer(&FbSpec::single(
-                w,
-                h,
-                sys::DRM_FORMAT_XRGB8888,
-                out.handle(),
-                out.pitch(),
-            ))
-            .unwrap();
+        let out_fb = xrgb_fb(&dev, &out).unwrap();
         let blob = dev.create_blob(&p.mode.to_blob_bytes()).unwrap();
 
         // The writeback connector drives the CRTC on its own: vkms cannot clone its encoder
@@ -354,15 +338,7 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
     let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
     let mut src = DumbBuffer::create(&dev, spec(w, h)).unwrap();
     fill(&mut src, w, h);
-    let fb = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            sys::DRM_FORMAT_XRGB8888,
-            src.handle(),
-            src.pitch(),
-        ))
-        .unwrap();
+    let fb = xrgb_fb(&dev, &src).unwrap();
     let _blob = light(&dev, &p, fb.id().get(), w, h);
     let Some(dir) = debugfs_crtc_dir(&dev) else {
         skip!("no debugfs crtc-0 for vkms");
@@ -437,24 +413,8 @@ fn flip_events_sequences_and_explain() {
     let mut a = DumbBuffer::create(&dev, spec(w, h)).unwrap();
     fill(&mut a, w, h);
     let b = DumbBuffer::create(&dev, spec(w, h)).unwrap();
-    let fa = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            sys::DRM_FORMAT_XRGB8888,
-            a.handle(),
-            a.pitch(),
-        ))
-        .unwrap();
-    let fb2 = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            sys::DRM_FORMAT_XRGB8888,
-            b.handle(),
-            b.pitch(),
-        ))
-        .unwrap();
+    let fa = xrgb_fb(&dev, &a).unwrap();
+    let fb2 = xrgb_fb(&dev, &b).unwrap();
     let _blob = light(&dev, &p, fa.id().get(), w, h);
 
     // Atomic flip with an event carrying our user data.
@@ -629,24 +589,8 @@ fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
     let mut a = DumbBuffer::create(&dev, spec(w, h)).unwrap();
     fill(&mut a, w, h);
     let b = DumbBuffer::create(&dev, spec(w, h)).unwrap();
-    let fa = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            sys::DRM_FORMAT_XRGB8888,
-            a.handle(),
-            a.pitch(),
-        ))
-        .unwrap();
-    let fb2 = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            sys::DRM_FORMAT_XRGB8888,
-            b.handle(),
-            b.pitch(),
-        ))
-        .unwrap();
+    let fa = xrgb_fb(&dev, &a).unwrap();
+    let fb2 = xrgb_fb(&dev, &b).unwrap();
     let _blob = light(&dev, &p, fa.id().get(), w, h);
     let Some((gate, fence, _keep)) = Gate::open(&vgem) else {
         skip!("no fence source (neither sw_sync nor dma-buf EXPORT_SYNC_FILE)");

@@ -123,20 +123,7 @@ fn vkms_plane_cursor_gamma_dirty() {
     kernel_tests::kms_all_off(&dev).ok();
     let snap = Snapshot::take(&dev).unwrap();
     let crtc = snap.resources.crtcs[0];
-    let conn = snap
-        .connectors
-        .iter()
-        .find(|c| c.connector.kind == sys::DRM_MODE_CONNECTOR_VIRTUAL)
-        .unwrap()
-        .connector
-        .id;
-    let mode = *dev
-        .probe_connector(conn)
-        .unwrap()
-        .modes
-        .iter()
-        .find(|m| m.size() == (1024, 768))
-        .unwrap();
+    let (conn, mode) = kernel_tests::vkms_output(&dev, &snap);
     let spec = |w, h| DumbSpec {
         width: w,
         height: h,

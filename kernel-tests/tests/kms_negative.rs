@@ -519,20 +519,7 @@ fn page_flip_to_an_unknown_framebuffer() {
     no_leak(&dev, |dev| {
         let snap = Snapshot::take(dev).unwrap();
         let crtc = snap.resources.crtcs[0];
-        let conn = snap
-            .connectors
-            .iter()
-            .find(|c| c.connector.kind == sys::DRM_MODE_CONNECTOR_VIRTUAL)
-            .unwrap()
-            .connector
-            .id;
-        let mode = *dev
-            .probe_connector(conn)
-            .unwrap()
-            .modes
-            .iter()
-            .find(|m| m.size() == (1024, 768))
-            .unwrap();
+        let (conn, mode) = kernel_tests::vkms_output(dev, &snap);
         let buf = big(dev);
         let fb = dev
             .add_framebuffer(&FbSpec::single(
