@@ -96,7 +96,8 @@ pub fn node_of_driver(drivers: &[&str]) -> Option<drm_gem::NodeInfo> {
 }
 
 /// How many fds this process has open (entries of `/proc/self/fd`, less the one the
-/// listing itself uses). For leak checks around negative cases.
+/// listing itself uses). For leak checks around negative cases: they hold only when tests
+/// run one at a time (`--test-threads=1`, as `vm` and `scripts/test` run them).
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .map(|d| d.count().saturating_sub(1))
