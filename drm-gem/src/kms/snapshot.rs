@@ -9,13 +9,15 @@ use super::{
 use crate::caps::ClientCap;
 use crate::device::Device;
 use crate::error::Result;
+use std::sync::Arc;
 
 /// A property of an object: metadata, raw value and decoded value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ObjectProperty {
-    /// Metadata.
-    pub property: Property,
+    /// Metadata, shared by every object of the snapshot that has this property (every
+    /// plane's `FB_ID` is one property); serialised as the property itself.
+    pub property: Arc<Property>,
     /// The raw value.
     pub raw: u64,
     /// The decoded value.
@@ -97,20 +99,21 @@ pub struct Snapshot {
 
 /// Property metadata by id: many objects share one property (every plane's `FB_ID`), so
 /// each is asked for once per snapshot.
-type PropCache = std::collections::HashMap<PropertyId, Property>;
+type PropCache = std::collections::HashMap<PropertyId, Arc<Property>>;
 
 fn props<O: ModeObject>(
     dev: &Device,
     cache: &mut PropCache,
     obj: O,
 ) -> Result<Vec<ObjectProperty>> {
-    let mut out = Vec::new();
-    for (id, raw) in dev.object_properties(obj)? {
+    let list = dev.object_properties(obj)?;
+    let mut out = Vec::with_capacity(list.len());
+    for (id, raw) in list {
         let property = match cache.get(&id) {
-            Some(p) => p.clone(),
+            Some(p) => Arc::clone(p),
             None => {
-                let p = dev.property(id)?;
-                cache.insert(id, p.clone());
+                let p = Arc::new(dev.property(id)?);
+                cache.insert(id, Arc::clone(&p));
                 p
             }
         };
