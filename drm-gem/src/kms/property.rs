@@ -299,13 +299,22 @@ impl Device {
     /// into a buffer of exactly the blob's length, which the first call reports (blobs
     /// are immutable, so the length cannot change in between).
     pub fn blob(&self, id: BlobId) -> Result<Vec<u8>> {
-        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut [])? as usize;
-        let mut buf = vec![0u8; len];
-        if len > 0 {
-            let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
-            if again != len {
-                return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
-            }
+        self.blob_sized(id, 0)
+    }
+
+    /// [`Device::blob`] with a guess of the blob's length (say, the length of the same
+    /// property's blob on another plane): one ioctl when the guess is right, two otherwise
+    /// (a wrong guess copies nothing; the kernel answers the real length). 0: no guess.
+    pub fn blob_sized(&self, id: BlobId, guess: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; guess];
+        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if len == guess {
+            return Ok(buf);
+        }
+        buf = vec![0u8; len];
+        let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if again != len {
+            return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
         }
         Ok(buf)
     }
