@@ -98,8 +98,8 @@ pub struct Snapshot {
 }
 
 /// Property metadata by id: many objects share one property (every plane's `FB_ID`), so
-/// each is asked for once per snapshot.
-type PropCache = std::collections::HashMap<PropertyId, Arc<Property>>;
+/// each is asked for once per snapshot. A few dozen entries: a linear scan beats hashing.
+type PropCache = Vec<(PropertyId, Arc<Property>)>;
 
 fn props<O: ModeObject>(
     dev: &Device,
@@ -109,11 +109,11 @@ fn props<O: ModeObject>(
     let list = dev.object_properties(obj)?;
     let mut out = Vec::with_capacity(list.len());
     for (id, raw) in list {
-        let property = match cache.get(&id) {
-            Some(p) => Arc::clone(p),
+        let property = match cache.iter().find(|(c, _)| *c == id) {
+            Some((_, p)) => Arc::clone(p),
             None => {
                 let p = Arc::new(dev.property(id)?);
-                cache.insert(id, Arc::clone(&p));
+                cache.push((id, Arc::clone(&p)));
                 p
             }
         };
