@@ -481,11 +481,32 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
         .and_then(|mut f| f.write_all(b"auto"))
         .expect("crc/control");
     let data = std::fs::File::open(dir.join("crc/data")).expect("crc/data");
-    let mut lines = std::io::BufReader::new(data).lines();
+    let mut reader = std::io::BufReader::new(data);
     // Each line is "0x<frame> 0x<crc>"; the kernel queues lines from the moment capture
-    // starts, so a reader may be many frames behind: compare by frame number.
+    // starts, so a reader may be many frames behind: compare by frame number. A read
+    // blocks until vkms composes a frame: wait at most 10 s for one, then fail (with the
+    // CRTC's vblank count, to tell a stalled vblank from a stalled CRC worker).
+    let crtc = p.crtc;
     let mut next = || -> (u64, String) {
-        let l = lines.next().expect("a CRC line").expect("read CRC");
+        if reader.buffer().is_empty() {
+            let mut fds = [rustix::event::PollFd::new(
+                reader.get_ref(),
+                rustix::event::PollFlags::IN,
+            )];
+            let ten = rustix::event::Timespec {
+                tv_sec: 10,
+                tv_nsec: 0,
+            };
+            let n = rustix::event::poll(&mut fds, Some(&ten)).expect("poll crc/data");
+            assert!(
+                n == 1,
+                "no CRC line in 10 s (vblank sequence now {:?})",
+                dev.crtc_sequence(crtc).map(|s| s.sequence)
+            );
+        }
+        let mut l = String::new();
+        reader.read_line(&mut l).expect("read CRC");
+        assert!(!l.is_empty(), "crc/data ended");
         // Lines can carry a stray NUL from the kernel's formatting: trim it.
         let mut it = l.trim_matches('\0').split_whitespace();
         let frame = it
@@ -526,7 +547,7 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
         b,
         "the new content's CRC is stable too"
     );
-    drop(lines);
+    drop(reader);
     let mut off = AtomicRequest::new();
     off.set(p.crtc, prop(&dev, p.crtc, "ACTIVE"), 0)
         .set(p.crtc, prop(&dev, p.crtc, "MODE_ID"), 0)
