@@ -196,7 +196,7 @@ impl DaxMapping {
     /// (one time in 512 with 2 MiB alignment it is not, and the mapping succeeds).
     pub fn map_devdax(dev: &DevDax, offset: u64, len: usize) -> Result<Self> {
         check_range(&dev.path.display().to_string(), offset, len, dev.size)?;
-        if offset % dev.align != 0 || len as u64 % dev.align != 0 {
+        if !offset.is_multiple_of(dev.align) || !(len as u64).is_multiple_of(dev.align) {
             return Err(Error::InvalidArgument {
                 what: format!(
                     "devdax {}: offset {offset:#x} and length {len:#x} must be multiples of its \
