@@ -123,11 +123,14 @@ fn hmm_sample() -> Value {
     })
 }
 
+/// A change that must make a valid document invalid.
+type Drift = Box<dyn Fn(&mut Value)>;
+
 #[test]
 fn the_hmm_schema_accepts_a_full_sample_and_rejects_drift() {
     let good = hmm_sample();
     assert!(errors("hmm-probe.schema.json", &good).is_empty());
-    let bad: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let bad: Vec<(&str, Drift)> = vec![
         ("version", Box::new(|v| v["schema_version"] = 2.into())),
         ("extra key", Box::new(|v| v["surprise"] = true.into())),
         (
