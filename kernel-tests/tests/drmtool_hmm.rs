@@ -270,7 +270,9 @@ fn pmem_list_follows_the_namespace_through_every_mode() {
     if let Err(e) = set_mode("raw") {
         skip!("{e}");
     }
+    let before = open_fds();
     let (v, ns) = list_and_discover();
+    assert_eq!(open_fds(), before, "pmem list leaked fds");
     let n = the_namespace(&v, &ns);
     assert_eq!(n["mode"], "raw");
     let d = device(&v, "/dev/pmem0");
