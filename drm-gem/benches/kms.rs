@@ -267,6 +267,15 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
         .ok_or("vkms has no primary plane")?
         .plane
         .id;
+    // Every connector is probed once here, by the master, so every implementation reads
+    // the same mode lists. Otherwise a reader's own probe changes what the next one sees:
+    // the drm crate 0.14 asks again with room for 0 modes when a connector has none (the
+    // writeback one), which is a probe request; 6.1 and 6.12 honour it only for the
+    // master, 5.10 for any client (there the writeback connector then reports 34 modes).
+    for c in &snap.connectors {
+        dev.probe_connector(c.connector.id)
+            .map_err(e("probe connector"))?;
+    }
     let probed = dev.probe_connector(conn).map_err(e("probe connector"))?;
     let mode = *probed
         .modes
