@@ -545,7 +545,11 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
 fn run(args: &[String]) -> Result<(), String> {
     let nodes = match nodes() {
         Ok(n) => n,
-        Err(e) if strict() => return Err(format!("in this guest: {e}")),
+        Err(e) if strict() => {
+            return Err(format!(
+                "{e} (a vm guest or KERNEL_TESTS_STRICT=1 must have vkms and vgem)"
+            ));
+        }
         Err(e) => {
             println!("SKIP: the buffers benchmark needs vkms and vgem ({e})");
             return Ok(());

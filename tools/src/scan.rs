@@ -700,7 +700,7 @@ fn read_process(
     kinds: &mut FdKinds,
 ) -> ProcResult {
     let dir = proc_root.join(pid.to_string());
-    let pdir = match open_dir_at(proc_fd, &*pid.to_string()) {
+    let pdir = match open_dir_at(proc_fd, &pid.to_string()) {
         Ok(fd) => fd,
         Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
         Err(e) => {
@@ -1002,11 +1002,11 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     for p in &procs {
         for d in &p.drm {
             let device = device_of(d.node.minor);
-            let info = d.info.clone().unwrap_or_default();
+            let client_id = d.info.as_ref().and_then(|i| i.client_id);
             let mut found = None;
             let mut slot = None;
             let mut how = "none";
-            if let Some(id) = info.client_id {
+            if let Some(id) = client_id {
                 found = by_id.get(&(device, id)).copied();
                 how = "drm-client-id";
             } else if kcmp_failed.is_none() {
@@ -1036,6 +1036,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 }
                 None => {
                     let index = clients.len();
+                    let info = d.info.clone().unwrap_or_default();
                     clients.push(client_report(index, device, d, info, how));
                     reps.push(d.at);
                     if let Some(id) = clients[index].client_id {
@@ -1380,30 +1381,30 @@ fn client_report(
         device,
         node: d.node.path.clone(),
         client_id: info.client_id,
-        client_name: info.client_name.clone(),
-        driver: info.driver.clone(),
-        pdev: info.pdev.clone(),
+        client_name: info.client_name,
+        driver: info.driver,
+        pdev: info.pdev,
         holders: vec![d.at],
         dedupe: how.into(),
         memory_total,
         memory_shared,
-        regions: info.regions.clone(),
+        regions: info.regions,
         engines: info
             .engines
-            .iter()
-            .map(|(k, v)| {
+            .into_iter()
+            .map(|(k, stats)| {
                 (
-                    k.clone(),
+                    k,
                     EngineReport {
-                        stats: v.clone(),
+                        stats,
                         busy_percent: None,
                     },
                 )
             })
             .collect(),
         amdgpu_legacy: legacy,
-        unknown_keys: info.unknown.clone(),
-        malformed: info.malformed.clone(),
+        unknown_keys: info.unknown,
+        malformed: info.malformed,
     }
 }
 
