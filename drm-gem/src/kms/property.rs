@@ -231,15 +231,13 @@ impl Drop for PropertyBlob<'_> {
 impl Device {
     /// `DRM_IOCTL_MODE_GETPROPERTY`: a property's name, kind and flags.
     pub fn property(&self, id: PropertyId) -> Result<Property> {
-        let (mut nv, mut ne) = (4usize, 16usize);
+        let (mut nv, mut ne) = (8usize, 32usize);
         for _ in 0..8 {
-            let mut values = vec![0u64; nv];
-            let mut enums = vec![sys::drm_mode_property_enum::default(); ne];
+            let mut values = Vec::with_capacity(nv);
+            let mut enums = Vec::with_capacity(ne);
             let a = sys_call::mode_getproperty(self.as_fd(), id.get(), &mut values, &mut enums)?;
             let (tv, te) = (a.count_values as usize, a.count_enum_blobs as usize);
-            if tv <= nv && te <= ne {
-                values.truncate(tv);
-                enums.truncate(te);
+            if values.len() == tv && enums.len() == te {
                 return Ok(decode_property(id, &a, &values, &enums));
             }
             (nv, ne) = (nv.max(tv), ne.max(te));
@@ -250,8 +248,8 @@ impl Device {
     /// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES`: the property ids and raw values of one object.
     pub fn object_properties<O: ModeObject>(&self, obj: O) -> Result<Vec<(PropertyId, u64)>> {
         let mut values_out = Vec::new();
-        let [ids] = fill_lists("DRM_IOCTL_MODE_OBJ_GETPROPERTIES", [32], |[p]| {
-            let mut v = vec![0u64; p.len()];
+        let [ids] = fill_lists("DRM_IOCTL_MODE_OBJ_GETPROPERTIES", [64], |[p]| {
+            let mut v = Vec::with_capacity(p.capacity());
             let n = sys_call::mode_obj_getproperties(
                 self.as_fd(),
                 obj.raw(),
@@ -259,7 +257,6 @@ impl Device {
                 p,
                 &mut v,
             )? as usize;
-            v.truncate(n);
             values_out = v;
             Ok([n])
         })?;
@@ -302,13 +299,22 @@ impl Device {
     /// into a buffer of exactly the blob's length, which the first call reports (blobs
     /// are immutable, so the length cannot change in between).
     pub fn blob(&self, id: BlobId) -> Result<Vec<u8>> {
-        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut [])? as usize;
-        let mut buf = vec![0u8; len];
-        if len > 0 {
-            let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
-            if again != len {
-                return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
-            }
+        self.blob_sized(id, 0)
+    }
+
+    /// [`Device::blob`] with a guess of the blob's length (say, the length of the same
+    /// property's blob on another plane): one ioctl when the guess is right, two otherwise
+    /// (a wrong guess copies nothing; the kernel answers the real length). 0: no guess.
+    pub fn blob_sized(&self, id: BlobId, guess: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; guess];
+        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if len == guess {
+            return Ok(buf);
+        }
+        buf = vec![0u8; len];
+        let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if again != len {
+            return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
         }
         Ok(buf)
     }

@@ -172,21 +172,20 @@ pub struct Plane {
     pub formats: Vec<u32>,
 }
 
-/// Runs a count-then-fill query: `fill(bufs)` returns the kernel's totals; buffers start at
-/// `guess` entries and grow to the totals until everything fitted.
-pub(crate) fn fill_lists<const N: usize, T: Default + Clone>(
+/// Runs a count-then-fill query: `fill(bufs)` offers each buffer's capacity to the kernel
+/// and returns the kernel's totals, leaving in each buffer the entries that fitted (the
+/// sys_call wrappers do that, or leave it empty). Buffers start with room for `guess`
+/// entries (never zeroed: only allocated) and grow to the totals until everything fitted.
+pub(crate) fn fill_lists<const N: usize, T>(
     what: &str,
     guess: [usize; N],
     mut fill: impl FnMut(&mut [Vec<T>; N]) -> Result<[usize; N]>,
 ) -> Result<[Vec<T>; N]> {
     let mut cap = guess;
     for _ in 0..RETRIES {
-        let mut bufs: [Vec<T>; N] = core::array::from_fn(|i| vec![T::default(); cap[i]]);
+        let mut bufs: [Vec<T>; N] = core::array::from_fn(|i| Vec::with_capacity(cap[i]));
         let totals = fill(&mut bufs)?;
-        if totals.iter().zip(cap).all(|(t, c)| *t <= c) {
-            for (b, t) in bufs.iter_mut().zip(totals) {
-                b.truncate(t);
-            }
+        if bufs.iter().zip(totals).all(|(b, t)| b.len() == t) {
             return Ok(bufs);
         }
         for (c, t) in cap.iter_mut().zip(totals) {
@@ -202,7 +201,7 @@ impl Device {
     pub fn resources(&self) -> Result<Resources> {
         let mut last = sys::drm_mode_card_res::default();
         let [fbs, crtcs, connectors, encoders] =
-            fill_lists("DRM_IOCTL_MODE_GETRESOURCES", [8, 8, 8, 8], |b| {
+            fill_lists("DRM_IOCTL_MODE_GETRESOURCES", [16, 16, 16, 16], |b| {
                 let [fb, cr, co, en] = b;
                 last = sys_call::mode_getresources(self.as_fd(), fb, cr, co, en)?;
                 Ok([
@@ -240,20 +239,21 @@ impl Device {
             sys_call::mode_getconnector(
                 self.as_fd(),
                 id.get(),
-                &mut [],
-                &mut [],
-                &mut [],
-                &mut [],
+                &mut Vec::new(),
+                &mut Vec::new(),
+                &mut Vec::new(),
+                &mut Vec::new(),
             )?;
         }
-        // The modes buffer is never empty: an empty one would make the kernel probe.
-        let (mut ne, mut nm, mut np) = (4usize, 32usize, 32usize);
+        // The modes buffer always has room: none would make the kernel probe. The first
+        // guesses are generous because they cost only an allocation (nothing is zeroed).
+        let (mut ne, mut nm, mut np) = (8usize, 128usize, 64usize);
         let mut found = None;
         for _ in 0..RETRIES {
-            let mut enc = vec![0u32; ne];
-            let mut modes = vec![sys::drm_mode_modeinfo::default(); nm];
-            let mut props = vec![0u32; np];
-            let mut values = vec![0u64; np];
+            let mut enc = Vec::with_capacity(ne);
+            let mut modes = Vec::with_capacity(nm.max(1));
+            let mut props = Vec::with_capacity(np);
+            let mut values = Vec::with_capacity(np);
             let a = sys_call::mode_getconnector(
                 self.as_fd(),
                 id.get(),
@@ -267,17 +267,8 @@ impl Device {
                 a.count_modes as usize,
                 a.count_props as usize,
             );
-            if te <= ne && tm <= nm && tp <= np {
-                enc.truncate(te);
-                modes.truncate(tm);
-                props.truncate(tp);
-                values.truncate(tp);
-                found = Some((
-                    a,
-                    enc,
-                    modes,
-                    props.into_iter().zip(values).collect::<Vec<_>>(),
-                ));
+            if enc.len() == te && modes.len() == tm && props.len() == tp && values.len() == tp {
+                found = Some((a, enc, modes, props.into_iter().zip(values)));
                 break;
             }
             (ne, nm, np) = (ne.max(te), nm.max(tm), np.max(tp));
@@ -300,7 +291,6 @@ impl Device {
             encoders: ids(&encoders, EncoderId::new),
             encoder: EncoderId::new(last.encoder_id),
             properties: props_out
-                .into_iter()
                 .filter_map(|(p, v)| PropertyId::new(p).map(|p| (p, v)))
                 .collect(),
         })
@@ -337,7 +327,7 @@ impl Device {
     /// `DRM_IOCTL_MODE_GETPLANERESOURCES`: plane ids (primary and cursor planes only after
     /// [`ClientCap::UniversalPlanes`](crate::ClientCap::UniversalPlanes) is set).
     pub fn plane_ids(&self) -> Result<Vec<PlaneId>> {
-        let [raw] = fill_lists("DRM_IOCTL_MODE_GETPLANERESOURCES", [16], |[b]| {
+        let [raw] = fill_lists("DRM_IOCTL_MODE_GETPLANERESOURCES", [32], |[b]| {
             Ok([sys_call::mode_getplaneresources(self.as_fd(), b)? as usize])
         })?;
         Ok(ids(&raw, PlaneId::new))
@@ -346,7 +336,7 @@ impl Device {
     /// `DRM_IOCTL_MODE_GETPLANE`, with its formats.
     pub fn plane(&self, id: PlaneId) -> Result<Plane> {
         let mut last = sys::drm_mode_get_plane::default();
-        let [formats] = fill_lists("DRM_IOCTL_MODE_GETPLANE", [64], |[b]| {
+        let [formats] = fill_lists("DRM_IOCTL_MODE_GETPLANE", [128], |[b]| {
             last = sys_call::mode_getplane(self.as_fd(), id.get(), b)?;
             Ok([last.count_format_types as usize])
         })?;
@@ -384,10 +374,15 @@ mod tests {
     #[test]
     fn fill_lists_grows_to_the_totals_and_truncates() {
         let mut calls = 0;
+        // A stand-in for the kernel: fills a buffer only when its total fits the capacity.
         let [a, b] = fill_lists::<2, u32>("t", [2, 8], |[x, y]| {
             calls += 1;
-            x.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
-            y.fill(7);
+            if x.capacity() >= 5 {
+                x.extend(0..5);
+            }
+            if y.capacity() >= 3 {
+                y.extend([7; 3]);
+            }
             Ok([5, 3])
         })
         .unwrap();

@@ -60,23 +60,74 @@ fn count_ptr<T>(s: &mut [T]) -> (u32, u64) {
     (n, p)
 }
 
-/// `DRM_IOCTL_MODE_GETRESOURCES` into four id buffers. The returned counts are the kernel's
-/// totals, which may exceed the buffers (then only what fitted was copied).
+/// Element types the kernel writes into KMS output arrays: plain integers and structs of
+/// integers, for which every bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for types with no invalid bit patterns and no drop glue.
+pub(crate) unsafe trait OutElem: Copy {}
+// SAFETY: integers: every bit pattern is a valid value.
+unsafe impl OutElem for u32 {}
+// SAFETY: integers: every bit pattern is a valid value.
+unsafe impl OutElem for u64 {}
+// SAFETY: a bindgen struct of integers and a c_char array: every bit pattern is valid.
+unsafe impl OutElem for sys::drm_mode_modeinfo {}
+// SAFETY: a bindgen struct of a u64 and a c_char array: every bit pattern is valid.
+unsafe impl OutElem for sys::drm_mode_property_enum {}
+
+/// An output array in a Vec's spare capacity: the Vec is emptied and its whole capacity is
+/// offered to the kernel without being zeroed first (under emulation zeroing kilobytes of
+/// guess-sized buffers cost more than the ioctl). Returns the count and the pointer; pass
+/// the count to [`out_len`] with the kernel's total afterwards.
+fn out_array<T: OutElem>(v: &mut Vec<T>, max: usize) -> (u32, u64) {
+    v.clear();
+    let n = v.capacity().min(max).min(u32::MAX as usize);
+    let p = if n == 0 { 0 } else { v.as_mut_ptr() as u64 };
+    (n as u32, p)
+}
+
+/// Adopts what the kernel wrote into an [`out_array`] of `offered` elements: every KMS list
+/// query writes exactly `total` elements when `total <= offered` (and, when more did not fit,
+/// either none or the first `offered`, which are not used), so the Vec becomes those
+/// `total` elements, or stays empty when they did not fit.
+fn out_len<T: OutElem>(v: &mut Vec<T>, offered: u32, total: u32) {
+    if total <= offered {
+        // SAFETY: `total <= offered <= capacity`, and the successful ioctl initialised the
+        // first `total` elements of the spare capacity handed to it by `out_array` (the Vec
+        // was empty, so those are its first `total` slots); `T: OutElem` makes any bytes
+        // the kernel wrote a valid `T`.
+        unsafe { v.set_len(total as usize) };
+    }
+}
+
+/// `DRM_IOCTL_MODE_GETRESOURCES` into four id buffers (their capacity is offered; each holds
+/// the kernel's ids afterwards, or nothing when they did not fit). The returned counts are
+/// the kernel's totals.
 pub(crate) fn mode_getresources(
     fd: BorrowedFd<'_>,
-    fbs: &mut [u32],
-    crtcs: &mut [u32],
-    connectors: &mut [u32],
-    encoders: &mut [u32],
+    fbs: &mut Vec<u32>,
+    crtcs: &mut Vec<u32>,
+    connectors: &mut Vec<u32>,
+    encoders: &mut Vec<u32>,
 ) -> Result<sys::drm_mode_card_res, Error> {
     let mut a = sys::drm_mode_card_res::default();
-    (a.count_fbs, a.fb_id_ptr) = count_ptr(fbs);
-    (a.count_crtcs, a.crtc_id_ptr) = count_ptr(crtcs);
-    (a.count_connectors, a.connector_id_ptr) = count_ptr(connectors);
-    (a.count_encoders, a.encoder_id_ptr) = count_ptr(encoders);
-    // SAFETY: each pointer/count pair is one exclusive slice borrow that outlives the call;
-    // the kernel writes at most `count` u32s to each.
+    (a.count_fbs, a.fb_id_ptr) = out_array(fbs, usize::MAX);
+    (a.count_crtcs, a.crtc_id_ptr) = out_array(crtcs, usize::MAX);
+    (a.count_connectors, a.connector_id_ptr) = out_array(connectors, usize::MAX);
+    (a.count_encoders, a.encoder_id_ptr) = out_array(encoders, usize::MAX);
+    let offered = [
+        a.count_fbs,
+        a.count_crtcs,
+        a.count_connectors,
+        a.count_encoders,
+    ];
+    // SAFETY: each pointer/count pair is the spare capacity of one exclusively borrowed Vec
+    // that outlives the call; the kernel writes at most `count` u32s to each.
     unsafe { mode_getresources_raw(fd, &mut a)? };
+    out_len(fbs, offered[0], a.count_fbs);
+    out_len(crtcs, offered[1], a.count_crtcs);
+    out_len(connectors, offered[2], a.count_connectors);
+    out_len(encoders, offered[3], a.count_encoders);
     (
         a.fb_id_ptr,
         a.crtc_id_ptr,
@@ -86,29 +137,36 @@ pub(crate) fn mode_getresources(
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_GETCONNECTOR` of `id` into caller buffers. With an empty `modes` buffer
-/// the kernel probes the connector (when the caller is master) before answering.
+/// `DRM_IOCTL_MODE_GETCONNECTOR` of `id` into caller buffers (their capacity is offered;
+/// each holds the kernel's entries afterwards, or nothing when they did not fit). With no
+/// capacity for modes the kernel probes the connector (when the caller is master) before
+/// answering.
 pub(crate) fn mode_getconnector(
     fd: BorrowedFd<'_>,
     id: u32,
-    encoders: &mut [u32],
-    modes: &mut [sys::drm_mode_modeinfo],
-    props: &mut [u32],
-    values: &mut [u64],
+    encoders: &mut Vec<u32>,
+    modes: &mut Vec<sys::drm_mode_modeinfo>,
+    props: &mut Vec<u32>,
+    values: &mut Vec<u64>,
 ) -> Result<sys::drm_mode_get_connector, Error> {
     let mut a = sys::drm_mode_get_connector {
         connector_id: id,
         ..Default::default()
     };
-    (a.count_encoders, a.encoders_ptr) = count_ptr(encoders);
-    (a.count_modes, a.modes_ptr) = count_ptr(modes);
-    let n = props.len().min(values.len());
-    (a.count_props, a.props_ptr) = count_ptr(&mut props[..n]);
-    (_, a.prop_values_ptr) = count_ptr(&mut values[..n]);
-    // SAFETY: every pointer/count pair is an exclusive slice borrow of at least `count`
-    // elements of the type the kernel writes (u32 ids, drm_mode_modeinfo, u32, u64), alive
-    // for the whole call.
+    (a.count_encoders, a.encoders_ptr) = out_array(encoders, usize::MAX);
+    (a.count_modes, a.modes_ptr) = out_array(modes, usize::MAX);
+    let n = props.capacity().min(values.capacity());
+    (a.count_props, a.props_ptr) = out_array(props, n);
+    (_, a.prop_values_ptr) = out_array(values, n);
+    let offered = [a.count_encoders, a.count_modes, a.count_props];
+    // SAFETY: every pointer/count pair is the spare capacity of an exclusively borrowed Vec
+    // with room for at least `count` elements of the type the kernel writes (u32 ids,
+    // drm_mode_modeinfo, u32, u64; props and values share one count), alive for the call.
     unsafe { mode_getconnector_raw(fd, &mut a)? };
+    out_len(encoders, offered[0], a.count_encoders);
+    out_len(modes, offered[1], a.count_modes);
+    out_len(props, offered[2], a.count_props);
+    out_len(values, offered[2], a.count_props);
     (a.encoders_ptr, a.modes_ptr, a.props_ptr, a.prop_values_ptr) = (0, 0, 0, 0);
     Ok(a)
 }
@@ -125,69 +183,85 @@ pub(crate) fn mode_getcrtc(fd: BorrowedFd<'_>, id: u32) -> Result<sys::drm_mode_
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_GETPLANERESOURCES` into `ids`; returns the kernel's total.
-pub(crate) fn mode_getplaneresources(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+/// `DRM_IOCTL_MODE_GETPLANERESOURCES` into `ids` (capacity offered, as for GETRESOURCES);
+/// returns the kernel's total.
+pub(crate) fn mode_getplaneresources(fd: BorrowedFd<'_>, ids: &mut Vec<u32>) -> Result<u32, Error> {
     let mut a = sys::drm_mode_get_plane_res::default();
-    (a.count_planes, a.plane_id_ptr) = count_ptr(ids);
-    // SAFETY: the pointer/count pair is an exclusive borrow of `ids` for the call.
+    (a.count_planes, a.plane_id_ptr) = out_array(ids, usize::MAX);
+    let offered = a.count_planes;
+    // SAFETY: the pointer/count pair is the spare capacity of `ids`, exclusively borrowed
+    // for the call.
     unsafe { mode_getplaneresources_raw(fd, &mut a)? };
+    out_len(ids, offered, a.count_planes);
     Ok(a.count_planes)
 }
 
-/// `DRM_IOCTL_MODE_GETPLANE` of `id`, its formats into `formats`.
+/// `DRM_IOCTL_MODE_GETPLANE` of `id`, its formats into `formats` (capacity offered).
 pub(crate) fn mode_getplane(
     fd: BorrowedFd<'_>,
     id: u32,
-    formats: &mut [u32],
+    formats: &mut Vec<u32>,
 ) -> Result<sys::drm_mode_get_plane, Error> {
     let mut a = sys::drm_mode_get_plane {
         plane_id: id,
         ..Default::default()
     };
-    (a.count_format_types, a.format_type_ptr) = count_ptr(formats);
-    // SAFETY: the pointer/count pair is an exclusive borrow of `formats` for the call.
+    (a.count_format_types, a.format_type_ptr) = out_array(formats, usize::MAX);
+    let offered = a.count_format_types;
+    // SAFETY: the pointer/count pair is the spare capacity of `formats`, exclusively
+    // borrowed for the call.
     unsafe { mode_getplane_raw(fd, &mut a)? };
+    out_len(formats, offered, a.count_format_types);
     a.format_type_ptr = 0;
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES` of one object; returns the kernel's total.
+/// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES` of one object (capacity offered); returns the kernel's
+/// total.
 pub(crate) fn mode_obj_getproperties(
     fd: BorrowedFd<'_>,
     obj_id: u32,
     obj_type: u32,
-    props: &mut [u32],
-    values: &mut [u64],
+    props: &mut Vec<u32>,
+    values: &mut Vec<u64>,
 ) -> Result<u32, Error> {
-    let n = props.len().min(values.len());
+    let n = props.capacity().min(values.capacity());
     let mut a = sys::drm_mode_obj_get_properties {
         obj_id,
         obj_type,
         ..Default::default()
     };
-    (a.count_props, a.props_ptr) = count_ptr(&mut props[..n]);
-    (_, a.prop_values_ptr) = count_ptr(&mut values[..n]);
-    // SAFETY: both pointers are exclusive borrows of `count_props` elements (u32, u64).
+    (a.count_props, a.props_ptr) = out_array(props, n);
+    (_, a.prop_values_ptr) = out_array(values, n);
+    let offered = a.count_props;
+    // SAFETY: both pointers are the spare capacity of exclusively borrowed Vecs with room
+    // for `count_props` elements each (u32, u64).
     unsafe { mode_obj_getproperties_raw(fd, &mut a)? };
+    out_len(props, offered, a.count_props);
+    out_len(values, offered, a.count_props);
     Ok(a.count_props)
 }
 
-/// `DRM_IOCTL_MODE_GETPROPERTY` of `id` into caller buffers.
+/// `DRM_IOCTL_MODE_GETPROPERTY` of `id` into caller buffers (capacity offered).
 pub(crate) fn mode_getproperty(
     fd: BorrowedFd<'_>,
     id: u32,
-    values: &mut [u64],
-    enums: &mut [sys::drm_mode_property_enum],
+    values: &mut Vec<u64>,
+    enums: &mut Vec<sys::drm_mode_property_enum>,
 ) -> Result<sys::drm_mode_get_property, Error> {
     let mut a = sys::drm_mode_get_property {
         prop_id: id,
         ..Default::default()
     };
-    (a.count_values, a.values_ptr) = count_ptr(values);
-    (a.count_enum_blobs, a.enum_blob_ptr) = count_ptr(enums);
-    // SAFETY: both pointers are exclusive borrows of `count_*` elements of the types the
-    // kernel writes (u64 values, drm_mode_property_enum entries).
+    (a.count_values, a.values_ptr) = out_array(values, usize::MAX);
+    (a.count_enum_blobs, a.enum_blob_ptr) = out_array(enums, usize::MAX);
+    let offered = [a.count_values, a.count_enum_blobs];
+    // SAFETY: both pointers are the spare capacity of exclusively borrowed Vecs with room
+    // for `count_*` elements of the types the kernel writes (u64 values,
+    // drm_mode_property_enum entries).
     unsafe { mode_getproperty_raw(fd, &mut a)? };
+    out_len(values, offered[0], a.count_values);
+    out_len(enums, offered[1], a.count_enum_blobs);
     (a.values_ptr, a.enum_blob_ptr) = (0, 0);
     Ok(a)
 }
@@ -452,19 +526,25 @@ pub(crate) fn mode_create_lease(
 }
 
 /// `DRM_IOCTL_MODE_LIST_LESSEES` into `ids`; returns the kernel's total.
-pub(crate) fn mode_list_lessees(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+pub(crate) fn mode_list_lessees(fd: BorrowedFd<'_>, ids: &mut Vec<u32>) -> Result<u32, Error> {
     let mut a = sys::drm_mode_list_lessees::default();
-    (a.count_lessees, a.lessees_ptr) = count_ptr(ids);
-    // SAFETY: the kernel writes at most `count_lessees` u32s at `lessees_ptr` (`ids`).
+    (a.count_lessees, a.lessees_ptr) = out_array(ids, usize::MAX);
+    let offered = a.count_lessees;
+    // SAFETY: the kernel writes at most `count_lessees` u32s at `lessees_ptr`, the spare
+    // capacity of the exclusively borrowed `ids`.
     unsafe { mode_list_lessees_raw(fd, &mut a)? };
+    out_len(ids, offered, a.count_lessees);
     Ok(a.count_lessees)
 }
 
 /// `DRM_IOCTL_MODE_GET_LEASE` into `ids`; returns the kernel's total.
-pub(crate) fn mode_get_lease(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+pub(crate) fn mode_get_lease(fd: BorrowedFd<'_>, ids: &mut Vec<u32>) -> Result<u32, Error> {
     let mut a = sys::drm_mode_get_lease::default();
-    (a.count_objects, a.objects_ptr) = count_ptr(ids);
-    // SAFETY: the kernel writes at most `count_objects` u32s at `objects_ptr` (`ids`).
+    (a.count_objects, a.objects_ptr) = out_array(ids, usize::MAX);
+    let offered = a.count_objects;
+    // SAFETY: the kernel writes at most `count_objects` u32s at `objects_ptr`, the spare
+    // capacity of the exclusively borrowed `ids`.
     unsafe { mode_get_lease_raw(fd, &mut a)? };
+    out_len(ids, offered, a.count_objects);
     Ok(a.count_objects)
 }
