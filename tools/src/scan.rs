@@ -642,10 +642,11 @@ impl FdKinds {
                     return FdKind::Other;
                 }
                 // A char device not under /dev/dri (a container, a chroot): sysfs says.
-                let node = self
-                    .link(dirfd, name)
-                    .and_then(|l| node_from_sysfs(dev.0, dev.1, &l));
-                match node {
+                // (A closed fd says nothing about its device: nothing is remembered.)
+                let Some(link) = self.link(dirfd, name) else {
+                    return FdKind::Other;
+                };
+                match node_from_sysfs(dev.0, dev.1, &link) {
                     Some(n) => FdKind::Drm(n),
                     None => {
                         self.not_drm.insert(dev);
