@@ -7,8 +7,11 @@
 //! carries its [`Source`]; what no source exposes is [`Source::Unknown`], never guessed.
 
 use crate::{debugfs, fdinfo, maps, sys_call};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -519,27 +522,217 @@ enum ProcResult {
     Vanished,
 }
 
-fn read_process(proc_root: &Path, pid: u32, nodes: &HashMap<(u32, u32), NodeId>) -> ProcResult {
-    let dir = proc_root.join(pid.to_string());
-    let comm = std::fs::read_to_string(dir.join("comm"))
-        .ok()
-        .map(|s| s.trim_end().to_string());
-    let uid = rustix::fs::stat(&dir).ok().map(|s| s.st_uid);
-    let fd_dir = dir.join("fd");
-    let entries = match std::fs::read_dir(&fd_dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound || errno_of(&e) == Errno::SRCH => {
-            return ProcResult::Vanished;
+/// Opens a directory under `dir` (`/proc/<pid>`) for `*at` calls.
+fn open_dir_at(dir: impl AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Reads small files under a directory fd into one reused buffer, with plain `openat`,
+/// `read` and `close` (std's `read_to_string` adds an `fstat` and an `lseek` per file,
+/// which a scan of thousands of fdinfo files pays for).
+#[derive(Default)]
+struct TextReader {
+    buf: Vec<u8>,
+}
+
+impl TextReader {
+    /// The text of `name` under `dir`; `None` when it cannot be read.
+    ///
+    /// `one_record`: the file is a single-record seq file (`fdinfo/<fd>`, `comm`), whose
+    /// whole text one `read` returns when the buffer is larger, so a short read is its end
+    /// and saves the `read` that would return 0. Other files (`maps`: a short read may end
+    /// one page of records) are read until `read` returns 0.
+    fn text(
+        &mut self,
+        dir: impl AsFd,
+        name: impl rustix::path::Arg,
+        one_record: bool,
+    ) -> Option<std::borrow::Cow<'_, str>> {
+        let fd =
+            rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        if self.buf.len() < 8192 {
+            self.buf.resize(8192, 0);
         }
+        let mut n = 0;
+        loop {
+            if n == self.buf.len() {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            let room = self.buf.len() - n;
+            match rustix::io::read(&fd, &mut self.buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    n += k;
+                    if one_record && k < room {
+                        break;
+                    }
+                }
+                Err(Errno::INTR) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(String::from_utf8_lossy(&self.buf[..n]))
+    }
+}
+
+/// What an fd refers to.
+enum FdKind {
+    Drm(NodeId),
+    DmaBuf,
+    Other,
+}
+
+/// What the files of one filesystem (`st_dev`) are.
+#[derive(Clone, Copy)]
+enum FsKind {
+    /// The dma-buf filesystem (`/dmabuf:` links, Linux 5.3 and later): every file a dma-buf.
+    DmaBuf,
+    /// Files that are neither (a disk, tmpfs, pipes' and sockets' filesystems).
+    Other,
+    /// anon_inodefs: `anon_inode:dmabuf` before 5.3, eventfd, epoll...; read each link.
+    PerFile,
+}
+
+/// Classifies fds from their `stat` alone where it can, and remembers what it learned
+/// for the rest of the scan: an fd costs one `statat`, and a `readlinkat` only for the
+/// first file of each filesystem, for anon inodes and for char devices outside the node
+/// table (once each). A dma-buf's mode differs across kernels (no type bits, or a regular
+/// file), so dma-bufs are recognised by their filesystem, learned from one link.
+#[derive(Default)]
+struct FdKinds {
+    by_fs: HashMap<u64, FsKind>,
+    /// Char devices found not to be DRM nodes.
+    not_drm: BTreeSet<(u32, u32)>,
+    link_buf: Vec<u8>,
+}
+
+impl FdKinds {
+    fn link(&mut self, dirfd: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<String> {
+        let l = rustix::fs::readlinkat(dirfd, name, std::mem::take(&mut self.link_buf)).ok()?;
+        let s = String::from_utf8_lossy(l.to_bytes()).into_owned();
+        self.link_buf = l.into_bytes();
+        Some(s)
+    }
+
+    fn classify(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        st: &rustix::fs::Stat,
+        nodes: &HashMap<(u32, u32), NodeId>,
+    ) -> FdKind {
+        use rustix::fs::FileType;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Socket
+            | FileType::Fifo
+            | FileType::Directory
+            | FileType::Symlink
+            | FileType::BlockDevice => FdKind::Other,
+            FileType::CharacterDevice => {
+                let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+                if let Some(n) = nodes.get(&dev) {
+                    return FdKind::Drm(n.clone());
+                }
+                if self.not_drm.contains(&dev) {
+                    return FdKind::Other;
+                }
+                // A char device not under /dev/dri (a container, a chroot): sysfs says.
+                // (A closed fd says nothing about its device: nothing is remembered.)
+                let Some(link) = self.link(dirfd, name) else {
+                    return FdKind::Other;
+                };
+                match node_from_sysfs(dev.0, dev.1, &link) {
+                    Some(n) => FdKind::Drm(n),
+                    None => {
+                        self.not_drm.insert(dev);
+                        FdKind::Other
+                    }
+                }
+            }
+            FileType::RegularFile | FileType::Unknown => {
+                let is_dmabuf = |l: &str| l.starts_with("/dmabuf:") || l == "anon_inode:dmabuf";
+                let kind = match self.by_fs.get(&st.st_dev) {
+                    Some(FsKind::DmaBuf) => return FdKind::DmaBuf,
+                    Some(FsKind::Other) => return FdKind::Other,
+                    Some(FsKind::PerFile) => None,
+                    None => {
+                        let Some(l) = self.link(dirfd, name) else {
+                            return FdKind::Other;
+                        };
+                        let fs = if l.starts_with("anon_inode:") {
+                            FsKind::PerFile
+                        } else if l.starts_with("/dmabuf:") {
+                            FsKind::DmaBuf
+                        } else {
+                            FsKind::Other
+                        };
+                        self.by_fs.insert(st.st_dev, fs);
+                        Some(is_dmabuf(&l))
+                    }
+                };
+                let dmabuf = match kind {
+                    Some(k) => k,
+                    None => self.link(dirfd, name).is_some_and(|l| is_dmabuf(&l)),
+                };
+                if dmabuf {
+                    FdKind::DmaBuf
+                } else {
+                    FdKind::Other
+                }
+            }
+        }
+    }
+}
+
+/// Reads one process. Every lookup is relative to a directory fd (`/proc/<pid>`, its `fd`
+/// and `fdinfo`), so the kernel resolves one path component per call instead of walking
+/// `/proc/<pid>/...` again for every fd.
+fn read_process(
+    proc_fd: BorrowedFd<'_>,
+    proc_root: &Path,
+    pid: u32,
+    nodes: &HashMap<(u32, u32), NodeId>,
+    reader: &mut TextReader,
+    kinds: &mut FdKinds,
+) -> ProcResult {
+    let dir = proc_root.join(pid.to_string());
+    let pdir = match open_dir_at(proc_fd, &pid.to_string()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
+        Err(e) => {
+            let (reason, errno) = describe(&e.into());
+            return ProcResult::Unreadable(Unreadable {
+                pid,
+                comm: None,
+                path: dir.display().to_string(),
+                reason,
+                errno,
+            });
+        }
+    };
+    // Read only for a process that holds something, or cannot be read.
+    let comm_of = |reader: &mut TextReader| {
+        reader
+            .text(&pdir, "comm", true)
+            .map(|s| s.trim_end().to_string())
+    };
+    let fd_dir = match open_dir_at(&pdir, "fd").and_then(Dir::new) {
+        Ok(d) => d,
+        Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
         Err(e) => {
             if !dir.exists() {
                 return ProcResult::Vanished;
             }
-            let (reason, errno) = describe(&e);
+            let (reason, errno) = describe(&e.into());
             return ProcResult::Unreadable(Unreadable {
                 pid,
-                comm,
-                path: fd_dir.display().to_string(),
+                comm: comm_of(reader),
+                path: dir.join("fd").display().to_string(),
                 reason,
                 errno,
             });
@@ -547,81 +740,112 @@ fn read_process(proc_root: &Path, pid: u32, nodes: &HashMap<(u32, u32), NodeId>)
     };
     let mut p = RawProcess {
         pid,
-        comm,
-        uid,
+        comm: None,
+        uid: None,
         maps: maps::Maps::default(),
         drm: Vec::new(),
         dmabuf: Vec::new(),
     };
-    for ent in entries.flatten() {
-        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let path = ent.path();
-        // A closed fd (or an exited process) just drops out.
-        let Ok(link) = std::fs::read_link(&path) else {
-            continue;
-        };
-        let link = link.to_string_lossy().into_owned();
-        let at = FdRef { pid, fd };
-        let fdinfo_path = dir.join("fdinfo").join(fd.to_string());
-        if link.starts_with("/dmabuf:") || link == "anon_inode:dmabuf" {
-            let Ok(st) = rustix::fs::stat(&path) else {
-                continue;
-            };
-            let info = std::fs::read_to_string(&fdinfo_path)
-                .ok()
-                .map(|t| fdinfo::parse_dmabuf(&t));
-            p.dmabuf.push(RawDmaBufFd {
-                at,
-                inode: st.st_ino,
-                info,
-            });
-            continue;
+    // Opened at the first DRM or dma-buf fd.
+    let mut fdinfo_dir: Option<OwnedFd> = None;
+    // Parses fdinfo `name` in place (no copy of the text).
+    fn fdinfo_of<T>(
+        reader: &mut TextReader,
+        fdinfo_dir: &mut Option<OwnedFd>,
+        pdir: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        parse: impl FnOnce(&str) -> T,
+    ) -> Option<T> {
+        if fdinfo_dir.is_none() {
+            *fdinfo_dir = open_dir_at(pdir, "fdinfo").ok();
         }
-        if !link.starts_with('/') {
-            continue; // sockets, pipes, other anon inodes
-        }
-        let Ok(st) = rustix::fs::stat(&path) else {
-            continue;
-        };
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::CharacterDevice
-        {
-            continue;
-        }
-        let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
-        let Some(node) = nodes
-            .get(&dev)
-            .cloned()
-            .or_else(|| node_from_sysfs(dev.0, dev.1, &link))
-        else {
-            continue;
-        };
-        let info = std::fs::read_to_string(&fdinfo_path)
-            .ok()
-            .map(|t| fdinfo::parse_drm(&t));
-        p.drm.push(RawDrmFd { at, node, info });
+        reader
+            .text(fdinfo_dir.as_ref()?, name, true)
+            .map(|t| parse(&t))
     }
-    if let Ok(t) = std::fs::read_to_string(dir.join("maps")) {
+    let mut fd_dir = fd_dir;
+    while let Some(ent) = fd_dir.read() {
+        // An error mid-listing (the process exited) ends the list.
+        let Ok(ent) = ent else { break };
+        let name = ent.file_name();
+        let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(dirfd) = fd_dir.fd() else { break };
+        // A closed fd (or an exited process) just drops out.
+        let Ok(st) = rustix::fs::statat(dirfd, name, AtFlags::empty()) else {
+            continue;
+        };
+        let at = FdRef { pid, fd };
+        match kinds.classify(dirfd, name, &st, nodes) {
+            FdKind::Drm(node) => {
+                let info = fdinfo_of(
+                    reader,
+                    &mut fdinfo_dir,
+                    pdir.as_fd(),
+                    name,
+                    fdinfo::parse_drm,
+                );
+                p.drm.push(RawDrmFd { at, node, info });
+            }
+            FdKind::DmaBuf => {
+                let info = fdinfo_of(
+                    reader,
+                    &mut fdinfo_dir,
+                    pdir.as_fd(),
+                    name,
+                    fdinfo::parse_dmabuf,
+                );
+                p.dmabuf.push(RawDmaBufFd {
+                    at,
+                    inode: st.st_ino,
+                    info,
+                });
+            }
+            FdKind::Other => {}
+        }
+    }
+    if let Some(t) = reader.text(&pdir, "maps", false) {
         p.maps = maps::parse(&t);
     }
-    if !dir.exists() {
+    if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
+        p.comm = comm_of(reader);
+        p.uid = rustix::fs::fstat(&pdir).ok().map(|s| s.st_uid);
+    }
+    // Gone now: what was read may be partial.
+    if rustix::fs::statat(&pdir, "fd", AtFlags::empty()).is_err() {
         return ProcResult::Vanished;
     }
     ProcResult::Read(p)
 }
 
-fn list_pids(proc_root: &Path) -> Result<Vec<u32>, ScanError> {
-    let rd = std::fs::read_dir(proc_root).map_err(|e| ScanError {
-        what: format!("cannot list {}: {}", proc_root.display(), describe(&e).0),
+/// Opens `/proc` and lists its process directories, sorted.
+fn list_pids(proc_root: &Path) -> Result<(OwnedFd, Vec<u32>), ScanError> {
+    let fail = |e: Errno| ScanError {
+        what: format!(
+            "cannot list {}: {}",
+            proc_root.display(),
+            describe(&e.into()).0
+        ),
         hint: "mount procfs (mount -t proc proc /proc)",
-    })?;
-    let mut pids: Vec<u32> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
+    };
+    let fd = rustix::fs::open(
+        proc_root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    let mut dir = Dir::read_from(&fd).map_err(fail)?;
+    let mut pids = Vec::new();
+    while let Some(ent) = dir.read() {
+        // An error mid-listing ends the list (as a process that exits does).
+        let Ok(ent) = ent else { break };
+        if let Some(pid) = ent.file_name().to_str().ok().and_then(|s| s.parse().ok()) {
+            pids.push(pid);
+        }
+    }
     pids.sort_unstable();
-    Ok(pids)
+    Ok((fd, pids))
 }
 
 fn read_debugfs(
@@ -664,13 +888,54 @@ fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
+/// Where an fd's open file is among the clients sorted by kcmp.
+enum Place {
+    /// The same open file as this client.
+    Found(usize),
+    /// A new open file; keep the list sorted by inserting its client here.
+    Insert(usize),
+    /// The fd was closed meanwhile: a client of its own, outside the sorted list.
+    Closed,
+}
+
+/// Binary search of `sorted` (client indices, ascending in kcmp's order of their
+/// representative fds `reps`) for the open file behind `at`. A representative whose fd was
+/// closed meanwhile leaves the list (its client stays), and the search restarts.
+///
+/// # Errors
+/// A kcmp errno other than `EBADF`/`ESRCH` (`ENOSYS`, `EPERM`).
+fn locate_file(reps: &[FdRef], sorted: &mut Vec<usize>, at: FdRef) -> Result<Place, Errno> {
+    'search: loop {
+        let (mut lo, mut hi) = (0, sorted.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let r = reps[sorted[mid]];
+            match sys_call::compare_files(r.pid, r.fd, at.pid, at.fd) {
+                Ok(Ordering::Equal) => return Ok(Place::Found(sorted[mid])),
+                Ok(Ordering::Less) => lo = mid + 1,
+                Ok(Ordering::Greater) => hi = mid,
+                // Closed or exited meanwhile: which of the two?
+                Err(Errno::BADF | Errno::SRCH) => {
+                    if sys_call::compare_files(at.pid, at.fd, at.pid, at.fd).is_err() {
+                        return Ok(Place::Closed);
+                    }
+                    sorted.remove(mid);
+                    continue 'search;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(Place::Insert(lo));
+    }
+}
+
 /// Scans the machine once.
 ///
 /// # Errors
 /// Only when `/proc` itself cannot be listed; everything else is reported in the result.
 pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     let nodes = node_table();
-    let mut pids = list_pids(&opts.proc_root)?;
+    let (proc_fd, mut pids) = list_pids(&opts.proc_root)?;
     if !opts.pids.is_empty() {
         pids.retain(|p| opts.pids.contains(p));
     }
@@ -680,8 +945,17 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     };
     let mut unreadable = Vec::new();
     let mut procs = Vec::new();
+    let mut reader = TextReader::default();
+    let mut kinds = FdKinds::default();
     for pid in pids {
-        match read_process(&opts.proc_root, pid, &nodes) {
+        match read_process(
+            proc_fd.as_fd(),
+            &opts.proc_root,
+            pid,
+            &nodes,
+            &mut reader,
+            &mut kinds,
+        ) {
             ProcResult::Read(p) => {
                 stats.read += 1;
                 procs.push(p);
@@ -709,49 +983,42 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             parents.push(n.parent.clone());
         }
     }
-    let device_of = |minor: u32| -> usize {
-        let parent = &all_nodes
-            .iter()
-            .find(|n| n.minor == minor)
-            .map(|n| n.parent.clone())
-            .unwrap_or_default();
-        parents.iter().position(|p| p == parent).unwrap_or(0)
-    };
+    let mut device_by_minor: HashMap<u32, usize> = HashMap::new();
+    for n in &all_nodes {
+        let d = parents.iter().position(|p| p == &n.parent).unwrap_or(0);
+        device_by_minor.entry(n.minor).or_insert(d);
+    }
+    let device_of = |minor: u32| -> usize { device_by_minor.get(&minor).copied().unwrap_or(0) };
 
-    // De-duplicate DRM open files: drm-client-id when printed, else kcmp.
+    // De-duplicate DRM open files: drm-client-id when printed, else kcmp. Both are looked
+    // up, not compared against every client: by id in a map, by kcmp in a list per device
+    // kept sorted in the kernel's order of open files (a binary search), so the pass is
+    // O(n log n) in the fds, not O(n^2).
     let mut clients: Vec<ClientReport> = Vec::new();
     let mut reps: Vec<FdRef> = Vec::new(); // one holder per client, for kcmp
+    let mut by_id: HashMap<(usize, u64), usize> = HashMap::new();
+    let mut by_file: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut fd_client: HashMap<FdRef, usize> = HashMap::new();
     let mut kcmp_failed: Option<String> = None;
     for p in &procs {
         for d in &p.drm {
             let device = device_of(d.node.minor);
-            let info = d.info.clone().unwrap_or_default();
+            let client_id = d.info.as_ref().and_then(|i| i.client_id);
             let mut found = None;
+            let mut slot = None;
             let mut how = "none";
-            if let Some(id) = info.client_id {
-                found = clients
-                    .iter()
-                    .position(|c| c.device == device && c.client_id == Some(id));
+            if let Some(id) = client_id {
+                found = by_id.get(&(device, id)).copied();
                 how = "drm-client-id";
             } else if kcmp_failed.is_none() {
-                for (i, c) in clients.iter().enumerate() {
-                    if c.device != device || c.client_id.is_some() {
-                        continue;
-                    }
-                    let r = reps[i];
-                    match sys_call::same_file(r.pid, r.fd, d.at.pid, d.at.fd) {
-                        Ok(true) => {
-                            found = Some(i);
-                            break;
-                        }
-                        Ok(false) => {}
-                        Err(Errno::BADF | Errno::SRCH) => {} // closed or exited meanwhile
-                        Err(e) => {
-                            kcmp_failed =
-                                Some(format!("kcmp(KCMP_FILE) failed: {} ({})", e, errno_name(e)));
-                            break;
-                        }
+                let sorted = by_file.entry(device).or_default();
+                match locate_file(&reps, sorted, d.at) {
+                    Ok(Place::Found(i)) => found = Some(i),
+                    Ok(Place::Insert(at)) => slot = Some(at),
+                    Ok(Place::Closed) => {}
+                    Err(e) => {
+                        kcmp_failed =
+                            Some(format!("kcmp(KCMP_FILE) failed: {} ({})", e, errno_name(e)));
                     }
                 }
                 how = if kcmp_failed.is_none() {
@@ -770,8 +1037,15 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 }
                 None => {
                     let index = clients.len();
+                    let info = d.info.clone().unwrap_or_default();
                     clients.push(client_report(index, device, d, info, how));
                     reps.push(d.at);
+                    if let Some(id) = clients[index].client_id {
+                        by_id.insert((device, id), index);
+                    }
+                    if let (Some(at), Some(sorted)) = (slot, by_file.get_mut(&device)) {
+                        sorted.insert(at, index);
+                    }
                     index
                 }
             };
@@ -1108,30 +1382,30 @@ fn client_report(
         device,
         node: d.node.path.clone(),
         client_id: info.client_id,
-        client_name: info.client_name.clone(),
-        driver: info.driver.clone(),
-        pdev: info.pdev.clone(),
+        client_name: info.client_name,
+        driver: info.driver,
+        pdev: info.pdev,
         holders: vec![d.at],
         dedupe: how.into(),
         memory_total,
         memory_shared,
-        regions: info.regions.clone(),
+        regions: info.regions,
         engines: info
             .engines
-            .iter()
-            .map(|(k, v)| {
+            .into_iter()
+            .map(|(k, stats)| {
                 (
-                    k.clone(),
+                    k,
                     EngineReport {
-                        stats: v.clone(),
+                        stats,
                         busy_percent: None,
                     },
                 )
             })
             .collect(),
         amdgpu_legacy: legacy,
-        unknown_keys: info.unknown.clone(),
-        malformed: info.malformed.clone(),
+        unknown_keys: info.unknown,
+        malformed: info.malformed,
     }
 }
 
