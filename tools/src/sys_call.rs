@@ -15,8 +15,8 @@
 use rustix::fd::BorrowedFd;
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
-use std::ptr::NonNull;
 use std::cmp::Ordering;
+use std::ptr::NonNull;
 
 /// `KCMP_FILE` from `<linux/kcmp.h>`.
 const KCMP_FILE: libc::c_int = 0;
