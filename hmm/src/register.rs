@@ -54,7 +54,11 @@
 //! ([`HostRegistration::device_read`], [`HostRegistration::device_write`]). Dropping it
 //! closes that file: test_hmm then unregisters its MMU notifier and frees its page table,
 //! which is the whole of "unregistration" for test_hmm (the pages were never pinned, so
-//! nothing is unpinned). The range must be whole pages; a missing `/dev/hmm_dmirror0`
+//! nothing is unpinned). The device's entries also go whenever the kernel invalidates
+//! them, and come back by faulting: on the test kernels, freeing the registering read's
+//! own bounce buffer (an `munmap` elsewhere in the process) already makes the next
+//! [`HostRegistration::device_read`] fault once more, so do not read `faults` as "was
+//! registered". The range must be whole pages; a missing `/dev/hmm_dmirror0`
 //! (test_hmm not loaded) is [`Error::Unsupported`].
 
 use crate::dax::DaxMapping;
@@ -279,7 +283,10 @@ impl<'m> HostRegistration<'m> {
             )));
         };
         let page = crate::dmirror::page_size();
-        Ok((d, PageRange::new(self.addr, self.len.div_ceil(page) as u64)?))
+        Ok((
+            d,
+            PageRange::new(self.addr, self.len.div_ceil(page) as u64)?,
+        ))
     }
 
     /// The mirror device reads the whole range again (`HMM_DMIRROR_READ`) into `out`, which
