@@ -107,7 +107,7 @@ impl<'m> HostRegistration<'m> {
     ///
     /// With [`Backend::Udmabuf`] the slice must be whole pages of a `MAP_SHARED` memfd
     /// mapping, whose file is opened through `/proc/self/map_files` (privileged; see the
-    /// [module documentation](self)); [`HostRegistration::memfd`] does the same with a memfd
+    /// [module documentation](crate::register)); [`HostRegistration::memfd`] does the same with a memfd
     /// the caller passes. With [`Backend::Dmirror`] the slice must be whole pages.
     pub fn new(mem: &'m mut [u8], backend: Backend) -> Result<Self> {
         if mem.is_empty() {
