@@ -107,8 +107,16 @@ impl<'m> HostRegistration<'m> {
     ///
     /// With [`Backend::Udmabuf`] the slice must be whole pages of a `MAP_SHARED` memfd
     /// mapping, whose file is opened through `/proc/self/map_files` (privileged; see the
-    /// [module documentation](crate::register)); [`HostRegistration::memfd`] does the same with a memfd
-    /// the caller passes. With [`Backend::Dmirror`] the slice must be whole pages.
+    /// [module documentation](crate::register)); [`HostRegistration::memfd`] does the same
+    /// with a memfd the caller passes. With [`Backend::Dmirror`] the slice must be whole
+    /// pages.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 bytes and for a range the backend cannot take (see
+    /// the [module documentation](crate::register)); `Udmabuf`: [`Error::Open`] with EPERM
+    /// when this process may not open `/proc/self/map_files`; `Udmabuf` and `Dmirror`:
+    /// [`Error::Unsupported`] when the device node is missing; `Pinned`: `mlock`'s ENOMEM
+    /// over `RLIMIT_MEMLOCK`; otherwise the device's ioctl error.
     pub fn new(mem: &'m mut [u8], backend: Backend) -> Result<Self> {
         if mem.is_empty() {
             return Err(invalid("cannot register 0 bytes".into()));
