@@ -79,6 +79,7 @@ fn snap_drm_gem_calls(dev: &Device) -> io::Result<usize> {
     fn props<O: ModeObject>(
         dev: &Device,
         cache: &mut std::collections::HashMap<PropertyId, drm_gem::kms::Property>,
+        last_len: &mut [usize; 2],
         o: O,
     ) -> io::Result<usize> {
         let mut n = 0;
@@ -87,10 +88,18 @@ fn snap_drm_gem_calls(dev: &Device) -> io::Result<usize> {
                 Some(p) => p,
                 None => cache.entry(id).or_insert(dev.property(id)?),
             };
-            if matches!(p.name.as_str(), "EDID" | "IN_FORMATS")
+            let which = match p.name.as_str() {
+                "EDID" => Some(0),
+                "IN_FORMATS" => Some(1),
+                _ => None,
+            };
+            // The snapshot guesses each blob's length from the last one of that name.
+            if let Some(w) = which
                 && let Some(b) = u32::try_from(raw).ok().and_then(drm_gem::kms::BlobId::new)
             {
-                n += dev.blob(b)?.len();
+                let len = dev.blob_sized(b, last_len[w])?.len();
+                last_len[w] = len;
+                n += len;
             }
             n += 1;
         }
@@ -104,22 +113,23 @@ fn snap_drm_gem_calls(dev: &Device) -> io::Result<usize> {
         let _ = dev.set_client_cap(cap, 1);
     }
     let mut cache = std::collections::HashMap::new();
+    let mut last_len = [0usize; 2];
     let res = dev.resources()?;
     let mut n = 0;
     for &id in &res.connectors {
         n += dev.connector(id)?.modes.len();
-        n += props(dev, &mut cache, id)?;
+        n += props(dev, &mut cache, &mut last_len, id)?;
     }
     for &id in &res.encoders {
         black_box(dev.encoder(id)?);
     }
     for &id in &res.crtcs {
         black_box(dev.crtc(id)?);
-        n += props(dev, &mut cache, id)?;
+        n += props(dev, &mut cache, &mut last_len, id)?;
     }
     for id in dev.plane_ids()? {
         n += dev.plane(id)?.formats.len();
-        n += props(dev, &mut cache, id)?;
+        n += props(dev, &mut cache, &mut last_len, id)?;
     }
     Ok(n)
 }

@@ -189,10 +189,23 @@ impl DaxMapping {
     }
 
     /// Maps `len` bytes of a devdax device at `offset`. Both must be multiples of
-    /// [`DevDax::align`]; the kernel checks that and answers `EINVAL` (as
-    /// `Error::Syscall { name: "mmap(MAP_SHARED)", .. }`) when they are not.
+    /// [`DevDax::align`], which this checks before the kernel is asked
+    /// ([`Error::InvalidArgument`]): the kernel itself checks only that the mapping's
+    /// address and end are aligned (`EINVAL` otherwise), so a misaligned offset with an
+    /// aligned length is refused only when the address it picks happens to be misaligned
+    /// (one time in 512 with 2 MiB alignment it is not, and the mapping succeeds).
     pub fn map_devdax(dev: &DevDax, offset: u64, len: usize) -> Result<Self> {
         check_range(&dev.path.display().to_string(), offset, len, dev.size)?;
+        if !offset.is_multiple_of(dev.align) || !(len as u64).is_multiple_of(dev.align) {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "devdax {}: offset {offset:#x} and length {len:#x} must be multiples of its \
+                     alignment {:#x}",
+                    dev.path.display(),
+                    dev.align
+                ),
+            });
+        }
         Ok(Self {
             map: RawDaxMap::new(dev.as_fd(), offset, len, MapKind::Shared)?,
             kind: DaxKind::Devdax,

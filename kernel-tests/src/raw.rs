@@ -118,6 +118,26 @@ fn own(raw: rustix::ioctl::IoctlOutput) -> rustix::fd::OwnedFd {
     unsafe { rustix::fd::OwnedFd::from_raw_fd(raw) }
 }
 
+/// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset)` as the kernel answers
+/// it, unmapped again at once: the errno of a mapping the safe API refuses to ask for.
+pub fn mmap_shared(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<(), Errno> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    // SAFETY: a new mapping chosen by the kernel (no MAP_FIXED) cannot overlap memory this
+    // process uses; it is unmapped before anything can reference it.
+    let p = unsafe {
+        rustix::mm::mmap(
+            core::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            offset,
+        )
+    }?;
+    // SAFETY: exactly the mapping created above, never shared.
+    unsafe { rustix::mm::munmap(p, len) }
+}
+
 /// `UDMABUF_CREATE` with exactly `arg`: the new dma-buf, or the errno.
 pub fn udmabuf_create(
     fd: BorrowedFd<'_>,

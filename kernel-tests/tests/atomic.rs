@@ -139,45 +139,170 @@ fn spec(w: u32, h: u32) -> DumbSpec {
 
 #[test]
 fn writeback_captures_exactly_what_was_committed() {
-    writeback_check(false);
+    let dev = vkms!();
+    let p = pipe(&dev);
+    writeback_check(&dev, &p, &[]);
 }
 
 /// The same with vkms's cursor plane on top: an opaque 64x64 ARGB8888 square at (100, 50)
 /// replaces exactly those pixels of the primary plane's pattern.
 #[test]
 fn writeback_captures_the_cursor_plane_too() {
-    writeback_check(true);
-}
-
-/// Cursor position, size and colour for [`writeback_check`].
-const CURSOR: (u32, u32, u32, u32) = (100, 50, 64, 0x0012_3456);
-
-fn writeback_check(with_cursor: bool) {
     let dev = vkms!();
     let p = pipe(&dev);
-    let cursor = if with_cursor {
-        match p.cursor {
-            Some(c) => Some(c),
-            None => skip!("this vkms offers no cursor plane"),
+    let Some(cursor) = p.cursor else {
+        skip!("this vkms offers no cursor plane")
+    };
+    writeback_check(&dev, &p, &[Square::new(cursor, CURSOR)]);
+}
+
+/// vkms reloaded with `enable_overlay=1` (6.1+; 5.10's vkms has no such parameter and no
+/// overlay planes, which is asserted there): two overlapping opaque overlay squares and the cursor over both. vkms
+/// blends in plane order (primary, overlays in creation order, cursor), so each pixel must
+/// come from the topmost square covering it, else from the primary plane's pattern.
+#[test]
+fn writeback_captures_overlay_planes_in_order() {
+    require_feature!("vkms");
+    if !kernel_tests::in_guest() {
+        skip!("reloading vkms with overlays is done only inside a guest");
+    }
+    let param = std::path::Path::new("/sys/module/vkms/parameters/enable_overlay");
+    let Some(_reload) = VkmsReload::with_overlays(param.exists()) else {
+        // The fact, asserted: no overlay parameter, no overlay plane.
+        let dev = vkms!();
+        let s = Snapshot::take(&dev).unwrap();
+        assert!(
+            s.planes
+                .iter()
+                .all(|p| p.kind.as_deref() != Some("Overlay")),
+            "a vkms without enable_overlay shows an overlay plane"
+        );
+        return;
+    };
+    let dev = vkms!();
+    let p = pipe(&dev);
+    let s = Snapshot::take(&dev).unwrap();
+    let overlays: Vec<PlaneId> = s
+        .planes
+        .iter()
+        .filter(|q| q.kind.as_deref() == Some("Overlay"))
+        .map(|q| q.plane.id)
+        .collect();
+    assert!(
+        overlays.len() >= 2,
+        "vkms enable_overlay=1 offers {} overlay planes",
+        overlays.len()
+    );
+    eprintln!("vkms enable_overlay=1: {} overlay planes", overlays.len());
+    let Some(cursor) = p.cursor else {
+        panic!("vkms with overlays lost its cursor plane")
+    };
+    // Bottom to top; the overlays' planes are in id (creation) order.
+    let squares = [
+        Square::new(overlays[0], (60, 30, 200, 0x00a0_1010)),
+        Square::new(overlays[1], (180, 120, 150, 0x0010_a010)),
+        Square::new(cursor, (220, 150, 64, 0x0010_10a0)),
+    ];
+    writeback_check(&dev, &p, &squares);
+}
+
+/// vkms reloaded with overlay planes for one test, and back to the guest's default (none)
+/// when dropped, also when the test fails.
+struct VkmsReload;
+
+impl VkmsReload {
+    /// `None` when this vkms has no `enable_overlay` parameter (`available` false).
+    fn with_overlays(available: bool) -> Option<Self> {
+        if !available {
+            return None;
         }
-    } else {
-        None
+        vkms_load(true);
+        Some(Self)
+    }
+}
+
+impl Drop for VkmsReload {
+    fn drop(&mut self) {
+        vkms_load(false);
+    }
+}
+
+/// `modprobe -r vkms` and `modprobe vkms enable_overlay=0|1` on the guest kernel's modules
+/// (the harness exposes them under `$VM_MODULES_ROOT`); waits for its primary node.
+fn vkms_load(overlay: bool) {
+    let root = std::env::var("VM_MODULES_ROOT").expect("VM_MODULES_ROOT (set by the vm guest)");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("modprobe")
+            .arg("-d")
+            .arg(&root)
+            .args(args)
+            .output()
+            .expect("modprobe");
+        assert!(
+            out.status.success(),
+            "modprobe {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
-    let in_cursor = |x: u32, y: u32| {
-        cursor.is_some()
-            && (CURSOR.0..CURSOR.0 + CURSOR.2).contains(&x)
-            && (CURSOR.1..CURSOR.1 + CURSOR.2).contains(&y)
-    };
+    run(&["-r", "vkms"]);
+    run(&[
+        "vkms",
+        if overlay {
+            "enable_overlay=1"
+        } else {
+            "enable_overlay=0"
+        },
+    ]);
+    for _ in 0..100 {
+        if Device::open_driver("vkms", Some(NodeKind::Primary)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("vkms's primary node did not come back after modprobe");
+}
+
+/// Cursor position, size and colour: x, y, side, RGB.
+const CURSOR: (u32, u32, u32, u32) = (100, 50, 64, 0x0012_3456);
+
+/// An opaque square shown by a plane above the primary one: x, y, side, RGB.
+struct Square {
+    plane: PlaneId,
+    x: u32,
+    y: u32,
+    side: u32,
+    rgb: u32,
+}
+
+impl Square {
+    fn new(plane: PlaneId, (x, y, side, rgb): (u32, u32, u32, u32)) -> Self {
+        Self {
+            plane,
+            x,
+            y,
+            side,
+            rgb,
+        }
+    }
+
+    fn covers(&self, x: u32, y: u32) -> bool {
+        (self.x..self.x + self.side).contains(&x) && (self.y..self.y + self.side).contains(&y)
+    }
+}
+
+/// Lights the pipe with the pattern on the primary plane and `squares` (bottom to top) on
+/// their planes, captures the frame through writeback and compares every pixel.
+fn writeback_check(dev: &Device, p: &Pipe, squares: &[Square]) {
     let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
     let fds = open_fds();
     {
-        let mut src = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+        let mut src = DumbBuffer::create(dev, spec(w, h)).unwrap();
         fill(&mut src, w, h);
-        let fb = xrgb_fb(&dev, &src).unwrap();
-        let mut out = DumbBuffer::create(&dev, spec(w, h)).unwrap();
+        let fb = xrgb_fb(dev, &src).unwrap();
+        let mut out = DumbBuffer::create(dev, spec(w, h)).unwrap();
         let junk = vec![0xa5; out.size() as usize];
         out.map().unwrap().write_at(0, &junk).unwrap();
-        let out_fb = xrgb_fb(&dev, &out).unwrap();
+        let out_fb = xrgb_fb(dev, &out).unwrap();
         let blob = dev.create_blob(&p.mode.to_blob_bytes()).unwrap();
 
         // The writeback connector drives the CRTC on its own: vkms cannot clone its encoder
@@ -185,53 +310,57 @@ fn writeback_check(with_cursor: bool) {
         // connector's CRTC_ID), so the virtual connector is detached explicitly (kernels
         // with fbdev emulation have it attached already).
         let mut req = AtomicRequest::new();
-        req.set(p.crtc, prop(&dev, p.crtc, "ACTIVE"), 1)
+        req.set(p.crtc, prop(dev, p.crtc, "ACTIVE"), 1)
             .set(
                 p.crtc,
-                prop(&dev, p.crtc, "MODE_ID"),
+                prop(dev, p.crtc, "MODE_ID"),
                 u64::from(blob.id().get()),
             )
-            .set(p.conn, prop(&dev, p.conn, "CRTC_ID"), 0)
+            .set(p.conn, prop(dev, p.conn, "CRTC_ID"), 0)
             .set(
                 p.writeback,
-                prop(&dev, p.writeback, "CRTC_ID"),
+                prop(dev, p.writeback, "CRTC_ID"),
                 u64::from(p.crtc.get()),
             )
             .set(
                 p.writeback,
-                prop(&dev, p.writeback, "WRITEBACK_FB_ID"),
+                prop(dev, p.writeback, "WRITEBACK_FB_ID"),
                 u64::from(out_fb.id().get()),
             )
             .writeback_fence(
                 p.writeback,
-                prop(&dev, p.writeback, "WRITEBACK_OUT_FENCE_PTR"),
+                prop(dev, p.writeback, "WRITEBACK_OUT_FENCE_PTR"),
             );
-        plane_props(&dev, &mut req, &p, fb.id().get(), w, h);
-        // The cursor: an opaque square of one colour (alpha 0xff, so blending is exact).
-        let mut cur_buf = DumbBuffer::create(&dev, spec(CURSOR.2, CURSOR.2)).unwrap();
-        let argb = (0xff00_0000u32 | CURSOR.3).to_le_bytes();
-        let square: Vec<u8> = (0..cur_buf.size() / 4).flat_map(|_| argb).collect();
-        cur_buf.map().unwrap().write_at(0, &square).unwrap();
-        let cur_fb = dev
-            .add_framebuffer(&FbSpec::single(
-                CURSOR.2,
-                CURSOR.2,
-                sys::DRM_FORMAT_ARGB8888,
-                cur_buf.handle(),
-                cur_buf.pitch(),
-            ))
-            .unwrap();
-        if let Some(c) = cursor {
-            req.set(c, prop(&dev, c, "FB_ID"), u64::from(cur_fb.id().get()))
-                .set(c, prop(&dev, c, "CRTC_ID"), u64::from(p.crtc.get()))
-                .set(c, prop(&dev, c, "SRC_X"), 0)
-                .set(c, prop(&dev, c, "SRC_Y"), 0)
-                .set(c, prop(&dev, c, "SRC_W"), u64::from(CURSOR.2) << 16)
-                .set(c, prop(&dev, c, "SRC_H"), u64::from(CURSOR.2) << 16)
-                .set(c, prop(&dev, c, "CRTC_X"), u64::from(CURSOR.0))
-                .set(c, prop(&dev, c, "CRTC_Y"), u64::from(CURSOR.1))
-                .set(c, prop(&dev, c, "CRTC_W"), u64::from(CURSOR.2))
-                .set(c, prop(&dev, c, "CRTC_H"), u64::from(CURSOR.2));
+        plane_props(dev, &mut req, p, fb.id().get(), w, h);
+        // Each square: an opaque ARGB8888 buffer of one colour (alpha 0xff, so blending is
+        // exact), kept alive until the capture is read.
+        let mut keep = Vec::new();
+        for sq in squares {
+            let mut buf = DumbBuffer::create(dev, spec(sq.side, sq.side)).unwrap();
+            let argb = (0xff00_0000u32 | sq.rgb).to_le_bytes();
+            let fill: Vec<u8> = (0..buf.size() / 4).flat_map(|_| argb).collect();
+            buf.map().unwrap().write_at(0, &fill).unwrap();
+            let sfb = dev
+                .add_framebuffer(&FbSpec::single(
+                    sq.side,
+                    sq.side,
+                    sys::DRM_FORMAT_ARGB8888,
+                    buf.handle(),
+                    buf.pitch(),
+                ))
+                .unwrap();
+            let c = sq.plane;
+            req.set(c, prop(dev, c, "FB_ID"), u64::from(sfb.id().get()))
+                .set(c, prop(dev, c, "CRTC_ID"), u64::from(p.crtc.get()))
+                .set(c, prop(dev, c, "SRC_X"), 0)
+                .set(c, prop(dev, c, "SRC_Y"), 0)
+                .set(c, prop(dev, c, "SRC_W"), u64::from(sq.side) << 16)
+                .set(c, prop(dev, c, "SRC_H"), u64::from(sq.side) << 16)
+                .set(c, prop(dev, c, "CRTC_X"), u64::from(sq.x))
+                .set(c, prop(dev, c, "CRTC_Y"), u64::from(sq.y))
+                .set(c, prop(dev, c, "CRTC_W"), u64::from(sq.side))
+                .set(c, prop(dev, c, "CRTC_H"), u64::from(sq.side));
+            keep.push((sfb, buf));
         }
         if let Err(e) =
             dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET | AtomicFlags::TEST_ONLY, 0)
@@ -262,11 +391,11 @@ fn writeback_check(with_cursor: bool) {
             for x in 0..w {
                 let at = y as usize * pitch + x as usize * 4;
                 let got = u32::from_le_bytes(back[at..at + 4].try_into().unwrap()) & 0xff_ffff;
-                let want = if in_cursor(x, y) {
-                    CURSOR.3
-                } else {
-                    px(x, y) & 0xff_ffff
-                };
+                let want = squares
+                    .iter()
+                    .rev()
+                    .find(|s| s.covers(x, y))
+                    .map_or(px(x, y) & 0xff_ffff, |s| s.rgb);
                 if got != want {
                     bad += 1;
                     if bad < 5 {
@@ -282,14 +411,17 @@ fn writeback_check(with_cursor: bool) {
 
         // Turn the pipe off again so later tests start from scratch.
         let mut off = AtomicRequest::new();
-        off.set(p.crtc, prop(&dev, p.crtc, "ACTIVE"), 0)
-            .set(p.crtc, prop(&dev, p.crtc, "MODE_ID"), 0)
-            .set(p.writeback, prop(&dev, p.writeback, "CRTC_ID"), 0)
-            .set(p.plane, prop(&dev, p.plane, "FB_ID"), 0)
-            .set(p.plane, prop(&dev, p.plane, "CRTC_ID"), 0);
-        if let Some(c) = cursor {
-            off.set(c, prop(&dev, c, "FB_ID"), 0)
-                .set(c, prop(&dev, c, "CRTC_ID"), 0);
+        off.set(p.crtc, prop(dev, p.crtc, "ACTIVE"), 0)
+            .set(p.crtc, prop(dev, p.crtc, "MODE_ID"), 0)
+            .set(p.writeback, prop(dev, p.writeback, "CRTC_ID"), 0)
+            .set(p.plane, prop(dev, p.plane, "FB_ID"), 0)
+            .set(p.plane, prop(dev, p.plane, "CRTC_ID"), 0);
+        for sq in squares {
+            off.set(sq.plane, prop(dev, sq.plane, "FB_ID"), 0).set(
+                sq.plane,
+                prop(dev, sq.plane, "CRTC_ID"),
+                0,
+            );
         }
         dev.atomic_commit(&off, AtomicFlags::ALLOW_MODESET, 0)
             .expect("off");
@@ -349,11 +481,32 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
         .and_then(|mut f| f.write_all(b"auto"))
         .expect("crc/control");
     let data = std::fs::File::open(dir.join("crc/data")).expect("crc/data");
-    let mut lines = std::io::BufReader::new(data).lines();
+    let mut reader = std::io::BufReader::new(data);
     // Each line is "0x<frame> 0x<crc>"; the kernel queues lines from the moment capture
-    // starts, so a reader may be many frames behind: compare by frame number.
+    // starts, so a reader may be many frames behind: compare by frame number. A read
+    // blocks until vkms composes a frame: wait at most 10 s for one, then fail (with the
+    // CRTC's vblank count, to tell a stalled vblank from a stalled CRC worker).
+    let crtc = p.crtc;
     let mut next = || -> (u64, String) {
-        let l = lines.next().expect("a CRC line").expect("read CRC");
+        if reader.buffer().is_empty() {
+            let mut fds = [rustix::event::PollFd::new(
+                reader.get_ref(),
+                rustix::event::PollFlags::IN,
+            )];
+            let ten = rustix::event::Timespec {
+                tv_sec: 10,
+                tv_nsec: 0,
+            };
+            let n = rustix::event::poll(&mut fds, Some(&ten)).expect("poll crc/data");
+            assert!(
+                n == 1,
+                "no CRC line in 10 s (vblank sequence now {:?})",
+                dev.crtc_sequence(crtc).map(|s| s.sequence)
+            );
+        }
+        let mut l = String::new();
+        reader.read_line(&mut l).expect("read CRC");
+        assert!(!l.is_empty(), "crc/data ended");
         // Lines can carry a stray NUL from the kernel's formatting: trim it.
         let mut it = l.trim_matches('\0').split_whitespace();
         let frame = it
@@ -394,7 +547,7 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
         b,
         "the new content's CRC is stable too"
     );
-    drop(lines);
+    drop(reader);
     let mut off = AtomicRequest::new();
     off.set(p.crtc, prop(&dev, p.crtc, "ACTIVE"), 0)
         .set(p.crtc, prop(&dev, p.crtc, "MODE_ID"), 0)

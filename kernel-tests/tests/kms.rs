@@ -253,7 +253,20 @@ fn find_property_by_name_and_blobs() {
         let blob = dev.create_blob(b"drm-toolkit blob").unwrap();
         id = blob.id();
         assert_eq!(dev.blob(id).unwrap(), b"drm-toolkit blob");
+        // A length guess changes the number of ioctls, never the bytes: right (16), short,
+        // long, none.
+        for guess in [16, 1, 15, 17, 4096, 0] {
+            assert_eq!(
+                dev.blob_sized(id, guess).unwrap(),
+                b"drm-toolkit blob",
+                "guess {guess}"
+            );
+        }
     }
+    assert_eq!(
+        lib_errno(dev.blob_sized(id, 16), "DRM_IOCTL_MODE_GETPROPBLOB"),
+        Errno::NOENT
+    );
     assert_eq!(
         lib_errno(dev.blob(id), "DRM_IOCTL_MODE_GETPROPBLOB"),
         Errno::NOENT

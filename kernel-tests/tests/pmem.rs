@@ -16,6 +16,7 @@ use hmm::{
 use kernel_tests::pmem::{MNT, RestoreRaw, fsdax_mount, namespace_name, set_mode, sh};
 use kernel_tests::{open_fds, require_feature, skip};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 const MIB: usize = 1 << 20;
@@ -376,6 +377,11 @@ fn read_only_file_cannot_be_mapped_writable() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// Misaligned offsets and lengths are refused before the kernel is asked; the kernel's own
+/// check (`check_vma`: the mapping's start and end must be aligned) answers EINVAL for a
+/// misaligned length. It does not look at the offset: a misaligned offset with an aligned
+/// length fails only when the address it picks is misaligned (on 6.1 it once was aligned,
+/// and the mapping succeeded), so that case is not asked of the kernel.
 #[test]
 fn devdax_at_a_wrong_alignment_is_einval() {
     let (ns, _restore) = setup!(set_mode("devdax"));
@@ -388,15 +394,24 @@ fn devdax_at_a_wrong_alignment_is_einval() {
         (0, align + 4096),
         (align as u64 / 2, align),
     ] {
+        match DaxMapping::map_devdax(&dev, offset, len) {
+            Err(Error::InvalidArgument { what }) => {
+                assert!(what.contains("alignment"), "{what}")
+            }
+            other => panic!("offset {offset:#x} len {len:#x}: {other:?}"),
+        }
+    }
+    for len in [4096, align + 4096, align / 2] {
         assert_eq!(
-            syscall_errno(
-                DaxMapping::map_devdax(&dev, offset, len),
-                "mmap(MAP_SHARED)"
-            ),
-            Errno::INVAL,
-            "offset {offset:#x} len {len:#x}"
+            kernel_tests::raw::mmap_shared(dev.as_fd(), 0, len),
+            Err(Errno::INVAL),
+            "the kernel's answer to len {len:#x}"
         );
     }
+    assert_eq!(
+        kernel_tests::raw::mmap_shared(dev.as_fd(), 0, align),
+        Ok(())
+    );
     assert_invalid(DaxMapping::map_devdax(&dev, 0, 0), "0 bytes");
     assert_invalid(DaxMapping::map_devdax(&dev, dev.size(), align), "exceed");
     assert_eq!(open_fds(), fds, "fds leaked");

@@ -30,7 +30,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    fn ok(probe: &str, detail: Option<String>) -> Self {
+    pub(crate) fn ok(probe: &str, detail: Option<String>) -> Self {
         Self {
             supported: true,
             class: "ok".into(),
@@ -39,7 +39,7 @@ impl Probe {
         }
     }
 
-    fn failed(probe: &str, e: &drm_gem::Error) -> Self {
+    pub(crate) fn failed(probe: &str, e: &drm_gem::Error) -> Self {
         Self {
             supported: false,
             class: error_class(e),
@@ -48,7 +48,7 @@ impl Probe {
         }
     }
 
-    fn skipped(probe: &str, why: &str) -> Self {
+    pub(crate) fn skipped(probe: &str, why: &str) -> Self {
         Self {
             supported: false,
             class: "skipped".into(),
@@ -57,7 +57,7 @@ impl Probe {
         }
     }
 
-    fn of<T>(
+    pub(crate) fn of<T>(
         probe: &str,
         r: &drm_gem::Result<T>,
         detail: impl FnOnce(&T) -> Option<String>,
@@ -89,7 +89,8 @@ pub struct CapsReport {
     pub schema_version: u32,
     /// `uname -r`.
     pub kernel: String,
-    /// Families that do not belong to one DRM device (sw_sync, udmabuf, dma_heap, test_hmm).
+    /// Families that do not belong to one DRM device (sw_sync, udmabuf, udmabuf_create,
+    /// dma_heap, test_hmm, test_hmm_layout).
     pub system: BTreeMap<String, Probe>,
     /// Per-device probes.
     pub devices: Vec<DeviceCaps>,
@@ -125,23 +126,9 @@ fn system_probes() -> BTreeMap<String, Probe> {
             rustix::fs::Mode::empty(),
         )
     };
-    m.insert(
-        "udmabuf".into(),
-        match open("/dev/udmabuf") {
-            Ok(_) => Probe::ok(
-                "open(/dev/udmabuf)",
-                Some(
-                    "the node opens; UDMABUF_CREATE is not probed (hmm has no Udmabuf yet)".into(),
-                ),
-            ),
-            Err(e) => Probe {
-                supported: false,
-                class: errno_name(e),
-                probe: "open(/dev/udmabuf)".into(),
-                detail: None,
-            },
-        },
-    );
+    let (udmabuf, udmabuf_create) = crate::hmm_probe::caps_udmabuf();
+    m.insert("udmabuf".into(), udmabuf);
+    m.insert("udmabuf_create".into(), udmabuf_create);
     m.insert(
         "dma_heap".into(),
         match std::fs::read_dir("/dev/dma_heap") {
@@ -175,16 +162,10 @@ fn system_probes() -> BTreeMap<String, Probe> {
     m.insert(
         "test_hmm".into(),
         match open("/dev/hmm_dmirror0") {
-            Ok(_) => Probe {
-                supported: true,
-                class: "ok".into(),
-                probe: "open(/dev/hmm_dmirror0)".into(),
-                detail: Some(
-                    "layout: not probed (TODO: the hmm crate has no run-time layout probe yet; \
-                     it is never guessed from the kernel version)"
-                        .into(),
-                ),
-            },
+            Ok(_) => Probe::ok(
+                "open(/dev/hmm_dmirror0)",
+                Some("the node opens; `test_hmm_layout` has its request numbering".into()),
+            ),
             Err(e) => Probe {
                 supported: false,
                 class: errno_name(e),
@@ -193,6 +174,7 @@ fn system_probes() -> BTreeMap<String, Probe> {
             },
         },
     );
+    m.insert("test_hmm_layout".into(), crate::hmm_probe::caps_layout());
     m
 }
 
@@ -602,7 +584,7 @@ pub fn render(r: &CapsReport) -> String {
     for (k, p) in &r.system {
         let _ = writeln!(
             s,
-            "  {k:<10} {}{}",
+            "  {k:<15} {}{}",
             cell(p),
             p.detail
                 .as_deref()

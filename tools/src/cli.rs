@@ -1,4 +1,5 @@
-//! The command line: `devices`, `info`, `caps`, `buffers`, `kms`, `completions`, `man`.
+//! The command line: `devices`, `info`, `caps`, `buffers`, `kms`, `hmm`, `pmem`,
+//! `completions`, `man`.
 //!
 //! # Exit codes
 //! - 0: success (also when some processes could not be read: they are listed).
@@ -6,7 +7,11 @@
 //!   could not be written).
 //! - 2: bad usage (unknown option, bad value).
 //! - 3: `--pid`, `DEVICE`/`--device`, a connector, mode or CRTC matched nothing.
-//! - 4: this machine has no DRM devices at all (`info`, `caps`, `kms`).
+//! - 4: this machine has no DRM devices at all (`info`, `caps`, `kms`), or no persistent
+//!   memory (`pmem list`; with `--json` the document is printed too, with its `reason`).
+//!
+//! `hmm probe` exits 0 whatever the kernel has: a missing test_hmm or udmabuf is a finding,
+//! reported as `no` with the reason.
 
 use crate::render::{By, SortKey};
 use crate::scan::{self, Options, SCHEMA_VERSION};
@@ -18,7 +23,8 @@ use std::time::{Duration, Instant};
 
 /// Exit status when `--pid` or `--device` matched nothing.
 pub const EXIT_NO_MATCH: u8 = 3;
-/// Exit status when the machine has no DRM devices at all.
+/// Exit status when the machine has no DRM devices at all (or, for `pmem list`, no
+/// persistent memory).
 pub const EXIT_NO_DEVICES: u8 = 4;
 
 #[derive(Parser, Debug)]
@@ -32,11 +38,12 @@ pub const EXIT_NO_DEVICES: u8 = 4;
                   drmtool buffers --watch 1\n  drmtool kms list card0\n  \
                   drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
                   drmtool kms screenshot 38 -o crtc.png\n  \
+                  drmtool hmm probe\n  drmtool pmem list --json\n  \
                   drmtool completions bash > /etc/bash_completion.d/drmtool\n  \
                   drmtool man > drmtool.1\n\n\
                   Exit codes: 0 ok, 1 the command failed (an ioctl, /proc, the output), \
                   2 bad usage, 3 a device/pid/connector/mode/CRTC matched nothing, \
-                  4 no DRM devices on this machine.\n\n\
+                  4 no DRM devices on this machine (pmem list: no persistent memory).\n\n\
                   On a machine without /dev/dri, run it in a guest with real drivers:\n  \
                   scripts/drmtool devices"
 )]
@@ -86,6 +93,12 @@ enum Cmd {
     /// Kernel modesetting: list, set a mode with a test pattern, screenshot a CRTC.
     #[command(subcommand)]
     Kms(KmsCmd),
+    /// The test_hmm mirror devices, udmabuf and host registration backends.
+    #[command(subcommand)]
+    Hmm(HmmCmd),
+    /// Persistent memory: regions, namespaces, /dev/pmem* and /dev/dax*, DAX mounts.
+    #[command(subcommand)]
+    Pmem(PmemCmd),
     /// Print a shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Example:\n  drmtool completions bash > /etc/bash_completion.d/drmtool")]
     Completions {
@@ -142,6 +155,38 @@ enum KmsCmd {
     },
 }
 
+/// `drmtool hmm ...`.
+#[derive(Subcommand, Debug)]
+enum HmmCmd {
+    /// Which test_hmm requests this kernel answers (probed harmlessly on one page of this
+    /// process's own memory), the request numbering and how it was decided, udmabuf with its
+    /// limits, and which host registration backends work. Each "no" has its errno class.
+    ///
+    /// The last probe, HMM_DMIRROR_RELEASE, moves every page the mirror device holds back
+    /// to system memory (contents unchanged), also those of other processes using it.
+    #[command(
+        after_help = "Examples:\n  drmtool hmm probe\n  drmtool hmm probe --json\n\n\
+                            Exit codes: 0 (also when test_hmm or udmabuf is missing: that is \
+                            reported), 1 the output could not be written."
+    )]
+    Probe,
+}
+
+/// `drmtool pmem ...`.
+#[derive(Subcommand, Debug)]
+enum PmemCmd {
+    /// Regions and namespaces (/sys/bus/nd) with mode, size and alignment, every /dev/pmem*
+    /// and /dev/dax* node, and the filesystems mounted from them with their DAX policy
+    /// (/proc/self/mountinfo).
+    #[command(
+        after_help = "Examples:\n  drmtool pmem list\n  drmtool pmem list --json\n\n\
+                            Exit codes: 0, 4 no persistent memory on this machine (the JSON \
+                            is printed anyway, with its reason), 1 the output could not be \
+                            written."
+    )]
+    List,
+}
+
 /// Options of `drmtool buffers`.
 #[derive(clap::Args, Debug, Clone)]
 struct BuffersArgs {
@@ -192,6 +237,15 @@ pub fn main_with(
         Cmd::Info { device, probe } => info(device.as_deref(), probe, cli.json, out),
         Cmd::Caps { device } => caps(device.as_deref(), cli.json, out),
         Cmd::Kms(k) => kms(k, cli.json, out),
+        Cmd::Hmm(HmmCmd::Probe) => {
+            let r = crate::hmm_probe::probe();
+            if cli.json {
+                emit_json(&r, out)
+            } else {
+                emit_text(&crate::hmm_probe::render(&r), out)
+            }
+        }
+        Cmd::Pmem(PmemCmd::List) => pmem_list(cli.json, out),
         Cmd::Completions { shell } => {
             let mut cmd = command();
             clap_complete::generate(shell, &mut cmd, "drmtool", out);
@@ -278,6 +332,29 @@ fn caps(spec: Option<&str>, json: bool, out: &mut dyn Write) -> ExitCode {
         emit_json(&r, out)
     } else {
         emit_text(&crate::caps::render(&r), out)
+    }
+}
+
+fn pmem_list(json: bool, out: &mut dyn Write) -> ExitCode {
+    let r = crate::pmem::list();
+    let empty = r.regions.is_empty() && r.devices.is_empty();
+    let code = if json {
+        emit_json(&r, out)
+    } else if empty {
+        ExitCode::SUCCESS
+    } else {
+        emit_text(&crate::pmem::render(&r), out)
+    };
+    if code != ExitCode::SUCCESS {
+        return code;
+    }
+    if let Some(why) = &r.reason {
+        eprintln!("drmtool: {why}");
+    }
+    if empty {
+        ExitCode::from(EXIT_NO_DEVICES)
+    } else {
+        code
     }
 }
 

@@ -1,4 +1,4 @@
-//! `drmtool` as a library: `info`, `caps` and `kms` (modules of the same names), the parsers behind `drmtool buffers` (fdinfo, dma-buf fdinfo,
+//! `drmtool` as a library: `info`, `caps`, `kms`, `hmm_probe` and `pmem` (the subcommands), the parsers behind `drmtool buffers` (fdinfo, dma-buf fdinfo,
 //! `/proc/<pid>/maps`, DRM debugfs files), the `/proc` scan that joins them into one
 //! report, its table and JSON views, the command line, and the sample client used by the
 //! guest tests.
@@ -13,9 +13,11 @@ pub mod caps;
 pub mod cli;
 pub mod debugfs;
 pub mod fdinfo;
+pub mod hmm_probe;
 pub mod info;
 pub mod kms;
 pub mod maps;
+pub mod pmem;
 pub mod render;
 pub mod sample;
 pub mod scan;

@@ -145,11 +145,17 @@ if [ "$VM_HOSTROOT" = 1 ]; then
 fi
 
 cp /etc/vm-payload.sh "$ROOT/run/vm-payload.sh"
+# The guest kernel's modules where the payload can reach them: `modprobe -d
+# "$VM_MODULES_ROOT" NAME ARGS` (a test reloads vkms with other parameters).
+if [ -d /lib/modules ]; then
+  mkdir -p "$ROOT/run/vm-modules/lib/modules"
+  mount -o bind /lib/modules "$ROOT/run/vm-modules/lib/modules"
+fi
 rm -f "$ROOT/tmp/vm-results"
 rec "note payload start $(cut -d' ' -f1 /proc/uptime)"
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp \
   TMPDIR=/tmp TERM=dumb LANG=C.UTF-8 VM_GUEST=1 VM_RESULTS_FILE=/tmp/vm-results \
-  chroot "$ROOT" /bin/sh /run/vm-payload.sh > "$OUT" 2>&1 < /dev/null
+  VM_MODULES_ROOT=/run/vm-modules chroot "$ROOT" /bin/sh /run/vm-payload.sh > "$OUT" 2>&1 < /dev/null
 rc=$?
 # Results a payload wrote (one record payload per line) are forwarded in order.
 if [ -f "$ROOT/tmp/vm-results" ]; then

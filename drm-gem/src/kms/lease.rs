@@ -28,19 +28,21 @@ impl Device {
 
     /// `DRM_IOCTL_MODE_LIST_LESSEES`: ids of this master's live lessees.
     pub fn lessees(&self) -> Result<Vec<u32>> {
-        let [ids] = fill_lists("DRM_IOCTL_MODE_LIST_LESSEES", [8], |[b]| {
-            Ok([sys_call::mode_list_lessees(self.as_fd(), b)? as usize])
-        })?;
-        Ok(ids)
+        fill_lists::<1, 16, u32, _, _>(
+            "DRM_IOCTL_MODE_LIST_LESSEES",
+            |[b]| Ok(([sys_call::mode_list_lessees(self.as_fd(), b)? as usize], ())),
+            |[ids], ()| ids.to_vec(),
+        )
     }
 
     /// `DRM_IOCTL_MODE_GET_LEASE`: the objects leased to this file (all objects for a
     /// master that is not a lessee).
     pub fn leased_objects(&self) -> Result<Vec<u32>> {
-        let [ids] = fill_lists("DRM_IOCTL_MODE_GET_LEASE", [16], |[b]| {
-            Ok([sys_call::mode_get_lease(self.as_fd(), b)? as usize])
-        })?;
-        Ok(ids)
+        fill_lists::<1, 32, u32, _, _>(
+            "DRM_IOCTL_MODE_GET_LEASE",
+            |[b]| Ok(([sys_call::mode_get_lease(self.as_fd(), b)? as usize], ())),
+            |[ids], ()| ids.to_vec(),
+        )
     }
 
     /// `DRM_IOCTL_MODE_REVOKE_LEASE`: ends a lease; the lessee's file stays open but sees

@@ -47,7 +47,10 @@ pub use vblank::Sequence;
 /// A NUL-terminated (or full) fixed-size C name as text.
 pub(crate) fn c_name(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    match core::str::from_utf8(&b[..end]) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(&b[..end]).into_owned(),
+    }
 }
 
 #[cfg(feature = "serde")]

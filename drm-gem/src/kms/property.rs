@@ -2,7 +2,7 @@
 //! property blobs (read, and created as RAII objects).
 
 use super::ids::{BlobId, ModeObject, PropertyId};
-use super::resources::fill_lists;
+use super::resources::Slots;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::sys_call;
@@ -231,43 +231,46 @@ impl Drop for PropertyBlob<'_> {
 impl Device {
     /// `DRM_IOCTL_MODE_GETPROPERTY`: a property's name, kind and flags.
     pub fn property(&self, id: PropertyId) -> Result<Property> {
-        let (mut nv, mut ne) = (4usize, 16usize);
+        let mut values = Slots::<u64, 8>::new();
+        let mut enums = Slots::<sys::drm_mode_property_enum, 32>::new();
         for _ in 0..8 {
-            let mut values = vec![0u64; nv];
-            let mut enums = vec![sys::drm_mode_property_enum::default(); ne];
-            let a = sys_call::mode_getproperty(self.as_fd(), id.get(), &mut values, &mut enums)?;
+            let (mut v, mut e) = (values.buf(), enums.buf());
+            let a = sys_call::mode_getproperty(self.as_fd(), id.get(), &mut v, &mut e)?;
             let (tv, te) = (a.count_values as usize, a.count_enum_blobs as usize);
-            if tv <= nv && te <= ne {
-                values.truncate(tv);
-                enums.truncate(te);
-                return Ok(decode_property(id, &a, &values, &enums));
+            if v.filled().len() == tv && e.filled().len() == te {
+                return Ok(decode_property(id, &a, v.filled(), e.filled()));
             }
-            (nv, ne) = (nv.max(tv), ne.max(te));
+            values.grow(tv);
+            enums.grow(te);
         }
         Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPERTY"))
     }
 
     /// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES`: the property ids and raw values of one object.
     pub fn object_properties<O: ModeObject>(&self, obj: O) -> Result<Vec<(PropertyId, u64)>> {
-        let mut values_out = Vec::new();
-        let [ids] = fill_lists("DRM_IOCTL_MODE_OBJ_GETPROPERTIES", [32], |[p]| {
-            let mut v = vec![0u64; p.len()];
+        let mut ids = Slots::<u32, 64>::new();
+        let mut values = Slots::<u64, 64>::new();
+        for _ in 0..8 {
+            let (mut p, mut v) = (ids.buf(), values.buf());
             let n = sys_call::mode_obj_getproperties(
                 self.as_fd(),
                 obj.raw(),
                 O::OBJECT_TYPE,
-                p,
+                &mut p,
                 &mut v,
             )? as usize;
-            v.truncate(n);
-            values_out = v;
-            Ok([n])
-        })?;
-        Ok(ids
-            .into_iter()
-            .zip(values_out)
-            .filter_map(|(p, v)| PropertyId::new(p).map(|p| (p, v)))
-            .collect())
+            if p.filled().len() == n && v.filled().len() == n {
+                return Ok(p
+                    .filled()
+                    .iter()
+                    .zip(v.filled())
+                    .filter_map(|(&p, &v)| PropertyId::new(p).map(|p| (p, v)))
+                    .collect());
+            }
+            ids.grow(n);
+            values.grow(n);
+        }
+        Err(super::resources::grew("DRM_IOCTL_MODE_OBJ_GETPROPERTIES"))
     }
 
     /// An object's properties with metadata and decoded values, in the kernel's order.
@@ -302,13 +305,22 @@ impl Device {
     /// into a buffer of exactly the blob's length, which the first call reports (blobs
     /// are immutable, so the length cannot change in between).
     pub fn blob(&self, id: BlobId) -> Result<Vec<u8>> {
-        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut [])? as usize;
-        let mut buf = vec![0u8; len];
-        if len > 0 {
-            let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
-            if again != len {
-                return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
-            }
+        self.blob_sized(id, 0)
+    }
+
+    /// [`Device::blob`] with a guess of the blob's length (say, the length of the same
+    /// property's blob on another plane): one ioctl when the guess is right, two otherwise
+    /// (a wrong guess copies nothing; the kernel answers the real length). 0: no guess.
+    pub fn blob_sized(&self, id: BlobId, guess: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; guess];
+        let len = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if len == guess {
+            return Ok(buf);
+        }
+        buf = vec![0u8; len];
+        let again = sys_call::mode_getpropblob(self.as_fd(), id.get(), &mut buf)? as usize;
+        if again != len {
+            return Err(super::resources::grew("DRM_IOCTL_MODE_GETPROPBLOB"));
         }
         Ok(buf)
     }

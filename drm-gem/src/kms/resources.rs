@@ -8,9 +8,10 @@ use super::ids::{ConnectorId, CrtcId, EncoderId, PlaneId, PropertyId, ids};
 use super::{FramebufferId, Mode};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::sys_call;
+use crate::sys_call::{self, OutBuf, OutElem};
 use ioctl_sys::drm as sys;
 use rustix::fd::AsFd;
+use std::mem::MaybeUninit;
 
 /// How many times a list query is retried when the kernel's count keeps growing (hotplug
 /// between calls) before giving up.
@@ -172,25 +173,59 @@ pub struct Plane {
     pub formats: Vec<u32>,
 }
 
-/// Runs a count-then-fill query: `fill(bufs)` returns the kernel's totals; buffers start at
-/// `guess` entries and grow to the totals until everything fitted.
-pub(crate) fn fill_lists<const N: usize, T: Default + Clone>(
-    what: &str,
-    guess: [usize; N],
-    mut fill: impl FnMut(&mut [Vec<T>; N]) -> Result<[usize; N]>,
-) -> Result<[Vec<T>; N]> {
-    let mut cap = guess;
-    for _ in 0..RETRIES {
-        let mut bufs: [Vec<T>; N] = core::array::from_fn(|i| vec![T::default(); cap[i]]);
-        let totals = fill(&mut bufs)?;
-        if totals.iter().zip(cap).all(|(t, c)| *t <= c) {
-            for (b, t) in bufs.iter_mut().zip(totals) {
-                b.truncate(t);
-            }
-            return Ok(bufs);
+/// Slots for one list of a count-then-fill query: `S` on the stack first (no allocation,
+/// nothing zeroed), then the kernel's total on the heap when those were too few.
+pub(crate) struct Slots<T, const S: usize> {
+    stack: [MaybeUninit<T>; S],
+    heap: Vec<T>,
+    want: usize,
+}
+
+impl<T: OutElem, const S: usize> Slots<T, S> {
+    /// `S` stack slots.
+    pub(crate) fn new() -> Self {
+        Self {
+            stack: [const { MaybeUninit::uninit() }; S],
+            heap: Vec::new(),
+            want: S,
         }
-        for (c, t) in cap.iter_mut().zip(totals) {
-            *c = (*c).max(t);
+    }
+
+    /// The slots for the next try: the stack ones while they are enough, else as many as
+    /// the kernel last reported, on the heap.
+    pub(crate) fn buf(&mut self) -> OutBuf<'_, T> {
+        if self.want <= S {
+            OutBuf::new(&mut self.stack)
+        } else {
+            self.heap = Vec::with_capacity(self.want);
+            OutBuf::new(self.heap.spare_capacity_mut())
+        }
+    }
+
+    /// Makes room for `total` entries on the next try.
+    pub(crate) fn grow(&mut self, total: usize) {
+        self.want = self.want.max(total);
+    }
+}
+
+/// Runs a count-then-fill query over `N` lists of `T`: `fill(bufs)` offers the slots to the
+/// kernel and returns its totals and the rest of its answer (`A`); when every list fitted,
+/// `done` turns what the kernel wrote into the result. The first try uses `S` stack slots per list, so the common case is one
+/// ioctl and no temporary allocation; a list that did not fit gets its total on the heap.
+pub(crate) fn fill_lists<const N: usize, const S: usize, T: OutElem, A, R>(
+    what: &str,
+    mut fill: impl FnMut(&mut [OutBuf<'_, T>; N]) -> Result<([usize; N], A)>,
+    mut done: impl FnMut([&[T]; N], A) -> R,
+) -> Result<R> {
+    let mut slots: [Slots<T, S>; N] = core::array::from_fn(|_| Slots::new());
+    for _ in 0..RETRIES {
+        let mut bufs = slots.each_mut().map(Slots::buf);
+        let (totals, answer) = fill(&mut bufs)?;
+        if bufs.iter().zip(totals).all(|(b, t)| b.filled().len() == t) {
+            return Ok(done(bufs.each_ref().map(OutBuf::filled), answer));
+        }
+        for (s, t) in slots.iter_mut().zip(totals) {
+            s.grow(t);
         }
     }
     Err(grew(what))
@@ -200,26 +235,29 @@ impl Device {
     /// `DRM_IOCTL_MODE_GETRESOURCES`. EOPNOTSUPP on drivers without KMS (vgem) and on
     /// render nodes (EACCES there: KMS is primary-node only).
     pub fn resources(&self) -> Result<Resources> {
-        let mut last = sys::drm_mode_card_res::default();
-        let [fbs, crtcs, connectors, encoders] =
-            fill_lists("DRM_IOCTL_MODE_GETRESOURCES", [8, 8, 8, 8], |b| {
-                let [fb, cr, co, en] = b;
-                last = sys_call::mode_getresources(self.as_fd(), fb, cr, co, en)?;
-                Ok([
-                    last.count_fbs as usize,
-                    last.count_crtcs as usize,
-                    last.count_connectors as usize,
-                    last.count_encoders as usize,
-                ])
-            })?;
-        Ok(Resources {
-            framebuffers: ids(&fbs, FramebufferId::new),
-            crtcs: ids(&crtcs, CrtcId::new),
-            connectors: ids(&connectors, ConnectorId::new),
-            encoders: ids(&encoders, EncoderId::new),
-            min_size: (last.min_width, last.min_height),
-            max_size: (last.max_width, last.max_height),
-        })
+        fill_lists::<4, 32, u32, _, _>(
+            "DRM_IOCTL_MODE_GETRESOURCES",
+            |[fb, cr, co, en]| {
+                let last = sys_call::mode_getresources(self.as_fd(), fb, cr, co, en)?;
+                Ok((
+                    [
+                        last.count_fbs as usize,
+                        last.count_crtcs as usize,
+                        last.count_connectors as usize,
+                        last.count_encoders as usize,
+                    ],
+                    last,
+                ))
+            },
+            |[fbs, crtcs, connectors, encoders], last| Resources {
+                framebuffers: ids(fbs, FramebufferId::new),
+                crtcs: ids(crtcs, CrtcId::new),
+                connectors: ids(connectors, ConnectorId::new),
+                encoders: ids(encoders, EncoderId::new),
+                min_size: (last.min_width, last.min_height),
+                max_size: (last.max_width, last.max_height),
+            },
+        )
     }
 
     /// `DRM_IOCTL_MODE_GETCONNECTOR` without a probe: the modes are those of the last
@@ -236,51 +274,56 @@ impl Device {
 
     fn connector_inner(&self, id: ConnectorId, probe: bool) -> Result<Connector> {
         if probe {
-            // count_modes = 0 asks the kernel to probe; the answer is then read below.
+            // No mode slots (count_modes = 0) asks the kernel to probe; the answer is then
+            // read below.
             sys_call::mode_getconnector(
                 self.as_fd(),
                 id.get(),
-                &mut [],
-                &mut [],
-                &mut [],
-                &mut [],
+                &mut OutBuf::new(&mut []),
+                &mut OutBuf::new(&mut []),
+                &mut OutBuf::new(&mut []),
+                &mut OutBuf::new(&mut []),
             )?;
         }
-        // The modes buffer is never empty: an empty one would make the kernel probe.
-        let (mut ne, mut nm, mut np) = (4usize, 32usize, 32usize);
+        // The mode slots are never empty: none would make the kernel probe. A first try on
+        // the stack (128 modes: 8.5 KiB) fits what most connectors report.
+        let mut enc = Slots::<u32, 8>::new();
+        let mut modes = Slots::<sys::drm_mode_modeinfo, 128>::new();
+        let mut props = Slots::<u32, 64>::new();
+        let mut values = Slots::<u64, 64>::new();
         let mut found = None;
         for _ in 0..RETRIES {
-            let mut enc = vec![0u32; ne];
-            let mut modes = vec![sys::drm_mode_modeinfo::default(); nm];
-            let mut props = vec![0u32; np];
-            let mut values = vec![0u64; np];
+            let (mut e, mut m, mut p, mut v) = (enc.buf(), modes.buf(), props.buf(), values.buf());
             let a = sys_call::mode_getconnector(
                 self.as_fd(),
                 id.get(),
-                &mut enc,
-                &mut modes,
-                &mut props,
-                &mut values,
+                &mut e,
+                &mut m,
+                &mut p,
+                &mut v,
             )?;
             let (te, tm, tp) = (
                 a.count_encoders as usize,
                 a.count_modes as usize,
                 a.count_props as usize,
             );
-            if te <= ne && tm <= nm && tp <= np {
-                enc.truncate(te);
-                modes.truncate(tm);
-                props.truncate(tp);
-                values.truncate(tp);
+            let (e, m, p, v) = (e.filled(), m.filled(), p.filled(), v.filled());
+            if e.len() == te && m.len() == tm && p.len() == tp && v.len() == tp {
                 found = Some((
                     a,
-                    enc,
-                    modes,
-                    props.into_iter().zip(values).collect::<Vec<_>>(),
+                    ids(e, EncoderId::new),
+                    m.iter().map(Mode::from).collect::<Vec<_>>(),
+                    p.iter()
+                        .zip(v)
+                        .filter_map(|(&p, &v)| PropertyId::new(p).map(|p| (p, v)))
+                        .collect::<Vec<_>>(),
                 ));
                 break;
             }
-            (ne, nm, np) = (ne.max(te), nm.max(tm), np.max(tp));
+            enc.grow(te);
+            modes.grow(tm);
+            props.grow(tp);
+            values.grow(tp);
         }
         let (last, encoders, modes_out, props_out) =
             found.ok_or_else(|| grew("DRM_IOCTL_MODE_GETCONNECTOR"))?;
@@ -296,13 +339,10 @@ impl Device {
             status,
             size_mm: (last.mm_width, last.mm_height),
             subpixel: last.subpixel,
-            modes: modes_out.iter().map(Mode::from).collect(),
-            encoders: ids(&encoders, EncoderId::new),
+            modes: modes_out,
+            encoders,
             encoder: EncoderId::new(last.encoder_id),
-            properties: props_out
-                .into_iter()
-                .filter_map(|(p, v)| PropertyId::new(p).map(|p| (p, v)))
-                .collect(),
+            properties: props_out,
         })
     }
 
@@ -337,27 +377,35 @@ impl Device {
     /// `DRM_IOCTL_MODE_GETPLANERESOURCES`: plane ids (primary and cursor planes only after
     /// [`ClientCap::UniversalPlanes`](crate::ClientCap::UniversalPlanes) is set).
     pub fn plane_ids(&self) -> Result<Vec<PlaneId>> {
-        let [raw] = fill_lists("DRM_IOCTL_MODE_GETPLANERESOURCES", [16], |[b]| {
-            Ok([sys_call::mode_getplaneresources(self.as_fd(), b)? as usize])
-        })?;
-        Ok(ids(&raw, PlaneId::new))
+        fill_lists::<1, 64, u32, _, _>(
+            "DRM_IOCTL_MODE_GETPLANERESOURCES",
+            |[b]| {
+                Ok((
+                    [sys_call::mode_getplaneresources(self.as_fd(), b)? as usize],
+                    (),
+                ))
+            },
+            |[raw], ()| ids(raw, PlaneId::new),
+        )
     }
 
     /// `DRM_IOCTL_MODE_GETPLANE`, with its formats.
     pub fn plane(&self, id: PlaneId) -> Result<Plane> {
-        let mut last = sys::drm_mode_get_plane::default();
-        let [formats] = fill_lists("DRM_IOCTL_MODE_GETPLANE", [64], |[b]| {
-            last = sys_call::mode_getplane(self.as_fd(), id.get(), b)?;
-            Ok([last.count_format_types as usize])
-        })?;
-        Ok(Plane {
-            id,
-            crtc: CrtcId::new(last.crtc_id),
-            framebuffer: FramebufferId::new(last.fb_id),
-            possible_crtcs: last.possible_crtcs,
-            gamma_size: last.gamma_size,
-            formats,
-        })
+        fill_lists::<1, 128, u32, _, _>(
+            "DRM_IOCTL_MODE_GETPLANE",
+            |[b]| {
+                let last = sys_call::mode_getplane(self.as_fd(), id.get(), b)?;
+                Ok(([last.count_format_types as usize], last))
+            },
+            |[formats], last| Plane {
+                id,
+                crtc: CrtcId::new(last.crtc_id),
+                framebuffer: FramebufferId::new(last.fb_id),
+                possible_crtcs: last.possible_crtcs,
+                gamma_size: last.gamma_size,
+                formats: formats.to_vec(),
+            },
+        )
     }
 }
 
@@ -383,23 +431,37 @@ mod tests {
 
     #[test]
     fn fill_lists_grows_to_the_totals_and_truncates() {
+        // Without a kernel nothing is ever filled, so every try reports a miss: the query
+        // must give up after RETRIES tries (growing to the totals) instead of looping.
         let mut calls = 0;
-        let [a, b] = fill_lists::<2, u32>("t", [2, 8], |[x, y]| {
-            calls += 1;
-            x.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
-            y.fill(7);
-            Ok([5, 3])
-        })
-        .unwrap();
-        assert_eq!(calls, 2, "one retry after the first answer did not fit");
-        assert_eq!(a, vec![0, 1, 2, 3, 4]);
-        assert_eq!(b, vec![7, 7, 7]);
-        // A count that keeps growing gives up instead of looping for ever.
-        let mut n = 0;
-        let r = fill_lists::<1, u32>("grows", [1], |_| {
-            n += 10;
-            Ok([n])
-        });
+        let mut rooms = Vec::new();
+        let r = fill_lists::<2, 4, u32, _, _>(
+            "t",
+            |[x, y]| {
+                calls += 1;
+                rooms.push((x.room(), y.room()));
+                Ok(([5, 3], ()))
+            },
+            |_, ()| (),
+        );
         assert!(r.is_err());
+        assert_eq!(calls, RETRIES);
+        assert_eq!(rooms[0], (4, 4), "the first try is on the stack");
+        assert!(
+            rooms[1].0 >= 5 && rooms[1].1 == 4,
+            "then the total, on the heap: {rooms:?}"
+        );
+        // Totals of 0 fit any slots: one try.
+        let mut n = 0;
+        let got = fill_lists::<1, 4, u32, _, _>(
+            "empty",
+            |_| {
+                n += 1;
+                Ok(([0], ()))
+            },
+            |[a], ()| a.len(),
+        )
+        .unwrap();
+        assert_eq!((n, got), (1, 0));
     }
 }

@@ -9,13 +9,15 @@ use super::{
 use crate::caps::ClientCap;
 use crate::device::Device;
 use crate::error::Result;
+use std::sync::Arc;
 
 /// A property of an object: metadata, raw value and decoded value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ObjectProperty {
-    /// Metadata.
-    pub property: Property,
+    /// Metadata, shared by every object of the snapshot that has this property (every
+    /// plane's `FB_ID` is one property); serialised as the property itself.
+    pub property: Arc<Property>,
     /// The raw value.
     pub raw: u64,
     /// The decoded value.
@@ -96,21 +98,22 @@ pub struct Snapshot {
 }
 
 /// Property metadata by id: many objects share one property (every plane's `FB_ID`), so
-/// each is asked for once per snapshot.
-type PropCache = std::collections::HashMap<PropertyId, Property>;
+/// each is asked for once per snapshot. A few dozen entries: a linear scan beats hashing.
+type PropCache = Vec<(PropertyId, Arc<Property>)>;
 
 fn props<O: ModeObject>(
     dev: &Device,
     cache: &mut PropCache,
     obj: O,
 ) -> Result<Vec<ObjectProperty>> {
-    let mut out = Vec::new();
-    for (id, raw) in dev.object_properties(obj)? {
-        let property = match cache.get(&id) {
-            Some(p) => p.clone(),
+    let list = dev.object_properties(obj)?;
+    let mut out = Vec::with_capacity(list.len());
+    for (id, raw) in list {
+        let property = match cache.iter().find(|(c, _)| *c == id) {
+            Some((_, p)) => Arc::clone(p),
             None => {
-                let p = dev.property(id)?;
-                cache.insert(id, p.clone());
+                let p = Arc::new(dev.property(id)?);
+                cache.push((id, Arc::clone(&p)));
                 p
             }
         };
@@ -123,10 +126,21 @@ fn props<O: ModeObject>(
     Ok(out)
 }
 
-fn blob_of(dev: &Device, props: &[ObjectProperty], name: &str) -> Option<Vec<u8>> {
+/// The blob of property `name`, guessing the length of the last blob read for it (every
+/// plane's `IN_FORMATS` is often the same size): one ioctl instead of two when right.
+fn blob_of(
+    dev: &Device,
+    props: &[ObjectProperty],
+    name: &str,
+    last_len: &mut usize,
+) -> Option<Vec<u8>> {
     let p = props.iter().find(|p| p.property.name == name)?;
     match p.value {
-        PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
+        PropertyValue::Blob(Some(id)) => {
+            let b = dev.blob_sized(id, *last_len).ok()?;
+            *last_len = b.len();
+            Some(b)
+        }
         _ => None,
     }
 }
@@ -148,11 +162,13 @@ impl Snapshot {
         }
         let resources = dev.resources()?;
         let mut cache = PropCache::new();
+        let (mut edid_len, mut in_formats_len) = (0, 0);
         let mut connectors = Vec::new();
         for &id in &resources.connectors {
             let connector = dev.connector(id)?;
             let properties = props(dev, &mut cache, id)?;
-            let edid = blob_of(dev, &properties, "EDID").and_then(|b| edid::parse(&b).ok());
+            let edid =
+                blob_of(dev, &properties, "EDID", &mut edid_len).and_then(|b| edid::parse(&b).ok());
             connectors.push(ConnectorState {
                 connector,
                 properties,
@@ -182,8 +198,8 @@ impl Snapshot {
                     PropertyValue::Enum(name) => name.clone(),
                     _ => None,
                 });
-            let in_formats =
-                blob_of(dev, &properties, "IN_FORMATS").and_then(|b| in_formats::parse(&b).ok());
+            let in_formats = blob_of(dev, &properties, "IN_FORMATS", &mut in_formats_len)
+                .and_then(|b| in_formats::parse(&b).ok());
             planes.push(PlaneState {
                 plane,
                 kind,

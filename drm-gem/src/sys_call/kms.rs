@@ -2,6 +2,7 @@
 //! argument.
 
 use super::*;
+use std::mem::MaybeUninit;
 
 drm_ioctl!(safe
     /// Adds a framebuffer over up to four GEM handles (primary nodes).
@@ -60,23 +61,99 @@ fn count_ptr<T>(s: &mut [T]) -> (u32, u64) {
     (n, p)
 }
 
-/// `DRM_IOCTL_MODE_GETRESOURCES` into four id buffers. The returned counts are the kernel's
-/// totals, which may exceed the buffers (then only what fitted was copied).
+/// Element types the kernel writes into KMS output arrays: plain integers and structs of
+/// integers, for which every bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for types with no invalid bit patterns and no drop glue.
+pub(crate) unsafe trait OutElem: Copy {}
+// SAFETY: integers: every bit pattern is a valid value.
+unsafe impl OutElem for u32 {}
+// SAFETY: integers: every bit pattern is a valid value.
+unsafe impl OutElem for u64 {}
+// SAFETY: a bindgen struct of integers and a c_char array: every bit pattern is valid.
+unsafe impl OutElem for sys::drm_mode_modeinfo {}
+// SAFETY: a bindgen struct of a u64 and a c_char array: every bit pattern is valid.
+unsafe impl OutElem for sys::drm_mode_property_enum {}
+
+/// Slots the kernel fills in a KMS list query: uninitialised memory (a stack array or a
+/// Vec's spare capacity, never zeroed: under emulation zeroing guess-sized buffers cost
+/// more than the ioctl) and how many of them the kernel initialised. Only the sys_call
+/// wrappers set that number, right after the ioctl that wrote them.
+pub(crate) struct OutBuf<'a, T> {
+    slots: &'a mut [MaybeUninit<T>],
+    len: usize,
+}
+
+impl<'a, T: OutElem> OutBuf<'a, T> {
+    /// Empty slots.
+    pub(crate) fn new(slots: &'a mut [MaybeUninit<T>]) -> Self {
+        Self { slots, len: 0 }
+    }
+
+    /// How many slots there are.
+    pub(crate) fn room(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// What the kernel wrote (empty before a call, and when its answer did not fit).
+    pub(crate) fn filled(&self) -> &[T] {
+        // SAFETY: `len` is 0 or was set by `adopt` right after a successful ioctl that
+        // initialised the first `len` slots; `T: OutElem` makes those bytes valid `T`s.
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr().cast::<T>(), self.len) }
+    }
+
+    /// The slots as an ioctl (count, pointer) pair, at most `max` of them; forgets what was
+    /// filled before.
+    fn offer(&mut self, max: usize) -> (u32, u64) {
+        self.len = 0;
+        let n = self.slots.len().min(max).min(u32::MAX as usize);
+        let p = if n == 0 {
+            0
+        } else {
+            self.slots.as_mut_ptr() as u64
+        };
+        (n as u32, p)
+    }
+
+    /// Adopts the kernel's answer for slots offered as `offered`: every KMS list query
+    /// writes exactly `total` elements when `total <= offered` (and, when more did not fit,
+    /// none or the first `offered`, which are not used).
+    fn adopt(&mut self, offered: u32, total: u32) {
+        if total <= offered {
+            self.len = total as usize;
+        }
+    }
+}
+
+/// `DRM_IOCTL_MODE_GETRESOURCES` into four id buffers (their slots are offered; each holds
+/// the kernel's ids afterwards, or nothing when they did not fit). The returned counts are
+/// the kernel's totals.
 pub(crate) fn mode_getresources(
     fd: BorrowedFd<'_>,
-    fbs: &mut [u32],
-    crtcs: &mut [u32],
-    connectors: &mut [u32],
-    encoders: &mut [u32],
+    fbs: &mut OutBuf<'_, u32>,
+    crtcs: &mut OutBuf<'_, u32>,
+    connectors: &mut OutBuf<'_, u32>,
+    encoders: &mut OutBuf<'_, u32>,
 ) -> Result<sys::drm_mode_card_res, Error> {
     let mut a = sys::drm_mode_card_res::default();
-    (a.count_fbs, a.fb_id_ptr) = count_ptr(fbs);
-    (a.count_crtcs, a.crtc_id_ptr) = count_ptr(crtcs);
-    (a.count_connectors, a.connector_id_ptr) = count_ptr(connectors);
-    (a.count_encoders, a.encoder_id_ptr) = count_ptr(encoders);
-    // SAFETY: each pointer/count pair is one exclusive slice borrow that outlives the call;
-    // the kernel writes at most `count` u32s to each.
+    (a.count_fbs, a.fb_id_ptr) = fbs.offer(usize::MAX);
+    (a.count_crtcs, a.crtc_id_ptr) = crtcs.offer(usize::MAX);
+    (a.count_connectors, a.connector_id_ptr) = connectors.offer(usize::MAX);
+    (a.count_encoders, a.encoder_id_ptr) = encoders.offer(usize::MAX);
+    let offered = [
+        a.count_fbs,
+        a.count_crtcs,
+        a.count_connectors,
+        a.count_encoders,
+    ];
+    // SAFETY: each pointer/count pair is the slots of one exclusively borrowed OutBuf
+    // that outlives the call; the kernel writes at most `count` u32s to each.
     unsafe { mode_getresources_raw(fd, &mut a)? };
+    fbs.adopt(offered[0], a.count_fbs);
+    crtcs.adopt(offered[1], a.count_crtcs);
+    connectors.adopt(offered[2], a.count_connectors);
+    encoders.adopt(offered[3], a.count_encoders);
     (
         a.fb_id_ptr,
         a.crtc_id_ptr,
@@ -86,29 +163,36 @@ pub(crate) fn mode_getresources(
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_GETCONNECTOR` of `id` into caller buffers. With an empty `modes` buffer
-/// the kernel probes the connector (when the caller is master) before answering.
+/// `DRM_IOCTL_MODE_GETCONNECTOR` of `id` into caller buffers (their slots are offered;
+/// each holds the kernel's entries afterwards, or nothing when they did not fit). With no
+/// slots for modes the kernel probes the connector (when the caller is master) before
+/// answering.
 pub(crate) fn mode_getconnector(
     fd: BorrowedFd<'_>,
     id: u32,
-    encoders: &mut [u32],
-    modes: &mut [sys::drm_mode_modeinfo],
-    props: &mut [u32],
-    values: &mut [u64],
+    encoders: &mut OutBuf<'_, u32>,
+    modes: &mut OutBuf<'_, sys::drm_mode_modeinfo>,
+    props: &mut OutBuf<'_, u32>,
+    values: &mut OutBuf<'_, u64>,
 ) -> Result<sys::drm_mode_get_connector, Error> {
     let mut a = sys::drm_mode_get_connector {
         connector_id: id,
         ..Default::default()
     };
-    (a.count_encoders, a.encoders_ptr) = count_ptr(encoders);
-    (a.count_modes, a.modes_ptr) = count_ptr(modes);
-    let n = props.len().min(values.len());
-    (a.count_props, a.props_ptr) = count_ptr(&mut props[..n]);
-    (_, a.prop_values_ptr) = count_ptr(&mut values[..n]);
-    // SAFETY: every pointer/count pair is an exclusive slice borrow of at least `count`
-    // elements of the type the kernel writes (u32 ids, drm_mode_modeinfo, u32, u64), alive
-    // for the whole call.
+    (a.count_encoders, a.encoders_ptr) = encoders.offer(usize::MAX);
+    (a.count_modes, a.modes_ptr) = modes.offer(usize::MAX);
+    let n = props.room().min(values.room());
+    (a.count_props, a.props_ptr) = props.offer(n);
+    (_, a.prop_values_ptr) = values.offer(n);
+    let offered = [a.count_encoders, a.count_modes, a.count_props];
+    // SAFETY: every pointer/count pair is the slots of an exclusively borrowed OutBuf
+    // with room for at least `count` elements of the type the kernel writes (u32 ids,
+    // drm_mode_modeinfo, u32, u64; props and values share one count), alive for the call.
     unsafe { mode_getconnector_raw(fd, &mut a)? };
+    encoders.adopt(offered[0], a.count_encoders);
+    modes.adopt(offered[1], a.count_modes);
+    props.adopt(offered[2], a.count_props);
+    values.adopt(offered[2], a.count_props);
     (a.encoders_ptr, a.modes_ptr, a.props_ptr, a.prop_values_ptr) = (0, 0, 0, 0);
     Ok(a)
 }
@@ -125,69 +209,88 @@ pub(crate) fn mode_getcrtc(fd: BorrowedFd<'_>, id: u32) -> Result<sys::drm_mode_
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_GETPLANERESOURCES` into `ids`; returns the kernel's total.
-pub(crate) fn mode_getplaneresources(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+/// `DRM_IOCTL_MODE_GETPLANERESOURCES` into `ids` (slots offered, as for GETRESOURCES);
+/// returns the kernel's total.
+pub(crate) fn mode_getplaneresources(
+    fd: BorrowedFd<'_>,
+    ids: &mut OutBuf<'_, u32>,
+) -> Result<u32, Error> {
     let mut a = sys::drm_mode_get_plane_res::default();
-    (a.count_planes, a.plane_id_ptr) = count_ptr(ids);
-    // SAFETY: the pointer/count pair is an exclusive borrow of `ids` for the call.
+    (a.count_planes, a.plane_id_ptr) = ids.offer(usize::MAX);
+    let offered = a.count_planes;
+    // SAFETY: the pointer/count pair is the slots of `ids`, exclusively borrowed
+    // for the call.
     unsafe { mode_getplaneresources_raw(fd, &mut a)? };
+    ids.adopt(offered, a.count_planes);
     Ok(a.count_planes)
 }
 
-/// `DRM_IOCTL_MODE_GETPLANE` of `id`, its formats into `formats`.
+/// `DRM_IOCTL_MODE_GETPLANE` of `id`, its formats into `formats` (slots offered).
 pub(crate) fn mode_getplane(
     fd: BorrowedFd<'_>,
     id: u32,
-    formats: &mut [u32],
+    formats: &mut OutBuf<'_, u32>,
 ) -> Result<sys::drm_mode_get_plane, Error> {
     let mut a = sys::drm_mode_get_plane {
         plane_id: id,
         ..Default::default()
     };
-    (a.count_format_types, a.format_type_ptr) = count_ptr(formats);
-    // SAFETY: the pointer/count pair is an exclusive borrow of `formats` for the call.
+    (a.count_format_types, a.format_type_ptr) = formats.offer(usize::MAX);
+    let offered = a.count_format_types;
+    // SAFETY: the pointer/count pair is the slots of `formats`, exclusively
+    // borrowed for the call.
     unsafe { mode_getplane_raw(fd, &mut a)? };
+    formats.adopt(offered, a.count_format_types);
     a.format_type_ptr = 0;
     Ok(a)
 }
 
-/// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES` of one object; returns the kernel's total.
+/// `DRM_IOCTL_MODE_OBJ_GETPROPERTIES` of one object (slots offered); returns the kernel's
+/// total.
 pub(crate) fn mode_obj_getproperties(
     fd: BorrowedFd<'_>,
     obj_id: u32,
     obj_type: u32,
-    props: &mut [u32],
-    values: &mut [u64],
+    props: &mut OutBuf<'_, u32>,
+    values: &mut OutBuf<'_, u64>,
 ) -> Result<u32, Error> {
-    let n = props.len().min(values.len());
+    let n = props.room().min(values.room());
     let mut a = sys::drm_mode_obj_get_properties {
         obj_id,
         obj_type,
         ..Default::default()
     };
-    (a.count_props, a.props_ptr) = count_ptr(&mut props[..n]);
-    (_, a.prop_values_ptr) = count_ptr(&mut values[..n]);
-    // SAFETY: both pointers are exclusive borrows of `count_props` elements (u32, u64).
+    (a.count_props, a.props_ptr) = props.offer(n);
+    (_, a.prop_values_ptr) = values.offer(n);
+    let offered = a.count_props;
+    // SAFETY: both pointers are the slots of exclusively borrowed OutBufs with room
+    // for `count_props` elements each (u32, u64).
     unsafe { mode_obj_getproperties_raw(fd, &mut a)? };
+    props.adopt(offered, a.count_props);
+    values.adopt(offered, a.count_props);
     Ok(a.count_props)
 }
 
-/// `DRM_IOCTL_MODE_GETPROPERTY` of `id` into caller buffers.
+/// `DRM_IOCTL_MODE_GETPROPERTY` of `id` into caller buffers (slots offered).
 pub(crate) fn mode_getproperty(
     fd: BorrowedFd<'_>,
     id: u32,
-    values: &mut [u64],
-    enums: &mut [sys::drm_mode_property_enum],
+    values: &mut OutBuf<'_, u64>,
+    enums: &mut OutBuf<'_, sys::drm_mode_property_enum>,
 ) -> Result<sys::drm_mode_get_property, Error> {
     let mut a = sys::drm_mode_get_property {
         prop_id: id,
         ..Default::default()
     };
-    (a.count_values, a.values_ptr) = count_ptr(values);
-    (a.count_enum_blobs, a.enum_blob_ptr) = count_ptr(enums);
-    // SAFETY: both pointers are exclusive borrows of `count_*` elements of the types the
-    // kernel writes (u64 values, drm_mode_property_enum entries).
+    (a.count_values, a.values_ptr) = values.offer(usize::MAX);
+    (a.count_enum_blobs, a.enum_blob_ptr) = enums.offer(usize::MAX);
+    let offered = [a.count_values, a.count_enum_blobs];
+    // SAFETY: both pointers are the slots of exclusively borrowed OutBufs with room
+    // for `count_*` elements of the types the kernel writes (u64 values,
+    // drm_mode_property_enum entries).
     unsafe { mode_getproperty_raw(fd, &mut a)? };
+    values.adopt(offered[0], a.count_values);
+    enums.adopt(offered[1], a.count_enum_blobs);
     (a.values_ptr, a.enum_blob_ptr) = (0, 0);
     Ok(a)
 }
@@ -452,19 +555,28 @@ pub(crate) fn mode_create_lease(
 }
 
 /// `DRM_IOCTL_MODE_LIST_LESSEES` into `ids`; returns the kernel's total.
-pub(crate) fn mode_list_lessees(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+pub(crate) fn mode_list_lessees(
+    fd: BorrowedFd<'_>,
+    ids: &mut OutBuf<'_, u32>,
+) -> Result<u32, Error> {
     let mut a = sys::drm_mode_list_lessees::default();
-    (a.count_lessees, a.lessees_ptr) = count_ptr(ids);
-    // SAFETY: the kernel writes at most `count_lessees` u32s at `lessees_ptr` (`ids`).
+    (a.count_lessees, a.lessees_ptr) = ids.offer(usize::MAX);
+    let offered = a.count_lessees;
+    // SAFETY: the kernel writes at most `count_lessees` u32s at `lessees_ptr`, the slots
+    // of the exclusively borrowed `ids`.
     unsafe { mode_list_lessees_raw(fd, &mut a)? };
+    ids.adopt(offered, a.count_lessees);
     Ok(a.count_lessees)
 }
 
 /// `DRM_IOCTL_MODE_GET_LEASE` into `ids`; returns the kernel's total.
-pub(crate) fn mode_get_lease(fd: BorrowedFd<'_>, ids: &mut [u32]) -> Result<u32, Error> {
+pub(crate) fn mode_get_lease(fd: BorrowedFd<'_>, ids: &mut OutBuf<'_, u32>) -> Result<u32, Error> {
     let mut a = sys::drm_mode_get_lease::default();
-    (a.count_objects, a.objects_ptr) = count_ptr(ids);
-    // SAFETY: the kernel writes at most `count_objects` u32s at `objects_ptr` (`ids`).
+    (a.count_objects, a.objects_ptr) = ids.offer(usize::MAX);
+    let offered = a.count_objects;
+    // SAFETY: the kernel writes at most `count_objects` u32s at `objects_ptr`, the slots
+    // of the exclusively borrowed `ids`.
     unsafe { mode_get_lease_raw(fd, &mut a)? };
+    ids.adopt(offered, a.count_objects);
     Ok(a.count_objects)
 }
