@@ -23,7 +23,7 @@ mod dax;
 pub mod dmirror;
 pub mod persist;
 mod pmem;
-mod register;
+pub mod register;
 mod sys_call;
 pub mod udmabuf;
 

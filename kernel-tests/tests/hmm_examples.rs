@@ -3,6 +3,8 @@
 
 #[path = "../../hmm/examples/dmirror.rs"]
 mod dmirror;
+#[path = "../../hmm/examples/register.rs"]
+mod register;
 #[path = "../../hmm/examples/udmabuf.rs"]
 mod udmabuf;
 
@@ -24,4 +26,13 @@ fn udmabuf_example_runs() {
         skip!("no /dev/udmabuf");
     }
     udmabuf::main().expect("the udmabuf example fails");
+}
+
+#[test]
+fn register_example_runs() {
+    require_feature!("test_hmm");
+    if !std::path::Path::new("/dev/hmm_dmirror0").exists() {
+        skip!("no /dev/hmm_dmirror0");
+    }
+    register::main().expect("the register example fails");
 }

@@ -206,6 +206,9 @@ fn pinned_registration_lists_the_frames_of_the_nvdimm() {
     // Consecutive device offsets are consecutive frames.
     assert!(frames.windows(2).all(|w| w[1] == w[0] + 1), "{frames:x?}");
     drop(reg);
+    let fds = open_fds();
+    other_backends_on_dax(&m, "/dev/dax");
+    assert_eq!(open_fds(), fds, "fds leaked");
 
     // Ordinary memory: frames of RAM, not of the NVDIMM.
     let mut heap = vec![1u8; 8 * 4096];
@@ -249,9 +252,43 @@ fn fsdax_pages_refuse_long_term_pins_with_a_reason() {
         "{frames:x?}"
     );
     drop(reg);
+    let fds = open_fds();
+    other_backends_on_dax(&m, "/tmp/pmem-fsdax/pin");
+    assert_eq!(open_fds(), fds, "fds leaked");
     drop(m);
     drop(f);
     sh("umount", &[MNT]).unwrap();
+}
+
+/// Udmabuf refuses DAX memory (no memfd) naming what backs it; Dmirror reads it through
+/// HMM where test_hmm is loaded, and is Unsupported where it is not.
+fn other_backends_on_dax(m: &DaxMapping, backing: &str) {
+    match HostRegistration::dax(m, Backend::Udmabuf) {
+        Err(Error::InvalidArgument { what }) => assert!(
+            what.contains("memfd pages only") && what.contains(backing),
+            "{what}"
+        ),
+        other => panic!("udmabuf cannot register DAX memory: {other:?}"),
+    }
+    let r = HostRegistration::dax(m, Backend::Dmirror);
+    if !kernel_tests::expected("test_hmm") {
+        assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
+        return;
+    }
+    // HMM mirrors DAX pages like any others (5.10, 6.1 and 6.12 alike): one round of
+    // device faults for the whole mapping, and the device reads what the mapping holds.
+    let mut reg = r.expect("dmirror registration of DAX memory");
+    let rep = reg.mirror_report().unwrap();
+    assert_eq!((rep.cpages, rep.faults), ((m.len() / 4096) as u64, 1));
+    let mut seen = vec![0u8; m.len()];
+    reg.device_read(&mut seen).unwrap();
+    let mut cpu = vec![0u8; m.len()];
+    m.read_at(0, &mut cpu).unwrap();
+    assert!(seen == cpu, "the device reads other bytes than the CPU");
+    match reg.device_write(&cpu) {
+        Err(Error::InvalidArgument { what }) => assert!(what.contains("shared borrow"), "{what}"),
+        other => panic!("the mapping is borrowed shared, no device writes: {other:?}"),
+    }
 }
 
 // ---- bad input ----

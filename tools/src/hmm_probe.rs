@@ -520,13 +520,20 @@ fn udmabuf() -> UdmabufReport {
 
 fn registration(call: &str, r: &drm_gem::Result<HostRegistration<'_>>) -> Probe {
     Probe::of(call, r, |reg| {
-        Some(match reg.page_frames() {
-            Some(f) => format!(
-                "one page registered; page frames visible ({} listed)",
-                f.len()
-            ),
-            None => "one page registered; page frames hidden (needs CAP_SYS_ADMIN)".into(),
-        })
+        Some(
+            match (reg.dma_buf(), reg.mirror_report(), reg.page_frames()) {
+                (Some(_), _, _) => "one page registered as a udmabuf dma-buf".into(),
+                (_, Some(m), _) => format!(
+                    "one page registered; the mirror device read {} page(s), {} fault round(s)",
+                    m.cpages, m.faults
+                ),
+                (_, _, Some(f)) => format!(
+                    "one page registered; page frames visible ({} listed)",
+                    f.len()
+                ),
+                _ => "one page registered; page frames hidden (needs CAP_SYS_ADMIN)".into(),
+            },
+        )
     })
 }
 
