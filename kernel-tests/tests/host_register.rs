@@ -9,7 +9,7 @@
 
 use drm_gem::{DmaBuf, Errno, Error};
 use hmm::{Backend, HostRegistration, SealedMemfd};
-use kernel_tests::mem::{Access, Region, page};
+use kernel_tests::mem::{Access, Region, dma_buf_bytes, page, tagged_memfd};
 use kernel_tests::{expected, open_fds, skip};
 use rustix::fd::AsFd;
 use rustix::fs::{MemfdFlags, SealFlags};
@@ -43,25 +43,7 @@ macro_rules! registered {
 
 /// A sealed memfd of `NPAGES` pages, page `i` filled with byte `tag + i`.
 fn memfd(tag: u8) -> SealedMemfd {
-    let m = SealedMemfd::new("register", (NPAGES * page()) as u64).expect("memfd");
-    for i in 0..NPAGES {
-        m.write_at(
-            (i * page()) as u64,
-            &vec![tag.wrapping_add(i as u8); page()],
-        )
-        .unwrap();
-    }
-    m
-}
-
-fn dma_buf_bytes(buf: &DmaBuf) -> Vec<u8> {
-    let map = buf.map().expect("mmap of the dma-buf");
-    let _cpu = buf
-        .begin_cpu_access(true, false)
-        .expect("DMA_BUF_IOCTL_SYNC");
-    let mut v = vec![0u8; map.len()];
-    map.read_at(0, &mut v).unwrap();
-    v
+    tagged_memfd("register", NPAGES, tag)
 }
 
 fn write_dma_buf(buf: &DmaBuf, offset: usize, data: &[u8]) {

@@ -5,7 +5,7 @@
 use drm_gem::{Device, DmaBuf, Errno, Error, NodeKind, PrimeFlags};
 use hmm::{SealedMemfd, Udmabuf, UdmabufRange};
 use ioctl_sys::udmabuf as usys;
-use kernel_tests::mem::page;
+use kernel_tests::mem::{dma_buf_bytes, page, tagged_memfd};
 use kernel_tests::raw::{closed_fd_number, udmabuf_create, udmabuf_create_list};
 use kernel_tests::{kernel_version, open_fds, require_feature, skip};
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
@@ -23,25 +23,7 @@ macro_rules! udmabuf {
 
 /// A memfd of `npages` pages, page `i` filled with byte `tag + i`.
 fn memfd(npages: usize, tag: u8) -> SealedMemfd {
-    let m = SealedMemfd::new("test", (npages * page()) as u64).expect("memfd");
-    for i in 0..npages {
-        m.write_at(
-            (i * page()) as u64,
-            &vec![tag.wrapping_add(i as u8); page()],
-        )
-        .unwrap();
-    }
-    m
-}
-
-fn read_all(buf: &DmaBuf) -> Vec<u8> {
-    let map = buf.map().expect("mmap of the dma-buf");
-    let _cpu = buf
-        .begin_cpu_access(true, false)
-        .expect("DMA_BUF_IOCTL_SYNC");
-    let mut v = vec![0u8; map.len()];
-    map.read_at(0, &mut v).unwrap();
-    v
+    tagged_memfd("test", npages, tag)
 }
 
 fn page_bytes(v: &[u8], i: usize) -> &[u8] {
@@ -111,7 +93,7 @@ fn create_is_coherent_with_the_memfd() {
         "CLOEXEC"
     );
     assert_eq!(buf.info().unwrap().exp_name.as_deref(), Some("udmabuf"));
-    let v = read_all(&buf);
+    let v = dma_buf_bytes(&buf);
     for i in 0..8 {
         assert!(
             page_bytes(&v, i).iter().all(|&b| b == 5 + i as u8),
@@ -121,7 +103,7 @@ fn create_is_coherent_with_the_memfd() {
     // memfd write -> dma-buf mapping.
     m.write_at(5 * page() as u64 + 10, b"through the memfd")
         .unwrap();
-    let v = read_all(&buf);
+    let v = dma_buf_bytes(&buf);
     assert_eq!(&v[page() + 10..page() + 27], b"through the memfd");
     // dma-buf mapping -> memfd read.
     {
@@ -163,13 +145,13 @@ fn create_list_concatenates_and_may_repeat_pages() {
         ])
         .expect("UDMABUF_CREATE_LIST");
     assert_eq!(buf.size().unwrap(), 5 * p);
-    let v = read_all(&buf);
+    let v = dma_buf_bytes(&buf);
     for (i, want) in [11u8, 12, 100, 101, 11].into_iter().enumerate() {
         assert!(page_bytes(&v, i).iter().all(|&x| x == want), "page {i}");
     }
     // Page 1 of `a` appears twice: one write shows in both places.
     a.write_at(p, b"twice").unwrap();
-    let v = read_all(&buf);
+    let v = dma_buf_bytes(&buf);
     assert_eq!(&v[..5], b"twice");
     assert_eq!(&v[4 * page()..4 * page() + 5], b"twice");
 }
@@ -196,7 +178,7 @@ fn import_into(driver: &str) {
         .expect("PRIME_HANDLE_TO_FD of the imported object");
     let ino = |f: &DmaBuf| rustix::fs::fstat(f).unwrap().st_ino;
     assert_eq!(ino(&again), ino(&buf), "re-export gives back the udmabuf");
-    let v = read_all(&again);
+    let v = dma_buf_bytes(&again);
     assert!(page_bytes(&v, 3).iter().all(|&b| b == 45));
     drop((obj, again, buf, m));
     assert_eq!(open_fds(), before, "fds leaked");

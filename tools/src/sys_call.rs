@@ -29,25 +29,7 @@ const KCMP_FILE: libc::c_int = 0;
 /// ptrace access to either process, `EBADF` when an fd is closed, `ESRCH` when a process
 /// is gone.
 pub fn same_file(pid1: u32, fd1: u32, pid2: u32, fd2: u32) -> Result<bool, Errno> {
-    let (Ok(p1), Ok(p2)) = (libc::pid_t::try_from(pid1), libc::pid_t::try_from(pid2)) else {
-        return Err(Errno::SRCH);
-    };
-    // SAFETY: kcmp's five arguments are plain integers; it reads and writes no user memory.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            p1,
-            p2,
-            KCMP_FILE,
-            libc::c_ulong::from(fd1),
-            libc::c_ulong::from(fd2),
-        )
-    };
-    match r {
-        0 => Ok(true),
-        1..=3 => Ok(false),
-        _ => Err(last_errno()),
-    }
+    compare_files(pid1, fd1, pid2, fd2).map(|o| o == Ordering::Equal)
 }
 
 /// A private anonymous or shared file mapping, read-write, unmapped on drop.
