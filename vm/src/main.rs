@@ -394,6 +394,56 @@ fn parse_devices(list: &[String]) -> Result<Vec<DeviceKind>, VmError> {
     Ok(out)
 }
 
+/// What `vm run` and `vm powercut` set up alike before their first boot.
+struct Prepared {
+    /// The payload's environment: every `--env KEY=VALUE`, then `VM_MISSING_FEATURES`.
+    envs: Vec<(String, String)>,
+    /// The kernel to boot.
+    kernel: BuiltKernel,
+    /// The guest's busybox.
+    busybox: PathBuf,
+    /// The accelerator, decided (and probed where `auto`).
+    decision: accel::Decision,
+}
+
+/// Checks `--accel` and `--env`, makes a program named by a relative path absolute (the
+/// guest shares the current directory), resolves the kernel, checks busybox and QEMU and
+/// decides the accelerator.
+fn prepare(k: &KernelArgs, env: &[String], argv: &mut [String]) -> Result<Prepared, VmError> {
+    let Some(choice) = AccelChoice::parse(&k.accel) else {
+        return Err(VmError::new(format!(
+            "--accel {:?}: use auto, kvm or tcg",
+            k.accel
+        )));
+    };
+    let mut envs = Vec::new();
+    for e in env {
+        match e.split_once('=') {
+            Some((a, b)) if !a.is_empty() => envs.push((a.to_string(), b.to_string())),
+            _ => return Err(VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
+        }
+    }
+    if argv[0].contains('/')
+        && let Ok(abs) = std::fs::canonicalize(&argv[0])
+    {
+        argv[0] = abs.to_string_lossy().into_owned();
+    }
+    let kernel = resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref())?;
+    let missing = missing_features(&kernel);
+    if !missing.is_empty() {
+        envs.push(("VM_MISSING_FEATURES".into(), missing));
+    }
+    let busybox = guest::busybox_binary()?;
+    guest::qemu_binary()?;
+    let decision = accel::decide(choice, &kernel, &busybox);
+    Ok(Prepared {
+        envs,
+        kernel,
+        busybox,
+        decision,
+    })
+}
+
 fn run(
     k: &KernelArgs,
     devices: &[String],
@@ -406,42 +456,15 @@ fn run(
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
-    let Some(choice) = AccelChoice::parse(&k.accel) else {
-        return fail(&VmError::new(format!(
-            "--accel {:?}: use auto, kvm or tcg",
-            k.accel
-        )));
-    };
-    let mut envs = Vec::new();
-    for e in env {
-        match e.split_once('=') {
-            Some((a, b)) if !a.is_empty() => envs.push((a.to_string(), b.to_string())),
-            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
-        }
-    }
-    // A program named by a relative path is found from the current directory, which the
-    // guest shares.
-    if argv[0].contains('/')
-        && let Ok(abs) = std::fs::canonicalize(&argv[0])
-    {
-        argv[0] = abs.to_string_lossy().into_owned();
-    }
-    let kernel = match resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref()) {
-        Ok(b) => b,
+    let Prepared {
+        envs,
+        kernel,
+        busybox,
+        decision,
+    } = match prepare(k, env, &mut argv) {
+        Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let missing = missing_features(&kernel);
-    if !missing.is_empty() {
-        envs.push(("VM_MISSING_FEATURES".into(), missing));
-    }
-    let busybox = match guest::busybox_binary() {
-        Ok(b) => b,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = guest::qemu_binary() {
-        return fail(&e);
-    }
-    let decision = accel::decide(choice, &kernel, &busybox);
     eprintln!(
         "vm: {} | kernel {} ({})",
         decision.note, kernel.name, kernel.release
@@ -721,42 +744,15 @@ fn parse_check(out: &str) -> Option<(u64, u64, u64)> {
 }
 
 fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<String>) -> ExitCode {
-    let Some(choice) = AccelChoice::parse(&k.accel) else {
-        return fail(&VmError::new(format!(
-            "--accel {:?}: use auto, kvm or tcg",
-            k.accel
-        )));
-    };
-    let mut envs = Vec::new();
-    for e in env {
-        match e.split_once('=') {
-            Some((x, y)) if !x.is_empty() => envs.push((x.to_string(), y.to_string())),
-            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
-        }
-    }
-    if argv[0].contains('/')
-        && let Ok(abs) = std::fs::canonicalize(&argv[0])
-    {
-        argv[0] = abs.to_string_lossy().into_owned();
-    }
-    let kernel = match resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref()) {
-        Ok(b) => b,
+    let Prepared {
+        envs,
+        kernel,
+        busybox,
+        decision,
+    } = match prepare(k, env, &mut argv) {
+        Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let busybox = match guest::busybox_binary() {
-        Ok(b) => b,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = guest::qemu_binary() {
-        return fail(&e);
-    }
-    if !kernel.missing_features.is_empty() {
-        envs.push((
-            "VM_MISSING_FEATURES".into(),
-            kernel.missing_features.join(","),
-        ));
-    }
-    let decision = accel::decide(choice, &kernel, &busybox);
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
