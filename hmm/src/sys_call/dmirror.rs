@@ -43,33 +43,47 @@ unsafe impl Ioctl for DmirrorRequest<'_> {
     }
 }
 
-/// Issues the test_hmm request `request` (named `name` in the caller's layout), retrying on
-/// EINTR.
+/// Issues the test_hmm request `request` (named `name` in the caller's layout) on
+/// `npages` pages at `addr` with the buffer `ptr`, retrying on EINTR; returns what it
+/// reported.
 ///
 /// # Safety
 /// `request` must be `_IOWR('H', n, struct hmm_dmirror_cmd)`, and on the running kernel it
-/// must mean the operation the caller intends (the layout was probed). `cmd.ptr` must then
+/// must mean the operation the caller intends (the layout was probed). `ptr` must then
 /// be valid for what that operation does with it: READ, MIGRATE(_TO_DEV) and EXCLUSIVE
 /// write `npages` pages there, WRITE reads `npages` pages, SNAPSHOT writes `npages` bytes;
 /// MIGRATE_TO_SYS, CHECK_EXCLUSIVE and RELEASE do not use it (pass 0, so that a mix-up ends
 /// in EFAULT instead of a write). For WRITE, the device then stores into the pages at
-/// `cmd.addr`: nothing may hold a Rust reference to them.
+/// `addr`: nothing may hold a Rust reference to them.
 unsafe fn dmirror_cmd(
     fd: BorrowedFd<'_>,
     request: u32,
     name: &'static str,
-    cmd: &mut hmm_dmirror_cmd,
-) -> Result<(), Error> {
+    addr: usize,
+    npages: u64,
+    ptr: u64,
+) -> Result<CmdOut, Error> {
+    let mut cmd = hmm_dmirror_cmd {
+        addr: addr as u64,
+        ptr,
+        npages,
+        cpages: 0,
+        faults: 0,
+    };
     retry(|| {
         let req = DmirrorRequest {
             opcode: request as Opcode,
-            cmd: &mut *cmd,
+            cmd: &mut cmd,
         };
         // SAFETY: the request/struct pairing and the meaning of `cmd.ptr` are this
         // function's contract (see `# Safety`).
         unsafe { ioctl(fd, req) }
     })
-    .map_err(|errno| ioctl_error(name, errno))
+    .map_err(|errno| ioctl_error(name, errno))?;
+    Ok(CmdOut {
+        cpages: cmd.cpages,
+        faults: cmd.faults,
+    })
 }
 
 /// What one test_hmm request reported.
@@ -79,14 +93,13 @@ pub(crate) struct CmdOut {
     pub(crate) faults: u64,
 }
 
-fn cmd(addr: usize, npages: u64, ptr: u64) -> hmm_dmirror_cmd {
-    hmm_dmirror_cmd {
-        addr: addr as u64,
-        ptr,
-        npages,
-        cpages: 0,
-        faults: 0,
-    }
+/// Panics unless a bounce buffer of `len` bytes is exactly `npages` pages.
+fn assert_pages(len: usize, npages: u64) {
+    assert_eq!(
+        Some(len as u64),
+        npages.checked_mul(page_size() as u64),
+        "bounce buffer must be exactly npages pages"
+    );
 }
 
 /// A request that copies `npages` pages from the device's view into `out` (READ,
@@ -102,20 +115,11 @@ unsafe fn dmirror_copy_out(
     npages: u64,
     out: &mut [u8],
 ) -> Result<CmdOut, Error> {
-    assert_eq!(
-        Some(out.len() as u64),
-        npages.checked_mul(page_size() as u64),
-        "bounce buffer must be exactly npages pages"
-    );
-    let mut c = cmd(addr, npages, out.as_mut_ptr() as u64);
+    assert_pages(out.len(), npages);
     // SAFETY: `out` is an exclusive borrow of exactly `npages` pages (asserted above) that
     // lives for the whole call, which is what these requests write; the request's meaning
     // is the caller's contract.
-    unsafe { dmirror_cmd(fd, request, name, &mut c)? };
-    Ok(CmdOut {
-        cpages: c.cpages,
-        faults: c.faults,
-    })
+    unsafe { dmirror_cmd(fd, request, name, addr, npages, out.as_mut_ptr() as u64) }
 }
 
 /// WRITE: the device stores `data` (exactly `npages` pages) into the pages at `addr`.
@@ -131,19 +135,10 @@ unsafe fn dmirror_write(
     npages: u64,
     data: &[u8],
 ) -> Result<CmdOut, Error> {
-    assert_eq!(
-        Some(data.len() as u64),
-        npages.checked_mul(page_size() as u64),
-        "bounce buffer must be exactly npages pages"
-    );
-    let mut c = cmd(addr, npages, data.as_ptr() as u64);
+    assert_pages(data.len(), npages);
     // SAFETY: WRITE only reads `npages` pages at `ptr`, which `data` provides for the whole
     // call; the target memory and the request's meaning are the caller's contract.
-    unsafe { dmirror_cmd(fd, request, name, &mut c)? };
-    Ok(CmdOut {
-        cpages: c.cpages,
-        faults: c.faults,
-    })
+    unsafe { dmirror_cmd(fd, request, name, addr, npages, data.as_ptr() as u64) }
 }
 
 /// SNAPSHOT: one state byte per page into `out` (exactly `npages` bytes).
@@ -157,14 +152,10 @@ unsafe fn dmirror_snapshot(
     addr: usize,
     out: &mut [u8],
 ) -> Result<CmdOut, Error> {
-    let mut c = cmd(addr, out.len() as u64, out.as_mut_ptr() as u64);
+    let npages = out.len() as u64;
     // SAFETY: SNAPSHOT writes one byte per page, `npages` = `out.len()` bytes, into `out`,
     // an exclusive borrow alive for the whole call; the meaning is the caller's contract.
-    unsafe { dmirror_cmd(fd, request, name, &mut c)? };
-    Ok(CmdOut {
-        cpages: c.cpages,
-        faults: c.faults,
-    })
+    unsafe { dmirror_cmd(fd, request, name, addr, npages, out.as_mut_ptr() as u64) }
 }
 
 /// A request that does not use `ptr` (MIGRATE_TO_SYS, CHECK_EXCLUSIVE, RELEASE): it gets a
@@ -179,16 +170,11 @@ unsafe fn dmirror_no_buffer(
     addr: usize,
     npages: u64,
 ) -> Result<CmdOut, Error> {
-    let mut c = cmd(addr, npages, 0);
     // SAFETY: on a test_hmm file (the caller's contract) a request with a null `ptr`
     // either ignores it or fails with EFAULT when it copies (address 0 is never mapped:
     // vm.mmap_min_addr); none of them but WRITE changes the contents of mirrored pages, and
     // WRITE fails with EFAULT before it stores anything.
-    unsafe { dmirror_cmd(fd, request, name, &mut c)? };
-    Ok(CmdOut {
-        cpages: c.cpages,
-        faults: c.faults,
-    })
+    unsafe { dmirror_cmd(fd, request, name, addr, npages, 0) }
 }
 
 /// The CPU page size.
