@@ -14,14 +14,7 @@ use std::process::ExitCode;
 const DRIVERS: [&str; 4] = ["vkms", "vgem", "virtio_gpu", "bochs-drm"];
 const KMS_DRIVERS: [&str; 3] = ["vkms", "virtio_gpu", "bochs-drm"];
 
-fn run(args: &[&str]) -> (ExitCode, String) {
-    let mut out = Vec::new();
-    let argv = std::iter::once("drmtool")
-        .chain(args.iter().copied())
-        .map(Into::into);
-    let code = drmtool::cli::main_with(argv, &mut out);
-    (code, String::from_utf8(out).expect("utf-8 output"))
-}
+use drmtool::cli::run_captured as run;
 
 fn run_json(args: &[&str], schema: &str) -> Value {
     let (code, out) = run(args);

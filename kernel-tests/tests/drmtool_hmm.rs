@@ -11,14 +11,7 @@ use kernel_tests::{expected, in_guest, kernel_version, open_fds, require_feature
 use serde_json::Value;
 use std::process::ExitCode;
 
-fn run(args: &[&str]) -> (ExitCode, String) {
-    let mut out = Vec::new();
-    let argv = std::iter::once("drmtool")
-        .chain(args.iter().copied())
-        .map(Into::into);
-    let code = drmtool::cli::main_with(argv, &mut out);
-    (code, String::from_utf8(out).expect("utf-8 output"))
-}
+use drmtool::cli::run_captured as run;
 
 fn validate(v: &Value, schema: &str, what: &str) {
     let p = format!("{}/../tools/schema/{schema}", env!("CARGO_MANIFEST_DIR"));

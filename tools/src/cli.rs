@@ -214,6 +214,21 @@ struct BuffersArgs {
     color: String,
 }
 
+/// Runs `drmtool ARGS...` in this process (`args` without the program name) and returns its
+/// exit status and everything it wrote to stdout (stderr is not captured): for tests and
+/// for programs that embed drmtool.
+///
+/// # Panics
+/// If the output is not UTF-8 (drmtool writes only text).
+pub fn run_captured(args: &[&str]) -> (ExitCode, String) {
+    let mut out = Vec::new();
+    let argv = std::iter::once("drmtool")
+        .chain(args.iter().copied())
+        .map(Into::into);
+    let code = main_with(argv, &mut out);
+    (code, String::from_utf8(out).expect("drmtool writes UTF-8"))
+}
+
 /// Runs drmtool with `args` (including the program name), writing to `out`; returns the
 /// exit status. Errors go to stderr as one line with the cause and a hint.
 pub fn main_with(

@@ -3,14 +3,7 @@
 
 use std::process::ExitCode;
 
-fn run(args: &[&str]) -> (ExitCode, String) {
-    let mut out = Vec::new();
-    let argv = std::iter::once("drmtool")
-        .chain(args.iter().copied())
-        .map(Into::into);
-    let code = drmtool::cli::main_with(argv, &mut out);
-    (code, String::from_utf8(out).expect("utf-8 output"))
-}
+use drmtool::cli::run_captured as run;
 
 fn schema() -> jsonschema::Validator {
     let p = format!("{}/schema/buffers.schema.json", env!("CARGO_MANIFEST_DIR"));

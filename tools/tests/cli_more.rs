@@ -4,14 +4,7 @@
 
 use std::process::ExitCode;
 
-fn run(args: &[&str]) -> (ExitCode, String) {
-    let mut out = Vec::new();
-    let argv = std::iter::once("drmtool")
-        .chain(args.iter().copied())
-        .map(Into::into);
-    let code = drmtool::cli::main_with(argv, &mut out);
-    (code, String::from_utf8(out).expect("utf-8 output"))
-}
+use drmtool::cli::run_captured as run;
 
 fn schema(name: &str) -> jsonschema::Validator {
     let p = format!("{}/schema/{name}", env!("CARGO_MANIFEST_DIR"));
