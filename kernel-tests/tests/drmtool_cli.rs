@@ -496,11 +496,15 @@ fn screenshot_equals_the_committed_pattern() {
         .filter(|n| KMS_DRIVERS.contains(&n.driver.as_deref().unwrap()))
     {
         let d = n.driver.as_deref().unwrap();
-        // TODO: writeback on vkms (`--method writeback`) fails its atomic check with EINVAL
-        // on 6.12; it is not asserted until that is understood.
-        let methods: &[&str] = &["getfb", "auto"];
+        // Writeback on the lit vkms CRTC: the writeback connector swaps in for the virtual
+        // one for a frame (vkms refuses the clone), and everything is put back.
+        let methods: &[&str] = if d == "vkms" {
+            &["getfb", "auto", "writeback"]
+        } else {
+            &["getfb", "auto"]
+        };
         for method in methods {
-            shoot(n, method);
+            shoot(n, method, false);
         }
         // Writeback where there is none: a clear failure.
         if d != "vkms" {
@@ -520,11 +524,126 @@ fn screenshot_equals_the_committed_pattern() {
     }
 }
 
-fn shoot(n: &drm_gem::NodeInfo, method: &str) {
+/// What writeback sees and GETFB2 cannot: vkms's cursor plane over the primary one. The
+/// writeback PNG shows the cursor's square over the pattern, the GETFB2 PNG the pattern
+/// alone.
+#[test]
+fn writeback_captures_the_cursor_getfb_does_not() {
+    let Some(nodes) = nodes() else {
+        skip!("no DRM nodes (not a guest)")
+    };
+    let n = nodes
+        .iter()
+        .find(|n| n.driver.as_deref() == Some("vkms"))
+        .unwrap();
+    shoot(n, "writeback", true);
+    shoot(n, "getfb", true);
+}
+
+/// A CRTC that is off shows nothing: writeback (and every method) fails with exit status 1
+/// and a hint, and leaks nothing.
+#[test]
+fn screenshot_of_a_crtc_that_is_off_fails() {
+    let Some(nodes) = nodes() else {
+        skip!("no DRM nodes (not a guest)")
+    };
+    let n = nodes
+        .iter()
+        .find(|n| n.driver.as_deref() == Some("vkms"))
+        .unwrap();
     let p = n.path.display().to_string();
     let dev = Device::open(&n.path).unwrap();
     dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
     dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
+    dev.set_master().unwrap();
+    kernel_tests::kms_all_off(&dev).unwrap();
+    let (_, idx) = connector(&dev);
+    let id = Snapshot::take(&dev).unwrap().crtcs[idx]
+        .crtc
+        .id
+        .get()
+        .to_string();
+    dev.drop_master().unwrap();
+    let fds = kernel_tests::open_fds();
+    let fbs = framebuffers(n);
+    for method in ["writeback", "getfb", "auto"] {
+        let (code, out) = run(&[
+            "kms",
+            "screenshot",
+            &id,
+            "-o",
+            "/tmp/off.png",
+            "--device",
+            &p,
+            "--method",
+            method,
+        ]);
+        assert_eq!(code, ExitCode::FAILURE, "{method}: {out}");
+        assert!(out.is_empty(), "{method}: {out}");
+        assert!(!std::path::Path::new("/tmp/off.png").exists());
+    }
+    // The message (stderr in the CLI) says why and what to do.
+    let other = Device::open(&n.path).unwrap();
+    let err = drmtool::kms::screenshot(&other, &id, drmtool::kms::Method::Writeback).unwrap_err();
+    drop(other);
+    assert!(
+        err.contains("is off") && err.contains("hint: `drmtool kms modeset"),
+        "{err}"
+    );
+    assert_eq!(kernel_tests::open_fds(), fds, "no fd leaked");
+    assert_eq!(framebuffers(n), fbs, "no framebuffer left behind");
+}
+
+/// The ids of every framebuffer of the device (debugfs `framebuffer`: all of them, not
+/// only this process's), waiting up to 5 s for `want` when given: a writeback job drops
+/// its framebuffer from a kernel work item after the fence signals.
+fn framebuffers_settled(n: &drm_gem::NodeInfo, want: Option<&[u32]>) -> Vec<u32> {
+    let path = format!("/sys/kernel/debug/dri/{}/framebuffer", n.dev.1);
+    let read = || -> Vec<u32> {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut ids: Vec<u32> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("framebuffer["))
+            .filter_map(|l| l.split(']').next()?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut got = read();
+    if let Some(want) = want {
+        for _ in 0..250 {
+            if got == want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            got = read();
+        }
+    }
+    got
+}
+
+fn framebuffers(n: &drm_gem::NodeInfo) -> Vec<u32> {
+    framebuffers_settled(n, None)
+}
+
+/// The cursor square: x, y, side, RGB (opaque ARGB8888, so the blend is exact).
+const CURSOR: (u32, u32, u32, u32) = (100, 50, 64, 0x0012_3456);
+
+/// Lights the first connector's CRTC with this test's pattern on the primary plane (and,
+/// with `cursor`, the cursor plane's square over it), captures it with `drmtool kms
+/// screenshot --method METHOD` and compares every pixel: GETFB2 must show the primary
+/// plane alone, writeback everything the CRTC composes. Writeback must put the routing
+/// back exactly as it was and leave nothing behind.
+fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
+    let p = n.path.display().to_string();
+    let dev = Device::open(&n.path).unwrap();
+    dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
+    dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
+    let vkms = n.driver.as_deref() == Some("vkms");
+    if vkms {
+        dev.set_client_cap(ClientCap::WritebackConnectors, 1)
+            .unwrap();
+    }
     dev.set_master().unwrap();
     kernel_tests::kms_all_off(&dev).unwrap();
     let (_, idx) = connector(&dev);
@@ -595,17 +714,59 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str) {
             f(&conn.properties, "CRTC_ID"),
             u64::from(crtc.crtc.id.get()),
         );
-    let pp = |name| f(&plane.properties, name);
-    req.set(plane.plane.id, pp("FB_ID"), u64::from(fb.id().get()))
-        .set(plane.plane.id, pp("CRTC_ID"), u64::from(crtc.crtc.id.get()))
-        .set(plane.plane.id, pp("SRC_X"), 0)
-        .set(plane.plane.id, pp("SRC_Y"), 0)
-        .set(plane.plane.id, pp("SRC_W"), u64::from(w) << 16)
-        .set(plane.plane.id, pp("SRC_H"), u64::from(h) << 16)
-        .set(plane.plane.id, pp("CRTC_X"), 0)
-        .set(plane.plane.id, pp("CRTC_Y"), 0)
-        .set(plane.plane.id, pp("CRTC_W"), u64::from(w))
-        .set(plane.plane.id, pp("CRTC_H"), u64::from(h));
+    let place = |req: &mut AtomicRequest<'_>,
+                 pl: &drm_gem::kms::PlaneState,
+                 fb: u32,
+                 (x, y, pw, ph): (u32, u32, u32, u32)| {
+        let pp = |name| f(&pl.properties, name);
+        let id = pl.plane.id;
+        req.set(id, pp("FB_ID"), u64::from(fb))
+            .set(id, pp("CRTC_ID"), u64::from(crtc.crtc.id.get()))
+            .set(id, pp("SRC_X"), 0)
+            .set(id, pp("SRC_Y"), 0)
+            .set(id, pp("SRC_W"), u64::from(pw) << 16)
+            .set(id, pp("SRC_H"), u64::from(ph) << 16)
+            .set(id, pp("CRTC_X"), u64::from(x))
+            .set(id, pp("CRTC_Y"), u64::from(y))
+            .set(id, pp("CRTC_W"), u64::from(pw))
+            .set(id, pp("CRTC_H"), u64::from(ph));
+    };
+    place(&mut req, plane, fb.id().get(), (0, 0, w, h));
+    // The cursor: an opaque square on vkms's cursor plane, kept until the end.
+    let mut keep = None;
+    if cursor {
+        let cp = snap
+            .planes
+            .iter()
+            .find(|p| {
+                p.kind.as_deref() == Some("Cursor") && p.plane.possible_crtcs & (1 << idx) != 0
+            })
+            .expect("vkms has a cursor plane on every kernel of the matrix");
+        let (x, y, side, rgb) = CURSOR;
+        let mut cbuf = DumbBuffer::create(
+            &dev,
+            DumbSpec {
+                width: side,
+                height: side,
+                bpp: 32,
+            },
+        )
+        .unwrap();
+        let argb = (0xff00_0000u32 | rgb).to_le_bytes();
+        let fill: Vec<u8> = (0..cbuf.size() / 4).flat_map(|_| argb).collect();
+        cbuf.map().unwrap().write_at(0, &fill).unwrap();
+        let cfb = dev
+            .add_framebuffer(&FbSpec::single(
+                side,
+                side,
+                u32::from_le_bytes(*b"AR24"),
+                cbuf.handle(),
+                cbuf.pitch(),
+            ))
+            .unwrap();
+        place(&mut req, cp, cfb.id().get(), (x, y, side, side));
+        keep = Some((cfb, cbuf));
+    }
     dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
         .unwrap();
     // The pattern goes in once the buffer is scanned out: bochs (VRAM helpers) moves it to
@@ -614,6 +775,8 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str) {
     buf.map().unwrap().write_at(0, &px).unwrap();
     // drmtool becomes master itself for writeback; GETFB2 needs only root.
     dev.drop_master().unwrap();
+    let fds = kernel_tests::open_fds();
+    let fbs = if vkms { framebuffers(n) } else { Vec::new() };
     let out = format!("/tmp/drmtool-shot-{}-{method}.png", n.dev.1);
     let id = crtc.crtc.id.get().to_string();
     let v = run_json(
@@ -633,25 +796,141 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str) {
     );
     let want = if method == "auto" { "getfb" } else { method };
     assert_eq!(v["method"], want, "{p}");
-    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
-    let mut reader = dec.read_info().unwrap();
-    let mut img = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut img).unwrap();
-    assert_eq!((info.width, info.height), (w, h), "{p} {method}");
-    assert_eq!(info.color_type, png::ColorType::Rgb);
+    if want == "writeback" {
+        // vkms cannot clone its virtual encoder with the writeback one (possible_clones),
+        // so on every kernel of the matrix the capture swaps.
+        assert_eq!(v["writeback"], "swap", "{p}: {v}");
+        // The text says plainly which outputs went dark for a frame (a second swap).
+        let (code, text) = run(&[
+            "kms",
+            "screenshot",
+            &id,
+            "-o",
+            &out,
+            "--device",
+            &p,
+            "--method",
+            method,
+        ]);
+        assert_eq!(code, ExitCode::SUCCESS, "{p}: {text}");
+        let name = conn.connector.name();
+        assert!(
+            text.contains(", writeback, swap);")
+                && text.contains(&format!("{name} detached from CRTC {id} for one frame")),
+            "{p}: {text}"
+        );
+    } else {
+        assert!(v.get("writeback").is_none(), "{p}: {v}");
+    }
+    let img = {
+        let f = std::fs::File::open(&out).unwrap();
+        let mut reader = png::Decoder::new(std::io::BufReader::new(f))
+            .read_info()
+            .unwrap();
+        let mut img = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut img).unwrap();
+        assert_eq!((info.width, info.height), (w, h), "{p} {method}");
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        img
+    };
+    // Writeback shows every plane; GETFB2 the primary plane only.
+    let sees_cursor = cursor && want == "writeback";
+    let (cx, cy, side, rgb) = CURSOR;
+    let expect = |x: u32, y: u32| -> [u8; 3] {
+        if sees_cursor && (cx..cx + side).contains(&x) && (cy..cy + side).contains(&y) {
+            [(rgb >> 16) as u8, (rgb >> 8) as u8, rgb as u8]
+        } else {
+            pixel(x, y)
+        }
+    };
     let mut bad = 0;
     let mut first = None;
     for y in 0..h {
         for x in 0..w {
             let i = (y * w + x) as usize * 3;
-            if img[i..i + 3] != pixel(x, y) {
+            if img[i..i + 3] != expect(x, y) {
                 bad += 1;
-                first.get_or_insert((x, y, img[i..i + 3].to_vec(), pixel(x, y)));
+                first.get_or_insert((x, y, img[i..i + 3].to_vec(), expect(x, y)));
             }
         }
     }
-    assert_eq!(bad, 0, "{p} {method}: {bad} pixels differ, first {first:?}");
+    assert_eq!(
+        bad, 0,
+        "{p} {method} cursor {cursor}: {bad} pixels differ, first {first:?}"
+    );
+    assert_eq!(
+        kernel_tests::open_fds(),
+        fds,
+        "{p} {method}: fds leaked: {:?}",
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .collect::<Vec<_>>()
+    );
+    if vkms {
+        // The capture's framebuffer is gone once the writeback job is cleaned up; nothing
+        // else was added.
+        assert_eq!(
+            framebuffers_settled(n, Some(&fbs)),
+            fbs,
+            "{p} {method}: framebuffers left behind"
+        );
+        // The routing is back exactly: the connector on the CRTC, the same mode, the same
+        // framebuffer on the primary plane, the writeback connector detached.
+        let after = Snapshot::take(&dev).unwrap();
+        let raw = |props: &[drm_gem::kms::ObjectProperty], name: &str| {
+            props
+                .iter()
+                .find(|p| p.property.name == name)
+                .unwrap_or_else(|| panic!("no {name}"))
+                .raw
+        };
+        let c = &after.crtcs[idx];
+        assert_eq!(raw(&c.properties, "ACTIVE"), 1, "{p} {method}");
+        let mode_blob = drm_gem::kms::BlobId::new(raw(&c.properties, "MODE_ID") as u32)
+            .expect("the CRTC has a mode");
+        assert_eq!(
+            dev.blob(mode_blob).unwrap(),
+            mode.to_blob_bytes(),
+            "{p} {method}: the mode changed"
+        );
+        for k in &after.connectors {
+            let on = raw(&k.properties, "CRTC_ID");
+            if k.connector.id == conn.connector.id {
+                assert_eq!(on, u64::from(crtc.crtc.id.get()), "{p}: connector not back");
+            } else if k.connector.kind == 18 {
+                assert_eq!(on, 0, "{p}: writeback connector left attached");
+            }
+        }
+        assert!(
+            after.connectors.iter().any(|k| k.connector.kind == 18),
+            "{p}: the writeback connector is listed"
+        );
+        let pl = after
+            .planes
+            .iter()
+            .find(|q| q.plane.id == plane.plane.id)
+            .unwrap();
+        assert_eq!(
+            raw(&pl.properties, "FB_ID"),
+            u64::from(fb.id().get()),
+            "{p} {method}: the primary plane's framebuffer changed"
+        );
+        assert_eq!(
+            raw(&pl.properties, "CRTC_ID"),
+            u64::from(crtc.crtc.id.get())
+        );
+        if let Some((cfb, _)) = &keep {
+            let cp = after
+                .planes
+                .iter()
+                .find(|q| q.kind.as_deref() == Some("Cursor"))
+                .unwrap();
+            assert_eq!(raw(&cp.properties, "FB_ID"), u64::from(cfb.id().get()));
+        }
+    }
     dev.set_master().unwrap();
     kernel_tests::kms_all_off(&dev).unwrap();
+    drop(keep);
     let _ = std::fs::remove_file(&out);
 }

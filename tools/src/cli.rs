@@ -137,7 +137,8 @@ enum KmsCmd {
     },
     /// Save what CRTC (its id) shows as a PNG: GETFB2 of its primary plane and a map of
     /// the framebuffer (needs root or DRM master); `--method writeback` captures through a
-    /// writeback connector instead (vkms; needs DRM master; experimental).
+    /// writeback connector instead, every plane included (vkms; needs DRM master), detaching
+    /// the CRTC's outputs for one frame where the driver cannot clone (vkms cannot).
     #[command(after_help = "Examples:\n  drmtool kms screenshot 38 -o out.png\n  \
                             drmtool kms screenshot 36 -o out.png --device bochs --method getfb")]
     Screenshot {
@@ -506,23 +507,38 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                 eprintln!("drmtool: {e}");
                 return ExitCode::FAILURE;
             }
-            if json {
-                emit_json(
-                    &serde_json::json!({
-                        "schema_version": 1, "device": path, "crtc": crtc,
-                        "file": output.display().to_string(), "width": img.width,
-                        "height": img.height, "method": img.method,
-                    }),
-                    out,
+            let swapped = (img.writeback == Some(crate::kms::WritebackWay::Swap)).then(|| {
+                format!(
+                    "{} detached from CRTC {crtc} for one frame while the writeback connector \
+                     captured it, then put back",
+                    img.detached.join(", ")
                 )
+            });
+            if json {
+                if let Some(s) = &swapped {
+                    eprintln!("drmtool: note: {s}");
+                }
+                let mut v = serde_json::json!({
+                    "schema_version": 1, "device": path, "crtc": crtc,
+                    "file": output.display().to_string(), "width": img.width,
+                    "height": img.height, "method": img.method,
+                });
+                if let Some(way) = img.writeback {
+                    v["writeback"] = way.name().into();
+                }
+                emit_json(&v, out)
             } else {
+                let how = match img.writeback {
+                    Some(way) => format!("{}, {}", img.method, way.name()),
+                    None => img.method.to_string(),
+                };
                 emit_text(
                     &format!(
-                        "{path}: CRTC {crtc} -> {} ({}x{}, {})\n",
+                        "{path}: CRTC {crtc} -> {} ({}x{}, {how}){}\n",
                         output.display(),
                         img.width,
                         img.height,
-                        img.method
+                        swapped.map(|s| format!("; {s}")).unwrap_or_default()
                     ),
                     out,
                 )

@@ -313,16 +313,41 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
         .map(|_| ())
 }
 
-/// How a screenshot was taken.
+/// How a screenshot is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
-    /// GETFB2 for now (writeback is not yet reliable: vkms on 6.12 refuses the commit
-    /// with EINVAL from its driver check, not yet understood).
+    /// Writeback where it disturbs nothing: a writeback connector for the CRTC exists, DRM
+    /// master can be had, and the commit that adds it beside the CRTC's outputs (a clone)
+    /// passes `TEST_ONLY`. Otherwise GETFB2. Never detaches an output: on vkms the clone is
+    /// refused on every kernel of the matrix, so `auto` is GETFB2 there.
     Auto,
-    /// A writeback connector captures what the CRTC composes (vkms); needs DRM master.
+    /// A writeback connector captures what the CRTC composes, every plane included (vkms);
+    /// needs DRM master. Beside the CRTC's outputs where the driver allows the clone, else
+    /// instead of them for one frame (a swap), after which the routing is put back.
     Writeback,
     /// `GETFB2` of the CRTC's primary plane, then a map of its buffer (root or master).
+    /// Shows the primary plane only: no cursor, no overlays.
     Getfb,
+}
+
+/// How `--method writeback` attached the writeback connector to the CRTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritebackWay {
+    /// Beside the CRTC's outputs, which kept showing the frame.
+    Clone,
+    /// Instead of the CRTC's outputs for one frame: they were detached from the CRTC
+    /// (its mode and planes kept) and put back afterwards.
+    Swap,
+}
+
+impl WritebackWay {
+    /// `clone` or `swap`, as the JSON says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Clone => "clone",
+            Self::Swap => "swap",
+        }
+    }
 }
 
 /// An RGB8 image.
@@ -336,6 +361,10 @@ pub struct Image {
     pub rgb: Vec<u8>,
     /// `writeback` or `getfb`.
     pub method: &'static str,
+    /// For writeback: whether the capture cloned the CRTC's outputs or swapped them out.
+    pub writeback: Option<WritebackWay>,
+    /// For a swap: the names of the connectors detached from the CRTC for one frame.
+    pub detached: Vec<String>,
 }
 
 fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
@@ -388,7 +417,14 @@ pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> 
                 ": the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS"
             }
         )),
-        (Method::Writeback, Some(k)) => writeback(dev, &snap, idx, k, &mode),
+        (Method::Writeback, Some(k)) => match writeback(dev, &snap, idx, k, &mode, true)? {
+            Wb::Done(img) => Ok(img),
+            Wb::NotWithoutDisturbing(why) => Err(why),
+        },
+        (Method::Auto, Some(k)) if wb => match writeback(dev, &snap, idx, k, &mode, false)? {
+            Wb::Done(img) => Ok(img),
+            Wb::NotWithoutDisturbing(_) => getfb(dev, &snap, idx, &mode),
+        },
         (Method::Getfb | Method::Auto, _) => getfb(dev, &snap, idx, &mode),
     }
 }
@@ -461,21 +497,105 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
         height: h,
         rgb: to_rgb(&px, info.format, w, h, pitch)?,
         method: "getfb",
+        writeback: None,
+        detached: Vec::new(),
     })
 }
 
+/// What [`writeback`] got to.
+enum Wb {
+    /// The capture.
+    Done(Image),
+    /// Capturing would have meant detaching the CRTC's outputs, or master was refused,
+    /// and the caller allows neither: why.
+    NotWithoutDisturbing(String),
+}
+
+/// The raw value of property `name` in an object's snapshot (0 when it has none).
+fn value(props: &[ObjectProperty], name: &str) -> u64 {
+    props
+        .iter()
+        .find(|p| p.property.name == name)
+        .map_or(0, |p| p.raw)
+}
+
+/// Puts a CRTC's routing back as it was before a writeback capture (the atomic commit
+/// `undo`) when dropped, so that every error path after the capture commit restores it too.
+/// Drop never panics: a failed restore is reported on stderr.
+struct Routing<'d> {
+    dev: &'d Device,
+    undo: AtomicRequest<'static>,
+    armed: bool,
+}
+
+impl Routing<'_> {
+    /// Restores now and says whether the kernel took it.
+    fn restore(mut self) -> drm_gem::Result<()> {
+        self.armed = false;
+        self.dev
+            .atomic_commit(&self.undo, AtomicFlags::ALLOW_MODESET, 0)
+            .map(|_| ())
+    }
+}
+
+impl Drop for Routing<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Err(e) = self
+            .dev
+            .atomic_commit(&self.undo, AtomicFlags::ALLOW_MODESET, 0)
+        {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "drmtool: putting the CRTC's outputs back after the writeback capture failed: {e} \
+                 (hint: `drmtool kms modeset CONNECTOR` lights one again)"
+            );
+        }
+    }
+}
+
+/// Captures CRTC `idx` through writeback connector `k`.
+///
+/// First the writeback connector goes beside the CRTC's other connectors (a clone), checked
+/// with `TEST_ONLY`; the core counts any routing change as a modeset, so this commit, like
+/// the swap, carries `ALLOW_MODESET`. Where the kernel refuses the clone and `may_swap`,
+/// one commit swaps instead: the CRTC's other connectors off it (`CRTC_ID` 0) and the
+/// writeback connector on it with its framebuffer and out-fence, the CRTC's mode and every
+/// plane left as they are; once the fence signals (10 s at most) the previous routing is
+/// put back exactly (a [`Routing`] guard, so also on every error path).
+///
+/// Why vkms refuses the clone (5.10, 6.1 and 6.12, Debian-built and stock kernels alike):
+/// its virtual encoder's `possible_clones` is 0x1 and the writeback encoder's 0x2 (each only
+/// itself), so the CRTC's encoder mask 0x3 fails `drm_atomic_check_valid_clones` in
+/// `drm_atomic_helper_check_modeset` with EINVAL (with drm.debug bit 0x01 the kernel logs
+/// "crtcN failed valid clone check for mask 0x3"; `explain_atomic` can only name the
+/// writeback connector as the culprit object).
 fn writeback(
     dev: &Device,
     snap: &Snapshot,
     idx: usize,
     k: &drm_gem::kms::ConnectorState,
     mode: &Mode,
-) -> KmsResult<Image> {
+    may_swap: bool,
+) -> KmsResult<Wb> {
     let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
-    dev.set_master().map_err(|err| {
-        format!("writeback needs DRM master: {err} (hint: --method getfb while another program is master)")
-    })?;
+    let refuse = |why: String| {
+        if may_swap {
+            Err(why)
+        } else {
+            Ok(Wb::NotWithoutDisturbing(why))
+        }
+    };
+    if let Err(err) = dev.set_master() {
+        return refuse(format!(
+            "writeback needs DRM master: {err} (hint: --method getfb while another program is master)"
+        ));
+    }
     let c = &snap.crtcs[idx];
+    let crtc = u64::from(c.crtc.id.get());
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
     // The formats the connector writes (vkms: XR24 on older kernels, AR24 on newer ones).
     let formats: Vec<u32> = k
@@ -492,16 +612,19 @@ fn writeback(
                 .collect()
         })
         .unwrap_or_default();
-    let format = [XRGB8888, u32::from_le_bytes(*b"AR24")]
+    let Some(format) = [XRGB8888, u32::from_le_bytes(*b"AR24")]
         .into_iter()
         .find(|f| formats.contains(f))
-        .ok_or_else(|| {
-            let names: Vec<String> = formats.iter().map(|&f| drm_gem::kms::format_name(f)).collect();
-            format!(
-                "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: --method getfb)",
-                names.join(", ")
-            )
-        })?;
+    else {
+        let names: Vec<String> = formats
+            .iter()
+            .map(|&f| drm_gem::kms::format_name(f))
+            .collect();
+        return refuse(format!(
+            "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: --method getfb)",
+            names.join(", ")
+        ));
+    };
     let mut buf = DumbBuffer::create(
         dev,
         DumbSpec {
@@ -517,19 +640,64 @@ fn writeback(
     let crtc_prop = find(&k.properties, "CRTC_ID")?;
     let fb_prop = find(&k.properties, "WRITEBACK_FB_ID")?;
     let fence_prop = find(&k.properties, "WRITEBACK_OUT_FENCE_PTR")?;
-    let mut req = AtomicRequest::new();
-    req.set(k.connector.id, crtc_prop, u64::from(c.crtc.id.get()))
+    let flags = AtomicFlags::ALLOW_MODESET;
+    let test = flags | AtomicFlags::TEST_ONLY;
+    let mut clone = AtomicRequest::new();
+    clone
+        .set(k.connector.id, crtc_prop, crtc)
         .set(k.connector.id, fb_prop, u64::from(fb.id().get()))
         .writeback_fence(k.connector.id, fence_prop);
-    let done = match dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0) {
-        Ok(d) => d,
-        Err(err) => {
-            let why = dev
-                .explain_atomic(&req, AtomicFlags::ALLOW_MODESET)
-                .map(|x| format!("{x:?}"))
-                .unwrap_or_default();
-            return Err(format!("the writeback commit: {err} {why}"));
+    // The undo: the writeback connector back where it was, with no framebuffer.
+    let mut undo = AtomicRequest::new();
+    undo.set(k.connector.id, crtc_prop, value(&k.properties, "CRTC_ID"))
+        .set(k.connector.id, fb_prop, 0);
+    let mut detached = Vec::new();
+    let (req, way) = match dev.atomic_commit(&clone, test, 0) {
+        Ok(_) => (clone, WritebackWay::Clone),
+        Err(clone_err) => {
+            let outputs: Vec<_> = snap
+                .connectors
+                .iter()
+                .filter(|x| {
+                    x.connector.id != k.connector.id && value(&x.properties, "CRTC_ID") == crtc
+                })
+                .collect();
+            if !may_swap || outputs.is_empty() {
+                return refuse(format!(
+                    "the kernel refuses the writeback connector beside the CRTC's outputs: {clone_err} \
+                     (hint: --method getfb)"
+                ));
+            }
+            let mut swap = clone.clone();
+            for x in outputs {
+                let p = find(&x.properties, "CRTC_ID")?;
+                swap.set(x.connector.id, p, 0);
+                undo.set(x.connector.id, p, crtc);
+                detached.push(x.connector.name());
+            }
+            if let Err(err) = dev.atomic_commit(&swap, test, 0) {
+                let why = dev
+                    .explain_atomic(&swap, flags)
+                    .ok()
+                    .flatten()
+                    .map(|x| format!(" ({x:?})"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "the kernel refuses the writeback connector beside the CRTC's outputs \
+                     ({clone_err}) and instead of them ({err}){why} (hint: --method getfb)"
+                ));
+            }
+            (swap, WritebackWay::Swap)
         }
+    };
+    let done = dev
+        .atomic_commit(&req, flags, 0)
+        .map_err(e("the writeback commit"))?;
+    // From here on the routing is changed: the guard puts it back, also on errors.
+    let routing = Routing {
+        dev,
+        undo,
+        armed: true,
     };
     for (_, _, f) in &done.fences {
         match f.wait(Some(Duration::from_secs(10))) {
@@ -538,24 +706,23 @@ fn writeback(
             Err(err) => return Err(format!("waiting for the writeback fence: {err}")),
         }
     }
-    // Detach the writeback connector again.
-    let mut undo = AtomicRequest::new();
-    undo.set(k.connector.id, crtc_prop, 0)
-        .set(k.connector.id, fb_prop, 0);
-    dev.atomic_commit(&undo, AtomicFlags::ALLOW_MODESET, 0)
-        .map_err(e("detaching the writeback connector"))?;
+    routing
+        .restore()
+        .map_err(e("putting the CRTC's outputs back after the capture"))?;
     let pitch = buf.pitch() as usize;
     let mut px = vec![0u8; pitch * h as usize];
     buf.map()
         .map_err(e("mapping the capture"))?
         .read_at(0, &mut px)
         .map_err(|err| err.to_string())?;
-    Ok(Image {
+    Ok(Wb::Done(Image {
         width: w,
         height: h,
         rgb: to_rgb(&px, format, w, h, pitch)?,
         method: "writeback",
-    })
+        writeback: Some(way),
+        detached,
+    }))
 }
 
 /// Writes `img` as an 8-bit RGB PNG.
