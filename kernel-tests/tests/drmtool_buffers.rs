@@ -524,3 +524,117 @@ fn fdinfo_figures_or_unknown_end_to_end() {
     assert_eq!(p.mapped_drm.value, Some(0));
     c.exit();
 }
+
+/// `--skip maps,debugfs,kcmp`: the same processes and fds, and every figure of a skipped
+/// source unknown with "skipped" as the reason (never zero); without kcmp, an open file held
+/// by three fds counts as three clients unless the driver prints drm-client-id.
+#[test]
+fn skipped_sources_are_unknown_not_zero() {
+    if !require_nodes() {
+        skip!("needs vgem and vkms nodes");
+    }
+    let c = Client::spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
+    let d = Client::spawn(&[
+        "--device",
+        "vkms",
+        "--share-drm",
+        &format!("{}:{}", c.pid(), c.ready.drm_fd),
+    ]);
+    let pids = vec![c.pid(), d.pid()];
+    let full = scan(&Options {
+        pids: pids.clone(),
+        ..Default::default()
+    })
+    .expect("scan");
+    let fds_before = fd_count();
+    let r = scan(&Options {
+        pids: pids.clone(),
+        skip: drmtool::scan::Skip {
+            maps: true,
+            debugfs: true,
+            kcmp: true,
+        },
+        ..Default::default()
+    })
+    .expect("scan");
+    assert_eq!(fd_count(), fds_before, "the scan leaks no fd");
+    // The same processes and fds.
+    let fds = |r: &Report| -> BTreeSet<(u32, u32)> {
+        r.processes
+            .iter()
+            .flat_map(|p| p.drm_fds.iter().map(move |f| (p.pid, f.fd)))
+            .collect()
+    };
+    assert_eq!(fds(&r), fds(&full));
+    assert_eq!(fds(&r).len(), 4, "C's fd and its dup, D's two");
+    let vkms = r
+        .devices
+        .iter()
+        .find(|d| d.driver.as_deref() == Some("vkms"))
+        .expect("vkms device");
+    // maps: unknown, while the full scan saw C's mapping.
+    let pc = r.processes.iter().find(|p| p.pid == c.pid()).unwrap();
+    let full_pc = full.processes.iter().find(|p| p.pid == c.pid()).unwrap();
+    assert_eq!(
+        full_pc.mapped_drm.value,
+        Some(page_round(c.ready.buffers[0].size))
+    );
+    for f in [&pc.mapped_drm, &pc.mapped_gem_shmem, &vkms.mapped] {
+        assert_eq!(f.value, None, "{f:?}");
+        assert_eq!(f.source, Source::Unknown);
+        assert!(f.note.as_deref().unwrap_or("").contains("skipped"), "{f:?}");
+    }
+    assert!(pc.drm_mappings.is_empty());
+    // debugfs: not read, and says so.
+    assert!(!vkms.debugfs.readable);
+    assert!(
+        vkms.debugfs
+            .why
+            .as_deref()
+            .unwrap_or("")
+            .contains("skipped"),
+        "{:?}",
+        vkms.debugfs
+    );
+    assert_eq!(vkms.debugfs_clients.value, None);
+    assert_eq!(vkms.framebuffer_bytes.value, None);
+    assert!(vkms.debugfs_client_rows.is_empty());
+    // kcmp: skipped; without drm-client-id every fd is its own client.
+    assert!(!r.scan.kcmp.readable);
+    let ids = r.clients.iter().any(|cl| cl.client_id.is_some());
+    let want = if ids { 2 } else { 4 };
+    assert_eq!(r.clients.len(), want, "{:#?}", r.clients);
+    assert_eq!(
+        full.clients.len(),
+        2,
+        "the full scan merges the shared file"
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("--skip maps,debugfs,kcmp")),
+        "{:?}",
+        r.warnings
+    );
+    // The CLI: the flag parses, the JSON validates, an unknown source is bad usage.
+    let mut args: Vec<String> = vec![
+        "buffers".into(),
+        "--json".into(),
+        "--skip".into(),
+        "maps,debugfs".into(),
+        "--skip".into(),
+        "kcmp".into(),
+    ];
+    for p in &pids {
+        args.extend(["--pid".to_string(), p.to_string()]);
+    }
+    let (code, out) = cli(&args);
+    assert_eq!(code, ExitCode::SUCCESS);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let errors = schema_errors(&v);
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    let (code, _) = cli(&["buffers".into(), "--skip".into(), "everything".into()]);
+    assert_eq!(code, ExitCode::from(2));
+    drop(d);
+    c.exit();
+}

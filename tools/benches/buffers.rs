@@ -191,6 +191,28 @@ impl Rig {
     }
 
     /// Checks that `r` reports exactly what the holders hold.
+    /// The fdinfo-only scan: the holders' processes, DRM fds and dma-buf fds (its
+    /// mappings are skipped, and so is the de-duplication).
+    fn check_fds(&self, r: &Report) -> Result<(), String> {
+        let mine: Vec<_> = r
+            .processes
+            .iter()
+            .filter(|p| self.pids.contains(&p.pid))
+            .collect();
+        let seen = Expect {
+            processes: mine.len(),
+            drm_fds: mine.iter().map(|p| p.drm_fds.len()).sum(),
+            dmabufs: mine.iter().map(|p| p.dmabuf_fds.len()).sum(),
+        };
+        if seen != self.expect {
+            return Err(format!(
+                "the fdinfo-only scan saw {seen:?} of the holders, they hold {:?}",
+                self.expect
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self, r: &Report) -> Result<(), String> {
         let mine: Vec<_> = r
             .processes
@@ -308,10 +330,45 @@ fn floor(buf: &mut [u8]) -> usize {
 }
 
 fn scan_once() -> Report {
-    match scan::scan(&Options::default()) {
+    scan_skipping(scan::Skip::default())
+}
+
+/// The scan with some sources left out (`drmtool buffers --skip`).
+fn scan_skipping(skip: scan::Skip) -> Report {
+    match scan::scan(&Options {
+        skip,
+        ..Default::default()
+    }) {
         Ok(r) => r,
         Err(e) => panic!("scan: {e}"),
     }
+}
+
+/// Every source the floor does not read skipped: `maps`, debugfs and kcmp.
+const FDINFO_ONLY: scan::Skip = scan::Skip {
+    maps: true,
+    debugfs: true,
+    kcmp: true,
+};
+
+/// The paired pass's scans without one source each (`BUFBENCH_ABLATION=1`), and with all
+/// three left out (always).
+fn skip_variants() -> Vec<(&'static str, scan::Skip)> {
+    let none = scan::Skip::default();
+    let mut v = Vec::new();
+    if std::env::var_os("BUFBENCH_ABLATION").is_some_and(|a| a == "1") {
+        v.push(("skip_kcmp", scan::Skip { kcmp: true, ..none }));
+        v.push(("skip_maps", scan::Skip { maps: true, ..none }));
+        v.push((
+            "skip_debugfs",
+            scan::Skip {
+                debugfs: true,
+                ..none
+            },
+        ));
+    }
+    v.push(("fdinfo_only", FDINFO_ONLY));
+    v
 }
 
 /// `drmtool buffers --json`, output to a sink.
@@ -338,8 +395,14 @@ fn vm_hwm() -> Option<u64> {
 fn scan_once_child(times: &str) -> Result<(), String> {
     let before = vm_hwm().ok_or("no VmHWM")?;
     let mut clients = 0;
+    // `BUFBENCH_SCAN_ONCE_SKIP=1`: the fdinfo-only scan (for a profile of it).
+    let skip = if std::env::var_os("BUFBENCH_SCAN_ONCE_SKIP").is_some_and(|v| v == "1") {
+        FDINFO_ONLY
+    } else {
+        scan::Skip::default()
+    };
     for _ in 0..times.parse::<u32>().unwrap_or(1).max(1) {
-        clients = black_box(scan_once()).clients.len();
+        clients = black_box(scan_skipping(skip)).clients.len();
     }
     let after = vm_hwm().ok_or("no VmHWM")?;
     println!("{before} {after} {clients}");
@@ -476,6 +539,37 @@ fn print_table(rows: &[Row]) {
             r.hwm.0
         );
     }
+    println!(
+        "\nbuffers: what each source costs (paired pass; ratio to the floor, median [q1, q3]; `-` = not run, BUFBENCH_ABLATION=1 runs the single skips)"
+    );
+    println!(
+        "| fds | scan/floor | --skip kcmp | --skip maps | --skip debugfs | fdinfo only (all three skipped) | fdinfo only ms |"
+    );
+    println!("|---:|---|---|---|---|---|---:|");
+    for r in rows {
+        let ratio = |a: &str| {
+            r.paired
+                .as_ref()
+                .and_then(|p| p.ratios(a, "floor"))
+                .map_or("-".into(), |q| {
+                    let g = |x| paired::quantile(&q, x).map_or("-".into(), |v| format!("{v:.2}"));
+                    format!("{} [{}, {}]", g(0.5), g(0.25), g(0.75))
+                })
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.fds,
+            ratio("scan"),
+            ratio("skip_kcmp"),
+            ratio("skip_maps"),
+            ratio("skip_debugfs"),
+            ratio("fdinfo_only"),
+            r.paired
+                .as_ref()
+                .and_then(|p| median(p, "fdinfo_only"))
+                .map_or("-".into(), |v| format!("{:.1}", v / 1e6)),
+        );
+    }
     if let Some(p) = rows.iter().find_map(|r| r.paired.as_ref()) {
         println!(
             "(rounds x calls of the last size: {} x {})",
@@ -496,6 +590,7 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
     let mut buf = vec![0u8; 8192];
     for _ in 0..2 {
         rig.check(&scan_once())?;
+        rig.check_fds(&scan_skipping(FDINFO_ONLY))?;
         let n = floor(&mut buf);
         if n < fds {
             return Err(format!("the floor read {n} fdinfo files, fewer than {fds}"));
@@ -535,6 +630,9 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         ("scan", Box::new(|| drop(black_box(scan_once())))),
         ("scan_json", Box::new(scan_json)),
     ];
+    for (name, skip) in skip_variants() {
+        ops.push((name, Box::new(move || drop(black_box(scan_skipping(skip))))));
+    }
     row.paired = Some(paired::run(&format!("buffers/{fds}"), &mut ops, budget));
     drop(ops);
     // Still all there after the timing.

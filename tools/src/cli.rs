@@ -35,7 +35,8 @@ pub const EXIT_NO_DEVICES: u8 = 4;
     after_help = "Examples:\n  drmtool devices\n  drmtool devices --json\n  \
                   drmtool info vkms\n  drmtool caps --json\n  \
                   drmtool buffers\n  drmtool buffers --by client --json\n  \
-                  drmtool buffers --watch 1\n  drmtool kms list card0\n  \
+                  drmtool buffers --watch 1\n  drmtool buffers --skip maps,kcmp --watch 1\n  \
+                  drmtool kms list card0\n  \
                   drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
                   drmtool kms screenshot 38 -o crtc.png\n  \
                   drmtool hmm probe\n  drmtool pmem list --json\n  \
@@ -213,6 +214,23 @@ struct BuffersArgs {
     /// Colour: auto (on a TTY without NO_COLOR), always, never.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     color: String,
+    /// Leave out a source to make the scan cheaper (repeatable or comma separated):
+    /// `maps` (mapped bytes become unknown), `debugfs` (framebuffers, flink names and the
+    /// kernel's client list), `kcmp` (fds of drivers without drm-client-id each count as a
+    /// client of their own). Everything a skipped source gives is shown as unknown.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SOURCE")]
+    skip: Vec<SkipSource>,
+}
+
+/// A source `drmtool buffers --skip` may leave out.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum SkipSource {
+    /// `/proc/<pid>/maps` of every process.
+    Maps,
+    /// The devices' debugfs files.
+    Debugfs,
+    /// kcmp(KCMP_FILE) de-duplication.
+    Kcmp,
 }
 
 /// Runs `drmtool ARGS...` in this process (`args` without the program name) and returns its
@@ -606,6 +624,11 @@ fn filter_device(r: &mut scan::Report, spec: &str) -> bool {
 fn one_scan(a: &BuffersArgs) -> Result<scan::Report, ExitCode> {
     let opts = Options {
         pids: a.pids.clone(),
+        skip: scan::Skip {
+            maps: a.skip.contains(&SkipSource::Maps),
+            debugfs: a.skip.contains(&SkipSource::Debugfs),
+            kcmp: a.skip.contains(&SkipSource::Kcmp),
+        },
         ..Default::default()
     };
     let mut r = match scan::scan(&opts) {

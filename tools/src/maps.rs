@@ -67,7 +67,8 @@ pub struct Maps {
     pub gpu: Vec<GpuMapping>,
     /// How many lines were read in all.
     pub lines: usize,
-    /// Lines that were not in the documented format.
+    /// Lines that were not in the documented format: truncated lines, and lines mapping GPU
+    /// memory whose fields do not parse (other lines' fields are not checked).
     pub malformed: Vec<Malformed>,
 }
 
@@ -92,7 +93,33 @@ fn hex(s: &str, what: &str) -> Result<u64, String> {
     u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
 }
 
-/// Parses one line; `Ok(None)` for a well-formed line that maps no GPU memory.
+/// What a mapped path is, when it is GPU memory.
+fn target_of(path: &str) -> Option<Target> {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    if path.starts_with("/dev/dri/") {
+        Some(Target::Drm {
+            path: path.to_string(),
+        })
+    } else if let Some(name) = path.strip_prefix("/dmabuf:") {
+        Some(Target::DmaBuf {
+            name: name.to_string(),
+        })
+    } else if path.starts_with("/drm mm object") {
+        Some(Target::GemShmem)
+    } else if path == "anon_inode:dmabuf" {
+        Some(Target::DmaBuf {
+            name: String::new(),
+        })
+    } else {
+        None
+    }
+}
+
+/// Parses one line; `Ok(None)` for a line that maps no GPU memory.
+///
+/// Every line must have the five fields before the pathname (else it is truncated); the
+/// fields themselves are checked only on lines that map GPU memory: a scan reads the maps
+/// of every process, and most of their lines are libraries it would parse for nothing.
 pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
     let mut rest = line;
     let mut field = || -> Result<&str, String> {
@@ -106,11 +133,14 @@ pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
         Ok(f)
     };
     let range = field()?;
-    let perms = field()?.to_string();
+    let perms = field()?;
     let offset = field()?;
     let dev = field()?;
     let inode = field()?;
     let path = rest.trim_start_matches(' ');
+    let Some(target) = target_of(path) else {
+        return Ok(None);
+    };
 
     let (s, e) = range.split_once('-').ok_or("address range without `-`")?;
     let (start, end) = (hex(s, "start address")?, hex(e, "end address")?);
@@ -127,28 +157,10 @@ pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
         u32::from_str_radix(mi, 16).map_err(|_| format!("bad minor {mi:?}"))?,
     );
     let inode: u64 = inode.parse().map_err(|_| format!("bad inode {inode:?}"))?;
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    let target = if path.starts_with("/dev/dri/") {
-        Target::Drm {
-            path: path.to_string(),
-        }
-    } else if let Some(name) = path.strip_prefix("/dmabuf:") {
-        Target::DmaBuf {
-            name: name.to_string(),
-        }
-    } else if path.starts_with("/drm mm object") {
-        Target::GemShmem
-    } else if path == "anon_inode:dmabuf" {
-        Target::DmaBuf {
-            name: String::new(),
-        }
-    } else {
-        return Ok(None);
-    };
     Ok(Some(GpuMapping {
         start,
         end,
-        perms,
+        perms: perms.to_string(),
         offset,
         dev,
         inode,

@@ -236,7 +236,7 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                             .map(|h| format!("{}:{}", h.pid, h.fd))
                             .collect::<Vec<_>>()
                             .join(","),
-                        c.dedupe.clone(),
+                        c.dedupe.to_string(),
                         fig(&c.memory_total),
                         fig(&c.memory_shared),
                         if engines.is_empty() {

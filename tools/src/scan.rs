@@ -7,12 +7,15 @@
 //! carries its [`Source`]; what no source exposes is [`Source::Unknown`], never guessed.
 
 use crate::{debugfs, fdinfo, maps, sys_call};
+use rustc_hash::FxHashMap as HashMap;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -49,9 +52,9 @@ pub struct Figure {
     pub value: Option<u64>,
     /// Where it came from.
     pub source: Source,
-    /// Why it is unknown, or what it covers.
+    /// Why it is unknown, or what it covers (most are fixed texts: not allocated).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    pub note: Option<Cow<'static, str>>,
 }
 
 impl Figure {
@@ -65,7 +68,7 @@ impl Figure {
     }
 
     /// An unknown figure with the reason.
-    pub fn unknown(why: impl Into<String>) -> Self {
+    pub fn unknown(why: impl Into<Cow<'static, str>>) -> Self {
         Self {
             value: None,
             source: Source::Unknown,
@@ -74,7 +77,7 @@ impl Figure {
     }
 
     /// Adds a note.
-    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+    pub fn with_note(mut self, note: impl Into<Cow<'static, str>>) -> Self {
         self.note = Some(note.into());
         self
     }
@@ -196,7 +199,7 @@ pub struct ClientReport {
     /// Every fd that refers to this open file.
     pub holders: Vec<FdRef>,
     /// How the holders were found to be one file: `drm-client-id`, `kcmp`, or `none`.
-    pub dedupe: String,
+    pub dedupe: &'static str,
     /// Sum of `drm-total-*` (or the legacy keys).
     pub memory_total: Figure,
     /// Sum of `drm-shared-*`.
@@ -382,6 +385,21 @@ pub struct Options {
     pub debugfs_root: PathBuf,
     /// Only these processes (all when empty).
     pub pids: Vec<u32>,
+    /// Sources to leave out (none by default).
+    pub skip: Skip,
+}
+
+/// Sources a scan may leave out, to be cheaper (`drmtool buffers --skip`). What a skipped
+/// source would have given is reported as unknown, with "skipped" as the reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skip {
+    /// Every process's `maps` (mapped DRM buffers and dma-bufs, the shmem files of GEM
+    /// objects): the mapped figures become unknown.
+    pub maps: bool,
+    /// The devices' debugfs `clients`, `framebuffer` and `gem_names`.
+    pub debugfs: bool,
+    /// `kcmp`: DRM fds without `drm-client-id` each count as their own client.
+    pub kcmp: bool,
 }
 
 impl Default for Options {
@@ -390,6 +408,7 @@ impl Default for Options {
             proc_root: "/proc".into(),
             debugfs_root: "/sys/kernel/debug/dri".into(),
             pids: Vec::new(),
+            skip: Skip::default(),
         }
     }
 }
@@ -451,24 +470,31 @@ struct NodeId {
     parent: String,
 }
 
-fn node_table() -> HashMap<(u32, u32), NodeId> {
-    let mut t = HashMap::new();
+/// The DRM nodes of the scan: the machine's (from `/dev/dri` and sysfs), then any found only
+/// through an fd. Fds refer to them by index.
+#[derive(Default)]
+struct Nodes {
+    list: Vec<NodeId>,
+    /// `(major, minor)` of the machine's nodes to their index.
+    by_dev: HashMap<(u32, u32), usize>,
+}
+
+fn node_table() -> Nodes {
+    let mut t = Nodes::default();
     if let Ok(nodes) = drm_gem::enumerate() {
         for n in nodes {
             let parent = std::fs::canonicalize(n.sysfs.join("device"))
                 .unwrap_or_else(|_| n.sysfs.clone())
                 .display()
                 .to_string();
-            t.insert(
-                n.dev,
-                NodeId {
-                    path: n.path.display().to_string(),
-                    kind: n.kind.as_str(),
-                    minor: n.dev.1,
-                    driver: n.driver,
-                    parent,
-                },
-            );
+            t.by_dev.insert(n.dev, t.list.len());
+            t.list.push(NodeId {
+                path: n.path.display().to_string(),
+                kind: n.kind.as_str(),
+                minor: n.dev.1,
+                driver: n.driver,
+                parent,
+            });
         }
     }
     t
@@ -497,8 +523,11 @@ fn node_from_sysfs(major: u32, minor: u32, link: &str) -> Option<NodeId> {
 
 struct RawDrmFd {
     at: FdRef,
-    node: NodeId,
+    /// Index in [`Nodes::list`].
+    node: usize,
     info: Option<fdinfo::DrmFdinfo>,
+    /// Index of its client in the report, once de-duplicated.
+    client: usize,
 }
 
 struct RawDmaBufFd {
@@ -582,7 +611,8 @@ impl TextReader {
 
 /// What an fd refers to.
 enum FdKind {
-    Drm(NodeId),
+    /// A DRM node: its index in [`Nodes::list`].
+    Drm(usize),
     DmaBuf,
     Other,
 }
@@ -624,7 +654,7 @@ impl FdKinds {
         dirfd: BorrowedFd<'_>,
         name: &std::ffi::CStr,
         st: &rustix::fs::Stat,
-        nodes: &HashMap<(u32, u32), NodeId>,
+        nodes: &mut Nodes,
     ) -> FdKind {
         use rustix::fs::FileType;
         match FileType::from_raw_mode(st.st_mode) {
@@ -635,8 +665,8 @@ impl FdKinds {
             | FileType::BlockDevice => FdKind::Other,
             FileType::CharacterDevice => {
                 let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
-                if let Some(n) = nodes.get(&dev) {
-                    return FdKind::Drm(n.clone());
+                if let Some(&n) = nodes.by_dev.get(&dev) {
+                    return FdKind::Drm(n);
                 }
                 if self.not_drm.contains(&dev) {
                     return FdKind::Other;
@@ -647,7 +677,10 @@ impl FdKinds {
                     return FdKind::Other;
                 };
                 match node_from_sysfs(dev.0, dev.1, &link) {
-                    Some(n) => FdKind::Drm(n),
+                    Some(n) => {
+                        nodes.list.push(n);
+                        FdKind::Drm(nodes.list.len() - 1)
+                    }
                     None => {
                         self.not_drm.insert(dev);
                         FdKind::Other
@@ -689,53 +722,79 @@ impl FdKinds {
     }
 }
 
-/// Reads one process. Every lookup is relative to a directory fd (`/proc/<pid>`, its `fd`
-/// and `fdinfo`), so the kernel resolves one path component per call instead of walking
-/// `/proc/<pid>/...` again for every fd.
+/// What the reading of every process reuses.
+#[derive(Default)]
+struct Scratch {
+    reader: TextReader,
+    kinds: FdKinds,
+    /// `<pid>/<file>` relative to `/proc`.
+    path: String,
+    /// `getdents64` buffer for `RawDir` (no allocation per entry).
+    dirbuf: Vec<std::mem::MaybeUninit<u8>>,
+}
+
+/// Reads one process. Every lookup is relative to the `/proc` directory fd
+/// (`<pid>/fd`, `<pid>/maps`...) or to the process's `fd` and `fdinfo` directories, so the
+/// kernel resolves one or two path components per call, and no `/proc/<pid>` directory is
+/// opened on its own. A process that holds nothing costs: its `fd` directory listed, one
+/// `statat` per fd, its `maps` read.
 fn read_process(
     proc_fd: BorrowedFd<'_>,
     proc_root: &Path,
     pid: u32,
-    nodes: &HashMap<(u32, u32), NodeId>,
-    reader: &mut TextReader,
-    kinds: &mut FdKinds,
+    nodes: &mut Nodes,
+    scratch: &mut Scratch,
+    read_maps: bool,
 ) -> ProcResult {
-    let dir = proc_root.join(pid.to_string());
-    let pdir = match open_dir_at(proc_fd, &pid.to_string()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
-        Err(e) => {
-            let (reason, errno) = describe(&e.into());
-            return ProcResult::Unreadable(Unreadable {
-                pid,
-                comm: None,
-                path: dir.display().to_string(),
-                reason,
-                errno,
-            });
-        }
+    let Scratch {
+        reader,
+        kinds,
+        path,
+        dirbuf,
+    } = scratch;
+    if dirbuf.is_empty() {
+        dirbuf.resize(16384, std::mem::MaybeUninit::uninit());
+    }
+    let sub = |path: &mut String, name: &str| {
+        path.clear();
+        let _ = write!(path, "{pid}/{name}");
+    };
+    let gone = |path: &mut String| {
+        path.clear();
+        let _ = write!(path, "{pid}");
+        rustix::fs::statat(proc_fd, path.as_str(), AtFlags::empty()).is_err()
+    };
+    let unreadable = |name: &str, e: Errno, comm: Option<String>| {
+        let (reason, errno) = describe(&e.into());
+        ProcResult::Unreadable(Unreadable {
+            pid,
+            comm,
+            path: proc_root
+                .join(pid.to_string())
+                .join(name)
+                .display()
+                .to_string(),
+            reason,
+            errno,
+        })
     };
     // Read only for a process that holds something, or cannot be read.
-    let comm_of = |reader: &mut TextReader| {
+    let comm_of = |reader: &mut TextReader, path: &mut String| {
+        sub(path, "comm");
         reader
-            .text(&pdir, "comm", true)
+            .text(proc_fd, path.as_str(), true)
             .map(|s| s.trim_end().to_string())
     };
-    let fd_dir = match open_dir_at(&pdir, "fd").and_then(Dir::new) {
+    sub(path, "fd");
+    let fd_dir = match open_dir_at(proc_fd, path.as_str()) {
         Ok(d) => d,
         Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
         Err(e) => {
-            if !dir.exists() {
+            if gone(path) {
                 return ProcResult::Vanished;
             }
-            let (reason, errno) = describe(&e.into());
-            return ProcResult::Unreadable(Unreadable {
-                pid,
-                comm: comm_of(reader),
-                path: dir.join("fd").display().to_string(),
-                reason,
-                errno,
-            });
+            let comm = comm_of(reader, path);
+            return unreadable("fd", e, comm);
         }
     };
     let mut p = RawProcess {
@@ -752,26 +811,36 @@ fn read_process(
     fn fdinfo_of<T>(
         reader: &mut TextReader,
         fdinfo_dir: &mut Option<OwnedFd>,
-        pdir: BorrowedFd<'_>,
+        proc_fd: BorrowedFd<'_>,
+        pid: u32,
         name: &std::ffi::CStr,
         parse: impl FnOnce(&str) -> T,
     ) -> Option<T> {
         if fdinfo_dir.is_none() {
-            *fdinfo_dir = open_dir_at(pdir, "fdinfo").ok();
+            let mut p = [0u8; 24];
+            let n = {
+                use std::io::Write as _;
+                let mut w = &mut p[..];
+                let _ = write!(w, "{pid}/fdinfo");
+                24 - w.len()
+            };
+            *fdinfo_dir = std::str::from_utf8(&p[..n])
+                .ok()
+                .and_then(|path| open_dir_at(proc_fd, path).ok());
         }
         reader
             .text(fdinfo_dir.as_ref()?, name, true)
             .map(|t| parse(&t))
     }
-    let mut fd_dir = fd_dir;
-    while let Some(ent) = fd_dir.read() {
+    let mut list = rustix::fs::RawDir::new(&fd_dir, dirbuf);
+    while let Some(ent) = list.next() {
         // An error mid-listing (the process exited) ends the list.
         let Ok(ent) = ent else { break };
         let name = ent.file_name();
         let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(dirfd) = fd_dir.fd() else { break };
+        let dirfd = fd_dir.as_fd();
         // A closed fd (or an exited process) just drops out.
         let Ok(st) = rustix::fs::statat(dirfd, name, AtFlags::empty()) else {
             continue;
@@ -782,17 +851,24 @@ fn read_process(
                 let info = fdinfo_of(
                     reader,
                     &mut fdinfo_dir,
-                    pdir.as_fd(),
+                    proc_fd,
+                    pid,
                     name,
                     fdinfo::parse_drm,
                 );
-                p.drm.push(RawDrmFd { at, node, info });
+                p.drm.push(RawDrmFd {
+                    at,
+                    node,
+                    info,
+                    client: usize::MAX,
+                });
             }
             FdKind::DmaBuf => {
                 let info = fdinfo_of(
                     reader,
                     &mut fdinfo_dir,
-                    pdir.as_fd(),
+                    proc_fd,
+                    pid,
                     name,
                     fdinfo::parse_dmabuf,
                 );
@@ -805,16 +881,23 @@ fn read_process(
             FdKind::Other => {}
         }
     }
-    if let Some(t) = reader.text(&pdir, "maps", false) {
-        p.maps = maps::parse(&t);
+    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
+    // what was listed may be partial).
+    if read_maps {
+        sub(path, "maps");
+        match reader.text(proc_fd, path.as_str(), false) {
+            Some(t) => p.maps = maps::parse(&t),
+            None if gone(path) => return ProcResult::Vanished,
+            None => {}
+        }
     }
     if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
-        p.comm = comm_of(reader);
-        p.uid = rustix::fs::fstat(&pdir).ok().map(|s| s.st_uid);
-    }
-    // Gone now: what was read may be partial.
-    if rustix::fs::statat(&pdir, "fd", AtFlags::empty()).is_err() {
-        return ProcResult::Vanished;
+        p.comm = comm_of(reader, path);
+        if p.comm.is_none() && gone(path) {
+            return ProcResult::Vanished;
+        }
+        // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
+        p.uid = rustix::fs::fstat(&fd_dir).ok().map(|s| s.st_uid);
     }
     ProcResult::Read(p)
 }
@@ -880,6 +963,15 @@ fn read_debugfs(
     }
 }
 
+/// A figure from `maps`, or unknown when the scan skipped them.
+fn maps_figure(skip: Skip, bytes: u64) -> Figure {
+    if skip.maps {
+        Figure::unknown("maps skipped (--skip maps)")
+    } else {
+        Figure::known(bytes, Source::Maps)
+    }
+}
+
 fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.saturating_add(y)),
@@ -934,7 +1026,7 @@ fn locate_file(reps: &[FdRef], sorted: &mut Vec<usize>, at: FdRef) -> Result<Pla
 /// # Errors
 /// Only when `/proc` itself cannot be listed; everything else is reported in the result.
 pub fn scan(opts: &Options) -> Result<Report, ScanError> {
-    let nodes = node_table();
+    let mut nodes = node_table();
     let (proc_fd, mut pids) = list_pids(&opts.proc_root)?;
     if !opts.pids.is_empty() {
         pids.retain(|p| opts.pids.contains(p));
@@ -945,16 +1037,15 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     };
     let mut unreadable = Vec::new();
     let mut procs = Vec::new();
-    let mut reader = TextReader::default();
-    let mut kinds = FdKinds::default();
+    let mut scratch = Scratch::default();
     for pid in pids {
         match read_process(
             proc_fd.as_fd(),
             &opts.proc_root,
             pid,
-            &nodes,
-            &mut reader,
-            &mut kinds,
+            &mut nodes,
+            &mut scratch,
+            !opts.skip.maps,
         ) {
             ProcResult::Read(p) => {
                 stats.read += 1;
@@ -967,13 +1058,12 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     stats.unreadable = unreadable.len();
     let mut warnings = Vec::new();
 
-    // Devices: one per parent, from the node table plus any node only seen in an fd.
-    let mut all_nodes: Vec<NodeId> = nodes.values().cloned().collect();
-    for p in &procs {
-        for d in &p.drm {
-            if !all_nodes.iter().any(|n| n.minor == d.node.minor) {
-                all_nodes.push(d.node.clone());
-            }
+    // Devices: one per parent, from the node table plus any node only seen in an fd (one
+    // per minor).
+    let mut all_nodes: Vec<NodeId> = Vec::new();
+    for n in &nodes.list {
+        if !all_nodes.iter().any(|m| m.minor == n.minor) {
+            all_nodes.push(n.clone());
         }
     }
     all_nodes.sort_by_key(|n| n.minor);
@@ -983,26 +1073,31 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             parents.push(n.parent.clone());
         }
     }
-    let mut device_by_minor: HashMap<u32, usize> = HashMap::new();
+    let mut device_by_minor: HashMap<u32, usize> = HashMap::default();
     for n in &all_nodes {
         let d = parents.iter().position(|p| p == &n.parent).unwrap_or(0);
         device_by_minor.entry(n.minor).or_insert(d);
     }
     let device_of = |minor: u32| -> usize { device_by_minor.get(&minor).copied().unwrap_or(0) };
+    // The device of each entry of `nodes.list`.
+    let node_device: Vec<usize> = nodes.list.iter().map(|n| device_of(n.minor)).collect();
 
     // De-duplicate DRM open files: drm-client-id when printed, else kcmp. Both are looked
     // up, not compared against every client: by id in a map, by kcmp in a list per device
     // kept sorted in the kernel's order of open files (a binary search), so the pass is
     // O(n log n) in the fds, not O(n^2).
-    let mut clients: Vec<ClientReport> = Vec::new();
-    let mut reps: Vec<FdRef> = Vec::new(); // one holder per client, for kcmp
-    let mut by_id: HashMap<(usize, u64), usize> = HashMap::new();
-    let mut by_file: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut fd_client: HashMap<FdRef, usize> = HashMap::new();
-    let mut kcmp_failed: Option<String> = None;
-    for p in &procs {
-        for d in &p.drm {
-            let device = device_of(d.node.minor);
+    let drm_fds: usize = procs.iter().map(|p| p.drm.len()).sum();
+    let mut clients: Vec<ClientReport> = Vec::with_capacity(drm_fds);
+    let mut reps: Vec<FdRef> = Vec::with_capacity(drm_fds); // one holder per client, for kcmp
+    let mut by_id: HashMap<(usize, u64), usize> = HashMap::default();
+    let mut by_file: Vec<Vec<usize>> = vec![Vec::new(); parents.len().max(1)];
+    let mut kcmp_failed: Option<String> = opts
+        .skip
+        .kcmp
+        .then(|| "kcmp skipped (--skip kcmp)".to_string());
+    for p in &mut procs {
+        for d in &mut p.drm {
+            let device = node_device[d.node];
             let client_id = d.info.as_ref().and_then(|i| i.client_id);
             let mut found = None;
             let mut slot = None;
@@ -1011,8 +1106,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 found = by_id.get(&(device, id)).copied();
                 how = "drm-client-id";
             } else if kcmp_failed.is_none() {
-                let sorted = by_file.entry(device).or_default();
-                match locate_file(&reps, sorted, d.at) {
+                match locate_file(&reps, &mut by_file[device], d.at) {
                     Ok(Place::Found(i)) => found = Some(i),
                     Ok(Place::Insert(at)) => slot = Some(at),
                     Ok(Place::Closed) => {}
@@ -1031,25 +1125,26 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 Some(i) => {
                     clients[i].holders.push(d.at);
                     if clients[i].dedupe == "none" {
-                        clients[i].dedupe = how.into();
+                        clients[i].dedupe = how;
                     }
                     i
                 }
                 None => {
                     let index = clients.len();
-                    let info = d.info.clone().unwrap_or_default();
-                    clients.push(client_report(index, device, d, info, how));
+                    let info = d.info.take();
+                    let node = &nodes.list[d.node].path;
+                    clients.push(client_report(index, device, node, d.at, info, how));
                     reps.push(d.at);
                     if let Some(id) = clients[index].client_id {
                         by_id.insert((device, id), index);
                     }
-                    if let (Some(at), Some(sorted)) = (slot, by_file.get_mut(&device)) {
-                        sorted.insert(at, index);
+                    if let Some(at) = slot {
+                        by_file[device].insert(at, index);
                     }
                     index
                 }
             };
-            fd_client.insert(d.at, idx);
+            d.client = idx;
         }
     }
     if let Some(why) = &kcmp_failed {
@@ -1123,7 +1218,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     // Processes and mapped bytes (distinct buffers by mmap offset, per device).
     let mut device_offsets: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); parents.len()];
     let mut processes = Vec::new();
-    for p in &procs {
+    for p in procs {
         let mut per_dev: BTreeMap<usize, (String, BTreeMap<u64, u64>)> = BTreeMap::new();
         let mut dmabuf_maps = Vec::new();
         let mut shmem = 0u64;
@@ -1187,7 +1282,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
         let mut mem: Option<u64> = None;
         let mut seen = BTreeSet::new();
         for d in &p.drm {
-            let c = fd_client[&d.at];
+            let c = d.client;
             if seen.insert(c) {
                 mem = add(mem, clients[c].memory_total.value);
             }
@@ -1195,15 +1290,15 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
         let has_clients = !seen.is_empty();
         processes.push(ProcessReport {
             pid: p.pid,
-            comm: p.comm.clone(),
+            comm: p.comm,
             uid: p.uid,
             drm_fds: p
                 .drm
                 .iter()
                 .map(|d| DrmFd {
                     fd: d.at.fd,
-                    node: d.node.path.clone(),
-                    client: fd_client[&d.at],
+                    node: nodes.list[d.node].path.clone(),
+                    client: d.client,
                 })
                 .collect(),
             dmabuf_fds: p
@@ -1216,8 +1311,8 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 .collect(),
             drm_mappings,
             dmabuf_mappings: dmabuf_maps,
-            mapped_gem_shmem: Figure::known(shmem, Source::Maps),
-            mapped_drm: Figure::known(mapped_total, Source::Maps),
+            mapped_gem_shmem: maps_figure(opts.skip, shmem),
+            mapped_drm: maps_figure(opts.skip, mapped_total),
             dmabuf_bytes: match db {
                 Some(v) => Figure::known(v, Source::DmabufFdinfo),
                 None => Figure::unknown("a dma-buf's size is not readable"),
@@ -1229,7 +1324,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                 }
                 None => Figure::unknown("no DRM fds"),
             },
-            malformed_maps: p.maps.malformed.clone(),
+            malformed_maps: p.maps.malformed,
         });
     }
     stats.holders = processes.len();
@@ -1263,6 +1358,15 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             .find(|n| n.kind == "primary")
             .or(dnodes.first());
         let (access, c_text, fb_text, names_text) = match primary {
+            Some(_) if opts.skip.debugfs => (
+                Access {
+                    readable: false,
+                    why: Some("debugfs skipped (--skip debugfs)".into()),
+                },
+                None,
+                None,
+                None,
+            ),
             Some(n) => read_debugfs(&opts.debugfs_root, n.minor),
             None => (Access::default(), None, None, None),
         };
@@ -1308,8 +1412,12 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             },
             memory_total: total.map_or_else(no_keys, |v| Figure::known(v, Source::Fdinfo)),
             memory_shared: shared.map_or_else(no_keys, |v| Figure::known(v, Source::Fdinfo)),
-            mapped: Figure::known(mapped, Source::Maps)
-                .with_note("distinct buffers mapped by readable processes"),
+            mapped: if opts.skip.maps {
+                maps_figure(opts.skip, mapped)
+            } else {
+                Figure::known(mapped, Source::Maps)
+                    .with_note("distinct buffers mapped by readable processes")
+            },
             framebuffer_bytes: if access.readable {
                 let b: u64 = fbs
                     .iter()
@@ -1330,12 +1438,26 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             debugfs: access,
         });
     }
-    if !devices.is_empty() && devices.iter().all(|d| !d.debugfs.readable) {
+    if !opts.skip.debugfs && !devices.is_empty() && devices.iter().all(|d| !d.debugfs.readable) {
         warnings.push(
             "debugfs is not readable: framebuffer and client lists are unknown \
              (mount debugfs on /sys/kernel/debug and run as root)"
                 .into(),
         );
+    }
+    let skipped: Vec<&str> = [
+        (opts.skip.maps, "maps"),
+        (opts.skip.debugfs, "debugfs"),
+        (opts.skip.kcmp, "kcmp"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if !skipped.is_empty() {
+        warnings.push(format!(
+            "sources skipped (--skip {}): what they give is shown as unknown",
+            skipped.join(",")
+        ));
     }
     if !unreadable.is_empty() {
         warnings.push(format!(
@@ -1361,16 +1483,19 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
 fn client_report(
     index: usize,
     device: usize,
-    d: &RawDrmFd,
-    info: fdinfo::DrmFdinfo,
-    how: &str,
+    node: &str,
+    at: FdRef,
+    info: Option<fdinfo::DrmFdinfo>,
+    how: &'static str,
 ) -> ClientReport {
+    let readable = info.is_some();
+    let info = info.unwrap_or_default();
     let legacy = info.amdgpu_legacy.clone();
     let legacy_total = legacy.as_ref().and_then(|l| add(add(l.vram, l.gtt), l.cpu));
     let memory_total = match (info.total_bytes(), legacy_total) {
         (Some(v), _) => Figure::known(v, Source::Fdinfo),
         (None, Some(v)) => Figure::known(v, Source::FdinfoAmdgpuLegacy),
-        (None, None) if d.info.is_none() => Figure::unknown("fdinfo not readable"),
+        (None, None) if !readable => Figure::unknown("fdinfo not readable"),
         (None, None) => Figure::unknown("the driver prints no drm-* memory keys in fdinfo"),
     };
     let memory_shared = match info.shared_bytes() {
@@ -1380,13 +1505,13 @@ fn client_report(
     ClientReport {
         index,
         device,
-        node: d.node.path.clone(),
+        node: node.to_string(),
         client_id: info.client_id,
         client_name: info.client_name,
         driver: info.driver,
         pdev: info.pdev,
-        holders: vec![d.at],
-        dedupe: how.into(),
+        holders: vec![at],
+        dedupe: how,
         memory_total,
         memory_shared,
         regions: info.regions,
@@ -1452,18 +1577,14 @@ mod tests {
             ))
         );
         let info = fdinfo::parse_drm(&text);
-        let raw = RawDrmFd {
-            at: FdRef { pid: 1, fd: 3 },
-            node: NodeId {
-                path: "/dev/dri/card0".into(),
-                kind: "primary",
-                minor: 0,
-                driver: None,
-                parent: "p".into(),
-            },
-            info: Some(info.clone()),
-        };
-        client_report(0, 0, &raw, info, "drm-client-id")
+        client_report(
+            0,
+            0,
+            "/dev/dri/card0",
+            FdRef { pid: 1, fd: 3 },
+            Some(info),
+            "drm-client-id",
+        )
     }
 
     fn report(c: ClientReport) -> Report {

@@ -116,7 +116,7 @@ fn a_process_that_vanished_is_counted_not_fatal() {
     let r = drmtool::scan(&drmtool::Options {
         proc_root: root.clone(),
         debugfs_root: root.join("no-debugfs"),
-        pids: Vec::new(),
+        ..Default::default()
     })
     .unwrap();
     std::fs::remove_dir_all(&root).unwrap();
