@@ -800,6 +800,11 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
         // vkms cannot clone its virtual encoder with the writeback one (possible_clones),
         // so on every kernel of the matrix the capture swaps.
         assert_eq!(v["writeback"], "swap", "{p}: {v}");
+        assert_eq!(
+            framebuffers_settled(n, Some(&fbs)),
+            fbs,
+            "{p} {method}: framebuffers left behind"
+        );
         // The text says plainly which outputs went dark for a frame (a second swap).
         let (code, text) = run(&[
             "kms",

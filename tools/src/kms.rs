@@ -715,6 +715,19 @@ fn writeback(
         .map_err(e("mapping the capture"))?
         .read_at(0, &mut px)
         .map_err(|err| err.to_string())?;
+    // The writeback job lets go of the framebuffer from a kernel work item after the fence
+    // has signalled; vkms's clean-up also switches its composer off (a flag, not a count),
+    // so a capture committed before it ran could lose its frame. Remove the framebuffer and
+    // wait (2 s at most) until the kernel no longer knows its id, so that the next capture,
+    // ours or another program's, starts clean.
+    let fb_id = fb.id();
+    drop(fb);
+    for _ in 0..100 {
+        if dev.framebuffer_info(fb_id).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok(Wb::Done(Image {
         width: w,
         height: h,
