@@ -74,19 +74,74 @@ pub struct Maps {
 
 /// Parses the text of a maps file.
 pub fn parse(text: &str) -> Maps {
+    parse_bytes(text.as_bytes())
+}
+
+/// Parses the bytes of a maps file as read (a pathname need not be UTF-8; only lines that
+/// map GPU memory are converted, lossily).
+///
+/// Each line is split into its five fields with a byte loop and only its pathname is looked
+/// at; the full [`parse_line`] runs on lines that map GPU memory.
+pub fn parse_bytes(text: &[u8]) -> Maps {
     let mut out = Maps::default();
-    for (i, line) in text.lines().enumerate() {
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (line, next) = match rest.iter().position(|&b| b == b'\n') {
+            Some(k) => (&rest[..k], &rest[k + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        rest = next;
         out.lines += 1;
-        if line.trim().is_empty() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match parse_line(line) {
-            Ok(Some(m)) => out.gpu.push(m),
-            Ok(None) => {}
-            Err(why) => out.malformed.push(Malformed::new(i + 1, line, why)),
+        let as_text = || String::from_utf8_lossy(line);
+        match pathname(line) {
+            None => out
+                .malformed
+                .push(Malformed::new(out.lines, &as_text(), "truncated line")),
+            Some(path) if is_gpu_path(path) => match parse_line(&as_text()) {
+                Ok(Some(m)) => out.gpu.push(m),
+                Ok(None) => {}
+                Err(why) => out
+                    .malformed
+                    .push(Malformed::new(out.lines, &as_text(), why)),
+            },
+            Some(_) => {}
         }
     }
     out
+}
+
+/// The pathname of a maps line (empty for anonymous memory), after its five fields; `None`
+/// when a field is missing.
+fn pathname(line: &[u8]) -> Option<&[u8]> {
+    let mut i = 0;
+    for _ in 0..5 {
+        while i < line.len() && line[i] == b' ' {
+            i += 1;
+        }
+        let start = i;
+        while i < line.len() && line[i] != b' ' {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+    }
+    while i < line.len() && line[i] == b' ' {
+        i += 1;
+    }
+    Some(&line[i..])
+}
+
+/// Whether [`target_of`] would find GPU memory behind `path`.
+fn is_gpu_path(path: &[u8]) -> bool {
+    path.starts_with(b"/dev/dri/")
+        || path.starts_with(b"/dmabuf:")
+        || path.starts_with(b"/drm mm object")
+        || path.starts_with(b"anon_inode:dmabuf")
 }
 
 fn hex(s: &str, what: &str) -> Result<u64, String> {
@@ -186,6 +241,31 @@ mod tests {
                 path: "/dev/dri/card0".into()
             }
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8() {
+        let text = b"55d0-55e0 r--p 00000000 08:01 1234 /usr/lib/\xff\xfe.so\n\
+                     7f00-7f01 rw-s 100000000 00:05 127 /dev/dri/card\xff\n\
+                     7f10-7f20 rw-s 100001000 00:05 127 /dev/dri/card0\r\n\
+                     7f20-7f30 rw-s\n";
+        let m = parse_bytes(text);
+        assert_eq!(m.lines, 4);
+        assert_eq!(m.gpu.len(), 2, "{m:?}");
+        assert_eq!(
+            m.gpu[0].target,
+            Target::Drm {
+                path: "/dev/dri/card\u{fffd}".into()
+            },
+            "a GPU path that is not UTF-8 is converted lossily"
+        );
+        assert_eq!(m.gpu[1].offset, 0x1_0000_1000);
+        let bad: Vec<usize> = m.malformed.iter().map(|x| x.line).collect();
+        assert_eq!(bad, vec![4]);
+        // The same as the text parser where the text is UTF-8.
+        let utf8 = "7f10-7f20 rw-s 100001000 00:05 127 /dev/dri/card0\n\nx\n";
+        assert_eq!(parse(utf8), parse_bytes(utf8.as_bytes()));
+        assert_eq!(parse(utf8).malformed[0].line, 3);
     }
 
     #[test]

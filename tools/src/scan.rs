@@ -582,6 +582,17 @@ impl TextReader {
         name: impl rustix::path::Arg,
         one_record: bool,
     ) -> Option<std::borrow::Cow<'_, str>> {
+        self.bytes(dir, name, one_record)
+            .map(String::from_utf8_lossy)
+    }
+
+    /// The bytes of `name` under `dir`, as [`TextReader::text`] reads them.
+    fn bytes(
+        &mut self,
+        dir: impl AsFd,
+        name: impl rustix::path::Arg,
+        one_record: bool,
+    ) -> Option<&[u8]> {
         let fd =
             rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
         if self.buf.len() < 8192 {
@@ -605,7 +616,7 @@ impl TextReader {
                 Err(_) => return None,
             }
         }
-        Some(String::from_utf8_lossy(&self.buf[..n]))
+        Some(&self.buf[..n])
     }
 }
 
@@ -885,8 +896,8 @@ fn read_process(
     // what was listed may be partial).
     if read_maps {
         sub(path, "maps");
-        match reader.text(proc_fd, path.as_str(), false) {
-            Some(t) => p.maps = maps::parse(&t),
+        match reader.bytes(proc_fd, path.as_str(), false) {
+            Some(t) => p.maps = maps::parse_bytes(t),
             None if gone(path) => return ProcResult::Vanished,
             None => {}
         }
