@@ -115,6 +115,35 @@ fn cli(args: &[String]) -> (ExitCode, String) {
     (code, String::from_utf8(out).expect("utf-8"))
 }
 
+/// C: one mapped 16x16 vkms buffer and a dup of its fd; D: holds C's open file too (passed
+/// over a socket) and opens one of its own.
+fn vkms_shared_file() -> (Client, Client) {
+    let c = Client::spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
+    let d = Client::spawn(&[
+        "--device",
+        "vkms",
+        "--share-drm",
+        &format!("{}:{}", c.pid(), c.ready.drm_fd),
+    ]);
+    (c, d)
+}
+
+/// `drmtool buffers --json <extra> --pid P...`: it must succeed with JSON that validates
+/// against the schema. Returns the document and the arguments used.
+fn buffers_json(extra: &[&str], pids: &[u32]) -> (serde_json::Value, Vec<String>) {
+    let mut args: Vec<String> = vec!["buffers".into(), "--json".into()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    for p in pids {
+        args.extend(["--pid".to_string(), p.to_string()]);
+    }
+    let (code, out) = cli(&args);
+    assert_eq!(code, ExitCode::SUCCESS, "{args:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let errors = schema_errors(&v);
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    (v, args)
+}
+
 /// The test that doubles as the sample client's entry point (see the module docs). Run
 /// plainly, it checks that the client holds what its ready line says.
 #[test]
@@ -180,13 +209,7 @@ fn buffers_reports_exactly_what_the_clients_hold() {
         "--map-dmabuf",
     ]);
     // C: one mapped vkms buffer and a dup of its fd; D: holds C's open file too.
-    let c = Client::spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
-    let d = Client::spawn(&[
-        "--device",
-        "vkms",
-        "--share-drm",
-        &format!("{}:{}", c.pid(), c.ready.drm_fd),
-    ]);
+    let (c, d) = vkms_shared_file();
     // E: held buffers, then exited before the scan.
     let e = Client::spawn(&["--device", "vgem", "--dumb", "128x128", "--map"]);
     let e_pid = e.pid();
@@ -375,15 +398,7 @@ fn buffers_reports_exactly_what_the_clients_hold() {
     }
 
     // The same scan through the command line: JSON that validates, the same facts.
-    let mut args: Vec<String> = vec!["buffers".into(), "--json".into()];
-    for p in &pids {
-        args.extend(["--pid".to_string(), p.to_string()]);
-    }
-    let (code, out) = cli(&args);
-    assert_eq!(code, ExitCode::SUCCESS);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    let errors = schema_errors(&v);
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    let (v, args) = buffers_json(&[], &pids);
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["sharing"][0]["processes"], serde_json::json!(ab));
     assert_eq!(v["processes"].as_array().unwrap().len(), 4);
@@ -533,13 +548,7 @@ fn skipped_sources_are_unknown_not_zero() {
     if !require_nodes() {
         skip!("needs vgem and vkms nodes");
     }
-    let c = Client::spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
-    let d = Client::spawn(&[
-        "--device",
-        "vkms",
-        "--share-drm",
-        &format!("{}:{}", c.pid(), c.ready.drm_fd),
-    ]);
+    let (c, d) = vkms_shared_file();
     let pids = vec![c.pid(), d.pid()];
     let full = scan(&Options {
         pids: pids.clone(),
@@ -617,22 +626,7 @@ fn skipped_sources_are_unknown_not_zero() {
         r.warnings
     );
     // The CLI: the flag parses, the JSON validates, an unknown source is bad usage.
-    let mut args: Vec<String> = vec![
-        "buffers".into(),
-        "--json".into(),
-        "--skip".into(),
-        "maps,debugfs".into(),
-        "--skip".into(),
-        "kcmp".into(),
-    ];
-    for p in &pids {
-        args.extend(["--pid".to_string(), p.to_string()]);
-    }
-    let (code, out) = cli(&args);
-    assert_eq!(code, ExitCode::SUCCESS);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    let errors = schema_errors(&v);
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    buffers_json(&["--skip", "maps,debugfs", "--skip", "kcmp"], &pids);
     let (code, _) = cli(&["buffers".into(), "--skip".into(), "everything".into()]);
     assert_eq!(code, ExitCode::from(2));
     drop(d);

@@ -32,6 +32,13 @@ fn run_json(args: &[&str], schema: &str) -> Value {
 }
 
 /// The primary node of each driver present; every one of them must be in a guest.
+/// vkms's primary node (from [`nodes`]: a guest without it fails there).
+fn vkms_primary() -> Option<drm_gem::NodeInfo> {
+    nodes()?
+        .into_iter()
+        .find(|n| n.driver.as_deref() == Some("vkms"))
+}
+
 fn nodes() -> Option<Vec<drm_gem::NodeInfo>> {
     let all = drm_gem::enumerate().ok()?;
     let mut out = Vec::new();
@@ -529,13 +536,10 @@ fn screenshot_equals_the_committed_pattern() {
 /// alone.
 #[test]
 fn writeback_captures_the_cursor_getfb_does_not() {
-    let Some(nodes) = nodes() else {
+    let Some(n) = vkms_primary() else {
         skip!("no DRM nodes (not a guest)")
     };
-    let n = nodes
-        .iter()
-        .find(|n| n.driver.as_deref() == Some("vkms"))
-        .unwrap();
+    let n = &n;
     shoot(n, "writeback", true);
     shoot(n, "getfb", true);
 }
@@ -544,13 +548,10 @@ fn writeback_captures_the_cursor_getfb_does_not() {
 /// and a hint, and leaks nothing.
 #[test]
 fn screenshot_of_a_crtc_that_is_off_fails() {
-    let Some(nodes) = nodes() else {
+    let Some(n) = vkms_primary() else {
         skip!("no DRM nodes (not a guest)")
     };
-    let n = nodes
-        .iter()
-        .find(|n| n.driver.as_deref() == Some("vkms"))
-        .unwrap();
+    let n = &n;
     let p = n.path.display().to_string();
     let dev = Device::open(&n.path).unwrap();
     dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
@@ -779,19 +780,19 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
     let fbs = if vkms { framebuffers(n) } else { Vec::new() };
     let out = format!("/tmp/drmtool-shot-{}-{method}.png", n.dev.1);
     let id = crtc.crtc.id.get().to_string();
+    let shot = [
+        "kms",
+        "screenshot",
+        &id,
+        "-o",
+        &out,
+        "--device",
+        &p,
+        "--method",
+        method,
+    ];
     let v = run_json(
-        &[
-            "kms",
-            "screenshot",
-            &id,
-            "-o",
-            &out,
-            "--device",
-            &p,
-            "--method",
-            method,
-            "--json",
-        ],
+        &[&shot[..], &["--json"]].concat(),
         "kms-screenshot.schema.json",
     );
     let want = if method == "auto" { "getfb" } else { method };
@@ -806,17 +807,7 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
             "{p} {method}: framebuffers left behind"
         );
         // The text says plainly which outputs went dark for a frame (a second swap).
-        let (code, text) = run(&[
-            "kms",
-            "screenshot",
-            &id,
-            "-o",
-            &out,
-            "--device",
-            &p,
-            "--method",
-            method,
-        ]);
+        let (code, text) = run(&shot);
         assert_eq!(code, ExitCode::SUCCESS, "{p}: {text}");
         let name = conn.connector.name();
         assert!(

@@ -494,6 +494,17 @@ fn median(p: &Paired, f: &str) -> Option<f64> {
     paired::quantile(&t, 0.5)
 }
 
+/// `median [q1, q3]` of the per-round ratios of `a` to the floor, or `-` when not run.
+fn ratio_cell(r: &Row, a: &str) -> String {
+    r.paired
+        .as_ref()
+        .and_then(|p| p.ratios(a, "floor"))
+        .map_or("-".into(), |q| {
+            let g = |x| paired::quantile(&q, x).map_or("-".into(), |v| format!("{v:.2}"));
+            format!("{} [{}, {}]", g(0.5), g(0.25), g(0.75))
+        })
+}
+
 fn print_table(rows: &[Row]) {
     println!(
         "\nbuffers: paired pass, medians of per-round times (ms); ratio = median of per-round ratios [q1, q3]"
@@ -515,15 +526,7 @@ fn print_table(rows: &[Row]) {
                 .and_then(|p| median(p, f))
                 .map_or("-".into(), |v| format!("{:.1}", v / 1e3 / r.fds as f64))
         };
-        let ratio = |a: &str| {
-            r.paired
-                .as_ref()
-                .and_then(|p| p.ratios(a, "floor"))
-                .map_or("-".into(), |q| {
-                    let g = |x| paired::quantile(&q, x).map_or("-".into(), |v| format!("{v:.2}"));
-                    format!("{} [{}, {}]", g(0.5), g(0.25), g(0.75))
-                })
-        };
+        let ratio = |a: &str| ratio_cell(r, a);
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             r.fds,
@@ -547,15 +550,7 @@ fn print_table(rows: &[Row]) {
     );
     println!("|---:|---|---|---|---|---|---:|");
     for r in rows {
-        let ratio = |a: &str| {
-            r.paired
-                .as_ref()
-                .and_then(|p| p.ratios(a, "floor"))
-                .map_or("-".into(), |q| {
-                    let g = |x| paired::quantile(&q, x).map_or("-".into(), |v| format!("{v:.2}"));
-                    format!("{} [{}, {}]", g(0.5), g(0.25), g(0.75))
-                })
-        };
+        let ratio = |a: &str| ratio_cell(r, a);
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             r.fds,
