@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::io;
 use std::process::ExitCode;
 use std::time::Duration;
-use support::paired::{self, Op, Paired};
+use support::paired::{self, Op, Paired, op};
 use support::report::{self, Estimates, FILL, OVERHEAD};
 use support::sys_call as sc;
 use support::{Card, Rig};
@@ -501,22 +501,6 @@ impl Runner<'_> {
             self.paired.push(paired::run(name, ops, self.paired_budget));
         }
     }
-}
-
-/// Boxes a fallible call for a group; a failure panics, which fails the run.
-fn op<'a, T, E: std::fmt::Display>(
-    name: &'static str,
-    mut f: impl FnMut() -> Result<T, E> + 'a,
-) -> Op<'a> {
-    (
-        name,
-        Box::new(move || match f() {
-            Ok(v) => {
-                black_box(v);
-            }
-            Err(e) => panic!("{name}: {e}"),
-        }),
-    )
 }
 
 /// Boxes an infallible call for a group.

@@ -22,7 +22,7 @@ mod paired;
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use hmm::{DaxMapping, Dmirror, PageRange, SealedMemfd, Udmabuf};
-use paired::{Op, Paired, quantile};
+use paired::{Op, Paired, op, quantile};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -92,21 +92,6 @@ impl Runner<'_> {
                 .push((paired::run(name, ops, self.budget), bytes));
         }
     }
-}
-
-fn op<'a, T, E: std::fmt::Display>(
-    name: &'static str,
-    mut f: impl FnMut() -> Result<T, E> + 'a,
-) -> Op<'a> {
-    (
-        name,
-        Box::new(move || match f() {
-            Ok(v) => {
-                black_box(v);
-            }
-            Err(e) => panic!("{name}: {e}"),
-        }),
-    )
 }
 
 // ---- dmirror ------------------------------------------------------------------------------

@@ -417,6 +417,23 @@ fn connector(dev: &Device) -> (String, usize) {
     )
 }
 
+/// Opens `n` as an atomic client (seeing writeback connectors when `writeback`), becomes
+/// master and switches every CRTC off; returns the device with the first connector's name
+/// and the index of a CRTC it can drive (see [`connector`]).
+fn all_off_as_master(n: &drm_gem::NodeInfo, writeback: bool) -> (Device, String, usize) {
+    let dev = Device::open(&n.path).unwrap();
+    dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
+    dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
+    if writeback {
+        dev.set_client_cap(ClientCap::WritebackConnectors, 1)
+            .unwrap();
+    }
+    dev.set_master().unwrap();
+    kernel_tests::kms_all_off(&dev).unwrap();
+    let (name, idx) = connector(&dev);
+    (dev, name, idx)
+}
+
 #[test]
 fn modeset_shows_and_restores() {
     let Some(nodes) = nodes() else {
@@ -429,12 +446,7 @@ fn modeset_shows_and_restores() {
         let p = n.path.display().to_string();
         // This fd stays open (without master) so that drmtool's close is not the device's
         // last close, after which fbdev emulation re-lights its console (virtio-gpu on 5.10).
-        let dev = Device::open(&n.path).unwrap();
-        dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
-        dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
-        dev.set_master().unwrap();
-        kernel_tests::kms_all_off(&dev).unwrap();
-        let (name, idx) = connector(&dev);
+        let (dev, name, idx) = all_off_as_master(n, false);
         dev.drop_master().unwrap();
         let fds = kernel_tests::open_fds();
         let (code, out) = run(&[
@@ -553,12 +565,7 @@ fn screenshot_of_a_crtc_that_is_off_fails() {
     };
     let n = &n;
     let p = n.path.display().to_string();
-    let dev = Device::open(&n.path).unwrap();
-    dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
-    dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
-    dev.set_master().unwrap();
-    kernel_tests::kms_all_off(&dev).unwrap();
-    let (_, idx) = connector(&dev);
+    let (dev, _, idx) = all_off_as_master(n, false);
     let id = Snapshot::take(&dev).unwrap().crtcs[idx]
         .crtc
         .id
@@ -637,17 +644,8 @@ const CURSOR: (u32, u32, u32, u32) = (100, 50, 64, 0x0012_3456);
 /// back exactly as it was and leave nothing behind.
 fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
     let p = n.path.display().to_string();
-    let dev = Device::open(&n.path).unwrap();
-    dev.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
-    dev.set_client_cap(ClientCap::Atomic, 1).unwrap();
     let vkms = n.driver.as_deref() == Some("vkms");
-    if vkms {
-        dev.set_client_cap(ClientCap::WritebackConnectors, 1)
-            .unwrap();
-    }
-    dev.set_master().unwrap();
-    kernel_tests::kms_all_off(&dev).unwrap();
-    let (_, idx) = connector(&dev);
+    let (dev, _, idx) = all_off_as_master(n, vkms);
     let snap = Snapshot::take(&dev).unwrap();
     let conn = snap
         .connectors

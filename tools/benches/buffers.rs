@@ -33,7 +33,7 @@ mod paired;
 
 use criterion::{Criterion, SamplingMode};
 use drm_gem::{Device, DumbBuffer, DumbSpec, NodeKind, PrimeFlags};
-use drmtool::scan::{self, Options, Report};
+use drmtool::scan::{self, Options, ProcessReport, Report};
 use paired::{Op, Paired};
 use rustix::fs::{Dir, Mode, OFlags};
 use std::collections::BTreeSet;
@@ -190,10 +190,10 @@ impl Rig {
         Ok(rig)
     }
 
-    /// Checks that `r` reports exactly what the holders hold.
-    /// The fdinfo-only scan: the holders' processes, DRM fds and dma-buf fds (its
-    /// mappings are skipped, and so is the de-duplication).
-    fn check_fds(&self, r: &Report) -> Result<(), String> {
+    /// The holders' processes in `r`, which must be all of them with exactly their DRM
+    /// and dma-buf fds (what even the fdinfo-only scan, which skips mappings and
+    /// de-duplication, must find).
+    fn check_fds<'r>(&self, r: &'r Report) -> Result<Vec<&'r ProcessReport>, String> {
         let mine: Vec<_> = r
             .processes
             .iter()
@@ -206,32 +206,16 @@ impl Rig {
         };
         if seen != self.expect {
             return Err(format!(
-                "the fdinfo-only scan saw {seen:?} of the holders, they hold {:?}",
-                self.expect
-            ));
-        }
-        Ok(())
-    }
-
-    fn check(&self, r: &Report) -> Result<(), String> {
-        let mine: Vec<_> = r
-            .processes
-            .iter()
-            .filter(|p| self.pids.contains(&p.pid))
-            .collect();
-        let drm_fds: usize = mine.iter().map(|p| p.drm_fds.len()).sum();
-        let dmabuf_fds: usize = mine.iter().map(|p| p.dmabuf_fds.len()).sum();
-        let seen = Expect {
-            processes: mine.len(),
-            drm_fds,
-            dmabufs: dmabuf_fds,
-        };
-        if seen != self.expect {
-            return Err(format!(
                 "the scan saw {seen:?} of the holders, they hold {:?}",
                 self.expect
             ));
         }
+        Ok(mine)
+    }
+
+    /// Checks that `r` reports exactly what the holders hold.
+    fn check(&self, r: &Report) -> Result<(), String> {
+        let mine = self.check_fds(r)?;
         // Every fd is its own open file: as many distinct clients as fds.
         let clients: BTreeSet<usize> = mine
             .iter()

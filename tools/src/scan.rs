@@ -824,20 +824,14 @@ fn read_process(
         fdinfo_dir: &mut Option<OwnedFd>,
         proc_fd: BorrowedFd<'_>,
         pid: u32,
+        path: &mut String,
         name: &std::ffi::CStr,
         parse: impl FnOnce(&str) -> T,
     ) -> Option<T> {
         if fdinfo_dir.is_none() {
-            let mut p = [0u8; 24];
-            let n = {
-                use std::io::Write as _;
-                let mut w = &mut p[..];
-                let _ = write!(w, "{pid}/fdinfo");
-                24 - w.len()
-            };
-            *fdinfo_dir = std::str::from_utf8(&p[..n])
-                .ok()
-                .and_then(|path| open_dir_at(proc_fd, path).ok());
+            path.clear();
+            let _ = write!(path, "{pid}/fdinfo");
+            *fdinfo_dir = open_dir_at(proc_fd, path.as_str()).ok();
         }
         reader
             .text(fdinfo_dir.as_ref()?, name, true)
@@ -864,6 +858,7 @@ fn read_process(
                     &mut fdinfo_dir,
                     proc_fd,
                     pid,
+                    path,
                     name,
                     fdinfo::parse_drm,
                 );
@@ -880,6 +875,7 @@ fn read_process(
                     &mut fdinfo_dir,
                     proc_fd,
                     pid,
+                    path,
                     name,
                     fdinfo::parse_dmabuf,
                 );

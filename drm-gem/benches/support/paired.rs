@@ -11,6 +11,22 @@ use std::time::{Duration, Instant};
 /// One operation: its function name and the call to time.
 pub(crate) type Op<'a> = (&'static str, Box<dyn FnMut() + 'a>);
 
+/// Boxes a fallible call as an [`Op`]; a failure panics, which fails the run.
+pub(crate) fn op<'a, T, E: std::fmt::Display>(
+    name: &'static str,
+    mut f: impl FnMut() -> Result<T, E> + 'a,
+) -> Op<'a> {
+    (
+        name,
+        Box::new(move || match f() {
+            Ok(v) => {
+                std::hint::black_box(v);
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }),
+    )
+}
+
 /// Per-round times of every function of a group.
 #[derive(Debug)]
 pub(crate) struct Paired {
