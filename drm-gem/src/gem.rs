@@ -204,22 +204,28 @@ impl Drop for GemObject<'_> {
         if left > 0 {
             return;
         }
-        // Errors are ignored: the only way to report them from Drop is a panic (memmap2
-        // makes the same choice for munmap). The type system rules out a double close.
-        let r = match self.release {
+        // Drop cannot return an error and never panics: a failure (ENODEV after the driver
+        // is unbound) is counted on the device. The type system rules out a double close.
+        let (call, r) = match self.release {
             Release::Close => {
                 let mut a = sys::drm_gem_close {
                     handle: raw,
                     pad: 0,
                 };
-                sys_call::gem_close(self.dev.as_fd(), &mut a)
+                (
+                    "DRM_IOCTL_GEM_CLOSE",
+                    sys_call::gem_close(self.dev.as_fd(), &mut a),
+                )
             }
             Release::DestroyDumb => {
                 let mut a = sys::drm_mode_destroy_dumb { handle: raw };
-                sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a)
+                (
+                    "DRM_IOCTL_MODE_DESTROY_DUMB",
+                    sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a),
+                )
             }
         };
-        debug_assert!(r.is_ok(), "releasing GEM handle {raw} failed: {r:?}");
+        self.dev.releases.check(call, r);
     }
 }
 

@@ -25,7 +25,9 @@ mod gem;
 mod id;
 pub mod kms;
 mod mapping;
+#[cfg(feature = "conformance")]
 pub mod raw;
+mod release;
 mod sync_file;
 mod syncobj;
 mod sys_call;
@@ -39,6 +41,7 @@ pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
+pub use release::{ReleaseCounter, ReleaseFailures, unowned_release_failures};
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};
 pub use syncobj::{Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs};
