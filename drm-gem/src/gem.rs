@@ -119,10 +119,16 @@ pub struct GemObject<'d> {
 }
 
 impl<'d> GemObject<'d> {
-    /// Takes one ownership of `raw`, a handle the kernel just returned on `dev`.
-    pub(crate) fn adopt(dev: &'d Device, raw: u32, release: Release) -> Result<Self> {
-        let handle = GemHandle::new(raw).ok_or(Error::NotDrm {
-            why: "the kernel returned GEM handle 0".into(),
+    /// Takes one ownership of `raw`, a handle the ioctl `ioctl` just returned on `dev`.
+    pub(crate) fn adopt(
+        dev: &'d Device,
+        ioctl: &'static str,
+        raw: u32,
+        release: Release,
+    ) -> Result<Self> {
+        let handle = GemHandle::new(raw).ok_or(Error::BadReply {
+            ioctl,
+            what: "GEM handle 0",
         })?;
         dev.handles
             .lock()
@@ -159,8 +165,9 @@ impl<'d> GemObject<'d> {
             name: 0,
         };
         sys_call::gem_flink(self.dev.as_fd(), &mut a)?;
-        GemName::new(a.name).ok_or(Error::NotDrm {
-            why: "the kernel returned GEM name 0".into(),
+        GemName::new(a.name).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_GEM_FLINK",
+            what: "GEM name 0",
         })
     }
 
@@ -263,7 +270,9 @@ impl Device {
             size: 0,
         };
         sys_call::gem_open(self.as_fd(), &mut a)?;
-        Ok((GemObject::adopt(self, a.handle, Release::Close)?, a.size))
+        Ok((GemObject::adopt(self, "DRM_IOCTL_GEM_OPEN", a.handle, Release::Close)?,
+            a.size,
+        ))
     }
 }
 

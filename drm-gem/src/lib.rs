@@ -38,7 +38,7 @@ pub use device::{
 };
 pub use dmabuf::{CpuAccess, DmaBuf, DmaBufInfo, DmaBufSync, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
-pub use error::{Error, Result};
+pub use error::{Error, Result, errno_name};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
 pub use release::{ReleaseCounter, ReleaseFailures, unowned_release_failures};

@@ -51,7 +51,7 @@ pub fn syncobj_handle_to_fd(dev: &Device, handle: u32, flags: u32, pad: u32) -> 
         pad,
     };
     sys_call::syncobj_handle_to_fd(dev.as_fd(), &mut a)?;
-    sys_call::own_fd(a.fd)
+    sys_call::own_fd("DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD", a.fd)
 }
 
 /// `DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE` with any fd number, target `handle` (read only with the

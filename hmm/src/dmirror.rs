@@ -276,6 +276,7 @@ fn confirm_layout(probed: HmmLayout) -> Result<()> {
                 "the probe answers like the {probed:?} layout but Linux {major}.{minor} \
                  should have {by_version:?}; refusing to guess"
             ),
+            errno: None,
         });
     }
     Ok(())
@@ -482,6 +483,7 @@ impl Dmirror {
             Err(Error::Ioctl { errno, .. }) if errno == Errno::INVAL => Err(Error::Unsupported {
                 feature: "HMM_DMIRROR_RELEASE",
                 reason: "the kernel does not know the request (EINVAL; added in Linux 6.1)".into(),
+                errno: Some(errno),
             }),
             Err(e) => Err(e),
         }

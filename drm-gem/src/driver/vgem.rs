@@ -67,6 +67,7 @@ impl<'d> Vgem<'d> {
             Err(Error::Unsupported {
                 feature: "vgem fences",
                 reason: format!("the device is driven by {name}, not vgem"),
+                errno: None,
             })
         }
     }
@@ -98,9 +99,9 @@ impl<'d> Vgem<'d> {
             pad: 0,
         };
         sys_call::vgem_fence_attach(self.dev.as_fd(), &mut a)?;
-        let id = VgemFenceId::new(a.out_fence).ok_or(Error::Syscall {
-            name: "the kernel returned vgem fence id 0",
-            errno: rustix::io::Errno::INVAL,
+        let id = VgemFenceId::new(a.out_fence).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_VGEM_FENCE_ATTACH",
+            what: "fence id 0",
         })?;
         Ok(VgemFence { dev: self.dev, id })
     }

@@ -143,8 +143,9 @@ impl Device {
     pub fn add_framebuffer(&self, spec: &FbSpec) -> Result<Framebuffer<'_>> {
         let mut a = spec.to_raw()?;
         sys_call::mode_addfb2(self.as_fd(), &mut a)?;
-        let id = FramebufferId::new(a.fb_id).ok_or(Error::NotDrm {
-            why: "the kernel returned framebuffer id 0".into(),
+        let id = FramebufferId::new(a.fb_id).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_MODE_ADDFB2",
+            what: "framebuffer id 0",
         })?;
         Ok(Framebuffer { dev: self, id })
     }
@@ -163,7 +164,7 @@ impl Device {
         for i in 0..4 {
             let object = match a.handles[i] {
                 0 => None,
-                h => Some(GemObject::adopt(self, h, Release::Close)?),
+                h => Some(GemObject::adopt(self, "DRM_IOCTL_MODE_GETFB2", h, Release::Close)?),
             };
             if object.is_none() && a.pitches[i] == 0 {
                 continue;

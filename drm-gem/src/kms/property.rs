@@ -334,8 +334,9 @@ impl Device {
             });
         }
         let raw = sys_call::mode_createpropblob(self.as_fd(), data)?;
-        let id = BlobId::new(raw).ok_or(Error::NotDrm {
-            why: "the kernel returned blob id 0".into(),
+        let id = BlobId::new(raw).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_MODE_CREATEPROPBLOB",
+            what: "blob id 0",
         })?;
         Ok(PropertyBlob { dev: self, id })
     }

@@ -177,7 +177,10 @@ impl RawMap {
             )
         }
         .map_err(|e| Error::syscall("mmap", e))?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::syscall("mmap", Errno::FAULT))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
+            ioctl: "mmap",
+            what: "a null address",
+        })?;
         Ok(Self { ptr, len })
     }
 
@@ -250,11 +253,15 @@ impl Drop for RawMap {
     }
 }
 
-/// Adopts an fd the kernel just returned in an ioctl struct.
-pub(crate) fn own_fd(raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
+/// Adopts an fd the kernel just returned in the struct of the ioctl `ioctl` (a negative
+/// one is [`Error::BadReply`]).
+pub(crate) fn own_fd(ioctl: &'static str, raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
     use rustix::fd::FromRawFd;
     if raw < 0 {
-        return Err(Error::syscall("ioctl returned fd", Errno::BADF));
+        return Err(Error::BadReply {
+            ioctl,
+            what: "a negative fd",
+        });
     }
     // SAFETY: the kernel created this fd for us in the ioctl that just returned; nothing
     // else owns it, so taking ownership closes it exactly once.

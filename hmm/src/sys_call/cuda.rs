@@ -100,6 +100,7 @@ fn cuda() -> Result<&'static Cuda, Error> {
         .map_err(|why| Error::Unsupported {
             feature: "CUDA host registration",
             reason: why.clone(),
+            errno: None,
         })
 }
 

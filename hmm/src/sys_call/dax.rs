@@ -2,7 +2,6 @@
 
 use drm_gem::Error;
 use rustix::fd::BorrowedFd;
-use rustix::io::Errno;
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 use std::ptr::NonNull;
 
@@ -60,9 +59,9 @@ impl RawDaxMap {
             },
             errno,
         })?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::Syscall {
-            name: "mmap",
-            errno: Errno::FAULT,
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
+            ioctl: "mmap",
+            what: "a null address",
         })?;
         Ok(Self { ptr, len })
     }

@@ -298,6 +298,7 @@ pub(crate) fn probe_layout(fd: BorrowedFd<'_>) -> Result<HmmLayout, Error> {
             Err(e) => Err(Error::Unsupported {
                 feature: "test_hmm request numbering",
                 reason: format!("unexpected answer to the layout probe: {e}"),
+                errno: e.errno(),
             }),
         }
     };
@@ -354,6 +355,7 @@ impl MirrorFile {
                      (added in Linux {since})",
                     self.layout
                 ),
+                errno: None,
             }
         })
     }
