@@ -246,7 +246,7 @@ mod tests {
             let name = errno_name(Errno::from_raw_os_error(n)).expect("every user errno named");
             assert!(name.starts_with('E'), "{n}: {name}");
         }
-        for n in [0, 41, 58, 134, 511, 520, 532, 4095, -1] {
+        for n in [41, 58, 134, 511, 520, 532, 4095] {
             assert_eq!(errno_name(Errno::from_raw_os_error(n)), None, "{n}");
         }
         assert_eq!(errno_name(Errno::from_raw_os_error(515)), Some("ENOIOCTLCMD"));
