@@ -291,7 +291,10 @@ impl Device {
             fd: -1,
         };
         sys_call::prime_handle_to_fd(self.as_fd(), &mut a)?;
-        Ok(DmaBuf(sys_call::own_fd("DRM_IOCTL_PRIME_HANDLE_TO_FD", a.fd)?))
+        Ok(DmaBuf(sys_call::own_fd(
+            "DRM_IOCTL_PRIME_HANDLE_TO_FD",
+            a.fd,
+        )?))
     }
 
     /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`: imports a dma-buf. Importing the same dma-buf again
@@ -305,7 +308,12 @@ impl Device {
             fd: buf.as_raw_fd(),
         };
         sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
-        GemObject::adopt(self, "DRM_IOCTL_PRIME_FD_TO_HANDLE", a.handle, Release::Close)
+        GemObject::adopt(
+            self,
+            "DRM_IOCTL_PRIME_FD_TO_HANDLE",
+            a.handle,
+            Release::Close,
+        )
     }
 }
 

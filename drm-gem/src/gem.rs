@@ -270,7 +270,8 @@ impl Device {
             size: 0,
         };
         sys_call::gem_open(self.as_fd(), &mut a)?;
-        Ok((GemObject::adopt(self, "DRM_IOCTL_GEM_OPEN", a.handle, Release::Close)?,
+        Ok((
+            GemObject::adopt(self, "DRM_IOCTL_GEM_OPEN", a.handle, Release::Close)?,
             a.size,
         ))
     }

@@ -196,7 +196,10 @@ impl SwSyncTimeline {
             fence: -1,
         };
         sys_call::sw_sync_create_fence(self.0.as_fd(), &mut a)?;
-        Ok(SyncFile(sys_call::own_fd("SW_SYNC_IOC_CREATE_FENCE", a.fence)?))
+        Ok(SyncFile(sys_call::own_fd(
+            "SW_SYNC_IOC_CREATE_FENCE",
+            a.fence,
+        )?))
     }
 
     /// `SW_SYNC_IOC_INC`: advances the timeline by `by`.

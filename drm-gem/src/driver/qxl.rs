@@ -157,7 +157,12 @@ impl<'d> QxlBo<'d> {
         sys_call::qxl_alloc_surf(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
-            obj: GemObject::adopt(qxl.dev, "DRM_IOCTL_QXL_ALLOC_SURF", a.handle, Release::Close)?,
+            obj: GemObject::adopt(
+                qxl.dev,
+                "DRM_IOCTL_QXL_ALLOC_SURF",
+                a.handle,
+                Release::Close,
+            )?,
             size: size.div_ceil(page) * page,
         })
     }

@@ -161,7 +161,9 @@ impl Drop for VgemFence<'_> {
         // other failure (ENODEV after the driver is unbound) is counted on the device, as
         // Drop never panics.
         let r = signal(self.dev, self.id.get());
-        if r.as_ref().is_err_and(|e| e.errno() != Some(rustix::io::Errno::TIMEDOUT)) {
+        if r.as_ref()
+            .is_err_and(|e| e.errno() != Some(rustix::io::Errno::TIMEDOUT))
+        {
             self.dev.releases.check("DRM_IOCTL_VGEM_FENCE_SIGNAL", r);
         }
     }

@@ -262,7 +262,10 @@ impl<'d> VirtioGpu<'d> {
             },
         )?;
         if s.out_fence {
-            Ok(Some(SyncFile::from_fd(sys_call::own_fd("DRM_IOCTL_VIRTGPU_EXECBUFFER", out.fence_fd)?)))
+            Ok(Some(SyncFile::from_fd(sys_call::own_fd(
+                "DRM_IOCTL_VIRTGPU_EXECBUFFER",
+                out.fence_fd,
+            )?)))
         } else {
             Ok(None)
         }

@@ -243,7 +243,11 @@ impl Device {
         let mut fences = Vec::new();
         for ((o, _, kind), raw) in req.fences.iter().zip(slots) {
             if raw >= 0 {
-                fences.push((*o, *kind, SyncFile::from_fd(sys_call::own_fd("DRM_IOCTL_MODE_ATOMIC", raw)?)));
+                fences.push((
+                    *o,
+                    *kind,
+                    SyncFile::from_fd(sys_call::own_fd("DRM_IOCTL_MODE_ATOMIC", raw)?),
+                ));
             }
         }
         r?;

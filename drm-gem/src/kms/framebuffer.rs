@@ -164,7 +164,12 @@ impl Device {
         for i in 0..4 {
             let object = match a.handles[i] {
                 0 => None,
-                h => Some(GemObject::adopt(self, "DRM_IOCTL_MODE_GETFB2", h, Release::Close)?),
+                h => Some(GemObject::adopt(
+                    self,
+                    "DRM_IOCTL_MODE_GETFB2",
+                    h,
+                    Release::Close,
+                )?),
             };
             if object.is_none() && a.pitches[i] == 0 {
                 continue;

@@ -253,6 +253,28 @@ impl Drop for RawMap {
     }
 }
 
+impl crate::mapping::Mapping<'_> {
+    /// Views the mapping as a slice.
+    ///
+    /// # Safety
+    /// While the slice lives nothing may write this memory: no device job, no importer of
+    /// an exported dma-buf, no other process or mapping.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: forwarded: the caller guarantees no concurrent writer.
+        unsafe { self.map.slice() }
+    }
+
+    /// Views the mapping as a mutable slice.
+    ///
+    /// # Safety
+    /// While the slice lives nothing else may read or write this memory: no device job, no
+    /// importer of an exported dma-buf, no other process or mapping.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: forwarded: the caller guarantees exclusive access.
+        unsafe { self.map.slice_mut() }
+    }
+}
+
 /// Adopts an fd the kernel just returned in the struct of the ioctl `ioctl` (a negative
 /// one is [`Error::BadReply`]).
 pub(crate) fn own_fd(ioctl: &'static str, raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
