@@ -7,7 +7,7 @@
 //! (checked by `ioctl-sys/tests/opcodes.rs`); none of these structs carries a user pointer,
 //! so any field values are harmless to the caller's memory. The exceptions are the test_hmm
 //! command (its `ptr` field, always a buffer owned by [`dmirror_cmd`], and the memory a
-//! WRITE stores into, which must lie in a [`Region`] borrowed mutably) and udmabuf's list,
+//! WRITE stores into, which must lie in a [`Region`](crate::mem::Region) borrowed mutably) and udmabuf's list,
 //! built here from a slice.
 
 use ioctl_sys::drm as sys;
