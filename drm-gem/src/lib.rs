@@ -13,6 +13,18 @@
 //! ```
 #![doc = include_str!("../examples/share.rs")]
 //! ```
+//!
+//! # The `conformance` feature
+//!
+//! `drm_gem::raw` (every fence ioctl field as the kernel sees it, for conformance tests)
+//! bypasses ownership: a raw destroy can destroy a handle a [`Syncobj`] owns, and that
+//! `Syncobj`'s drop then destroys whatever reused the number. It exists only with the cargo
+//! feature `conformance`; without it this does not compile:
+//!
+#![cfg_attr(not(feature = "conformance"), doc = "```compile_fail")]
+#![cfg_attr(feature = "conformance", doc = "```ignore")]
+//! let _ = drm_gem::raw::syncobj_destroy;
+//! ```
 #![deny(unsafe_code)]
 
 mod caps;

@@ -443,3 +443,53 @@ pub fn in_child(child: impl FnOnce() -> bool) -> i32 {
     );
     libc::WEXITSTATUS(status)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page of someone else's, mapped into a hole of a region (as the kernel may do for
+    /// any later mmap): the region's drop must leave it alone.
+    #[test]
+    fn a_hole_refilled_by_another_mapping_survives_the_regions_drop() {
+        let mut r = Region::anon(4);
+        r.fill(0, 4, |i| i as u32);
+        r.unmap_page(1);
+        let hole = r.addr(1);
+        // SAFETY: MAP_FIXED_NOREPLACE at the hole, which is unmapped, so nothing is
+        // replaced (the call fails with EEXIST otherwise); the page is ours until unmapped
+        // below.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                hole.cast(),
+                page(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
+            )
+        }
+        .expect("a page in the hole");
+        assert_eq!(p.cast::<u8>(), hole);
+        // SAFETY: the page mapped above, read-write, referenced by nothing else.
+        unsafe { p.cast::<u32>().write_volatile(0x5a5a_5a5a) };
+        drop(r);
+        // The page is still mapped and holds what was written (the old drop unmapped the
+        // whole range, holes included, and this read faulted).
+        // SAFETY: as above; still mapped if the region's drop left it alone.
+        assert_eq!(unsafe { p.cast::<u32>().read_volatile() }, 0x5a5a_5a5a);
+        // SAFETY: exactly the page mapped above.
+        unsafe { rustix::mm::munmap(p, page()) }.unwrap();
+    }
+
+    #[test]
+    fn pages_unmapped_while_something_runs_become_holes() {
+        let mut r = Region::anon(4);
+        r.fill(0, 4, |i| i as u32);
+        let seen = r.unmap_pages_while(2, 2, |r| (r.u32_at(0), r.range().npages()));
+        assert_eq!(seen, (0, 4));
+        assert_eq!(r.first_mismatch(0, 2, |i| i as u32), None);
+        let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.unmap_page(2)));
+        assert!(again.is_err(), "a hole cannot be unmapped twice");
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.u32_at(3 * page() / 4)));
+        assert!(read.is_err(), "a hole cannot be read");
+    }
+}
