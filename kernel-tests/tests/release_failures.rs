@@ -175,3 +175,36 @@ fn unbinding_the_driver_counts_every_release_as_enodev() {
     drop((fb, d));
     assert_eq!(dev.release_failures(), ReleaseFailures::default());
 }
+
+/// A sync object destroyed behind its owner's back (`drm_gem::raw`, which bypasses
+/// ownership): its drop's `SYNCOBJ_DESTROY` of a handle that is gone is EINVAL
+/// (`drm_syncobj_destroy`, 5.10 and 6.12), counted on every node whose driver has sync
+/// objects (virtio-gpu since 6.x; none of the guest's drivers on 5.10).
+#[test]
+fn a_sync_object_destroyed_behind_its_back_is_counted() {
+    let nodes = drm_gem::enumerate().unwrap_or_default();
+    let mut checked = Vec::new();
+    for n in nodes.iter().filter(|n| n.kind == NodeKind::Primary) {
+        let Ok(dev) = Device::open(&n.path) else {
+            continue;
+        };
+        let Ok(objs) = dev.syncobjs() else {
+            continue; // the driver has none (the probe says so)
+        };
+        let a = objs.create(false).unwrap();
+        let b = objs.create(true).unwrap();
+        drm_gem::raw::syncobj_destroy(&dev, a.handle().get(), 0).expect("raw SYNCOBJ_DESTROY");
+        drop(b);
+        assert_eq!(dev.release_failures(), ReleaseFailures::default());
+        drop(a);
+        assert_counted(&dev, 1, "DRM_IOCTL_SYNCOBJ_DESTROY", Errno::INVAL);
+        checked.push(n.driver.clone().unwrap_or_default());
+    }
+    eprintln!("sync objects checked on: {checked:?}");
+    if kernel_tests::kernel_version() >= (6, 12) && kernel_tests::expected("virtio_gpu") {
+        assert!(
+            checked.iter().any(|d| d == "virtio_gpu"),
+            "virtio-gpu on 6.12 has sync objects: {checked:?}"
+        );
+    }
+}

@@ -489,7 +489,8 @@ mod tests {
         assert_eq!(r.first_mismatch(0, 2, |i| i as u32), None);
         let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.unmap_page(2)));
         assert!(again.is_err(), "a hole cannot be unmapped twice");
-        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.u32_at(3 * page() / 4)));
+        let read =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.u32_at(3 * page() / 4)));
         assert!(read.is_err(), "a hole cannot be read");
     }
 }
