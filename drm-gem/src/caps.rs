@@ -202,6 +202,7 @@ impl Device {
             Some(Errno::INVAL) => Error::Unsupported {
                 feature: "client cap",
                 reason: format!("DRM_IOCTL_SET_CLIENT_CAP({cap:?}={value}) answered EINVAL"),
+                errno: Some(Errno::INVAL),
             },
             _ => e,
         })

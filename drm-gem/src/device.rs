@@ -61,6 +61,8 @@ pub struct Device {
     /// property (`OUT_FENCE_PTR`, `WRITEBACK_OUT_FENCE_PTR`). Property objects live as long
     /// as the device, so an id's answer never changes.
     pub(crate) pointer_props: std::sync::Mutex<std::collections::HashMap<u32, bool>>,
+    /// Release calls of this device's objects that failed in `Drop`.
+    pub(crate) releases: crate::release::ReleaseCounter,
 }
 
 impl Device {
@@ -91,12 +93,22 @@ impl Device {
             kind,
             handles: Default::default(),
             pointer_props: Default::default(),
+            releases: Default::default(),
         })
     }
 
     /// Which kind of node this is.
     pub fn kind(&self) -> NodeKind {
         self.kind
+    }
+
+    /// The release calls of this device's objects that failed in `Drop` (GEM close and
+    /// dumb destroy, `RMFB`, `DESTROYPROPBLOB`, `SYNCOBJ_DESTROY`, the vgem fence signal of
+    /// a dropped fence): how many, and the latest ioctl and errno. `Drop` never panics;
+    /// this is where its failures show. After the driver is unbound every one fails with
+    /// `ENODEV`, which is normal.
+    pub fn release_failures(&self) -> crate::ReleaseFailures {
+        self.releases.get()
     }
 
     /// `DRM_IOCTL_VERSION`: driver name, version, date and description.

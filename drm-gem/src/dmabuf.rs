@@ -178,7 +178,10 @@ impl DmaBuf {
             fd: -1,
         };
         sys_call::dma_buf_export_sync_file(self.0.as_fd(), &mut a).map_err(no_sync_file_ioctl)?;
-        Ok(SyncFile::from_fd(sys_call::own_fd(a.fd)?))
+        Ok(SyncFile::from_fd(sys_call::own_fd(
+            "DMA_BUF_IOCTL_EXPORT_SYNC_FILE",
+            a.fd,
+        )?))
     }
 
     /// `DMA_BUF_IOCTL_IMPORT_SYNC_FILE` (since Linux 6.0): adds the sync_file's fences to
@@ -231,6 +234,7 @@ fn no_sync_file_ioctl(e: Error) -> Error {
         Error::Ioctl { name, errno } if errno == Errno::NOTTY => Error::Unsupported {
             feature: name,
             reason: "the kernel does not know the ioctl (ENOTTY; added in Linux 6.0)".into(),
+            errno: Some(errno),
         },
         e => e,
     }
@@ -260,8 +264,9 @@ impl Drop for CpuAccess<'_> {
         let mut a = dsys::dma_buf_sync {
             flags: self.rw | u64::from(dsys::DMA_BUF_SYNC_END),
         };
+        // Drop never panics: a failure is counted process-wide (a dma-buf has no Device).
         let r = sys_call::dma_buf_sync(self.buf.0.as_fd(), &mut a);
-        debug_assert!(r.is_ok(), "DMA_BUF_SYNC end failed: {r:?}");
+        crate::release::unowned().check("DMA_BUF_IOCTL_SYNC", r);
     }
 }
 
@@ -286,7 +291,10 @@ impl Device {
             fd: -1,
         };
         sys_call::prime_handle_to_fd(self.as_fd(), &mut a)?;
-        Ok(DmaBuf(sys_call::own_fd(a.fd)?))
+        Ok(DmaBuf(sys_call::own_fd(
+            "DRM_IOCTL_PRIME_HANDLE_TO_FD",
+            a.fd,
+        )?))
     }
 
     /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`: imports a dma-buf. Importing the same dma-buf again
@@ -300,7 +308,12 @@ impl Device {
             fd: buf.as_raw_fd(),
         };
         sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
-        GemObject::adopt(self, a.handle, Release::Close)
+        GemObject::adopt(
+            self,
+            "DRM_IOCTL_PRIME_FD_TO_HANDLE",
+            a.handle,
+            Release::Close,
+        )
     }
 }
 

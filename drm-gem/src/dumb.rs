@@ -73,7 +73,12 @@ impl<'d> DumbBuffer<'d> {
             ..Default::default()
         };
         sys_call::mode_create_dumb(dev.as_fd(), &mut a)?;
-        let obj = GemObject::adopt(dev, a.handle, Release::DestroyDumb)?;
+        let obj = GemObject::adopt(
+            dev,
+            "DRM_IOCTL_MODE_CREATE_DUMB",
+            a.handle,
+            Release::DestroyDumb,
+        )?;
         Ok(Self {
             obj,
             spec,

@@ -119,10 +119,16 @@ pub struct GemObject<'d> {
 }
 
 impl<'d> GemObject<'d> {
-    /// Takes one ownership of `raw`, a handle the kernel just returned on `dev`.
-    pub(crate) fn adopt(dev: &'d Device, raw: u32, release: Release) -> Result<Self> {
-        let handle = GemHandle::new(raw).ok_or(Error::NotDrm {
-            why: "the kernel returned GEM handle 0".into(),
+    /// Takes one ownership of `raw`, a handle the ioctl `ioctl` just returned on `dev`.
+    pub(crate) fn adopt(
+        dev: &'d Device,
+        ioctl: &'static str,
+        raw: u32,
+        release: Release,
+    ) -> Result<Self> {
+        let handle = GemHandle::new(raw).ok_or(Error::BadReply {
+            ioctl,
+            what: "GEM handle 0",
         })?;
         dev.handles
             .lock()
@@ -159,8 +165,9 @@ impl<'d> GemObject<'d> {
             name: 0,
         };
         sys_call::gem_flink(self.dev.as_fd(), &mut a)?;
-        GemName::new(a.name).ok_or(Error::NotDrm {
-            why: "the kernel returned GEM name 0".into(),
+        GemName::new(a.name).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_GEM_FLINK",
+            what: "GEM name 0",
         })
     }
 
@@ -204,22 +211,28 @@ impl Drop for GemObject<'_> {
         if left > 0 {
             return;
         }
-        // Errors are ignored: the only way to report them from Drop is a panic (memmap2
-        // makes the same choice for munmap). The type system rules out a double close.
-        let r = match self.release {
+        // Drop cannot return an error and never panics: a failure (ENODEV after the driver
+        // is unbound) is counted on the device. The type system rules out a double close.
+        let (call, r) = match self.release {
             Release::Close => {
                 let mut a = sys::drm_gem_close {
                     handle: raw,
                     pad: 0,
                 };
-                sys_call::gem_close(self.dev.as_fd(), &mut a)
+                (
+                    "DRM_IOCTL_GEM_CLOSE",
+                    sys_call::gem_close(self.dev.as_fd(), &mut a),
+                )
             }
             Release::DestroyDumb => {
                 let mut a = sys::drm_mode_destroy_dumb { handle: raw };
-                sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a)
+                (
+                    "DRM_IOCTL_MODE_DESTROY_DUMB",
+                    sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a),
+                )
             }
         };
-        debug_assert!(r.is_ok(), "releasing GEM handle {raw} failed: {r:?}");
+        self.dev.releases.check(call, r);
     }
 }
 
@@ -257,7 +270,10 @@ impl Device {
             size: 0,
         };
         sys_call::gem_open(self.as_fd(), &mut a)?;
-        Ok((GemObject::adopt(self, a.handle, Release::Close)?, a.size))
+        Ok((
+            GemObject::adopt(self, "DRM_IOCTL_GEM_OPEN", a.handle, Release::Close)?,
+            a.size,
+        ))
     }
 }
 

@@ -13,6 +13,18 @@
 //! ```
 #![doc = include_str!("../examples/share.rs")]
 //! ```
+//!
+//! # The `conformance` feature
+//!
+//! `drm_gem::raw` (every fence ioctl field as the kernel sees it, for conformance tests)
+//! bypasses ownership: a raw destroy can destroy a handle a [`Syncobj`] owns, and that
+//! `Syncobj`'s drop then destroys whatever reused the number. It exists only with the cargo
+//! feature `conformance`; without it this does not compile:
+//!
+#![cfg_attr(not(feature = "conformance"), doc = "```compile_fail")]
+#![cfg_attr(feature = "conformance", doc = "```ignore")]
+//! let _ = drm_gem::raw::syncobj_destroy;
+//! ```
 #![deny(unsafe_code)]
 
 mod caps;
@@ -25,7 +37,9 @@ mod gem;
 mod id;
 pub mod kms;
 mod mapping;
+#[cfg(feature = "conformance")]
 pub mod raw;
+mod release;
 mod sync_file;
 mod syncobj;
 mod sys_call;
@@ -36,9 +50,10 @@ pub use device::{
 };
 pub use dmabuf::{CpuAccess, DmaBuf, DmaBufInfo, DmaBufSync, PrimeFlags};
 pub use dumb::{DumbBuffer, DumbSpec};
-pub use error::{Error, Result};
+pub use error::{Error, Result, errno_name};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
+pub use release::{ReleaseCounter, ReleaseFailures, unowned_release_failures};
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};
 pub use syncobj::{Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs};

@@ -13,7 +13,7 @@ use rustix::fd::BorrowedFd;
 /// hands out a Rust reference; the slice views are `unsafe`.
 #[derive(Debug)]
 pub struct Mapping<'b> {
-    map: RawMap,
+    pub(crate) map: RawMap,
     _borrow: PhantomData<&'b mut ()>,
 }
 
@@ -68,25 +68,6 @@ impl Mapping<'_> {
         }
     }
 
-    /// Views the mapping as a slice.
-    ///
-    /// # Safety
-    /// While the slice lives nothing may write this memory: no device job, no importer of
-    /// an exported dma-buf, no other process or mapping.
-    #[allow(unsafe_code)]
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: forwarded: the caller guarantees no concurrent writer.
-        unsafe { self.map.slice() }
-    }
-
-    /// Views the mapping as a mutable slice.
-    ///
-    /// # Safety
-    /// While the slice lives nothing else may read or write this memory: no device job, no
-    /// importer of an exported dma-buf, no other process or mapping.
-    #[allow(unsafe_code)]
-    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: forwarded: the caller guarantees exclusive access.
-        unsafe { self.map.slice_mut() }
-    }
+    // The unsafe slice views `as_slice` and `as_mut_slice` are in `sys_call` (the crate's
+    // only unsafe code).
 }

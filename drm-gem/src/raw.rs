@@ -1,5 +1,13 @@
 //! The fence ioctls with every field as the kernel sees it: no capability probe, no
-//! ownership, no checks beyond what the ioctl structs can hold.
+//! ownership, no checks beyond what the ioctl structs can hold. Only with the cargo feature
+//! `conformance`.
+//!
+//! **This module bypasses ownership.** A handle number is just a number here:
+//! [`syncobj_destroy`] can destroy a handle a [`Syncobj`](crate::Syncobj) owns, and that
+//! `Syncobj`'s drop then destroys whatever object the kernel gave the number to next (the
+//! same for fence ids of [`Vgem`] fences). Nothing here can cause undefined behaviour, but
+//! it can break the typed API's guarantees, which is why it is behind a feature that only
+//! conformance tests (`kernel-tests`) enable.
 //!
 //! This is for conformance tests (bad flags, non-zero padding, handles and fd numbers that
 //! do not exist, calls on drivers without support) and for fields newer than this crate.
@@ -43,7 +51,7 @@ pub fn syncobj_handle_to_fd(dev: &Device, handle: u32, flags: u32, pad: u32) -> 
         pad,
     };
     sys_call::syncobj_handle_to_fd(dev.as_fd(), &mut a)?;
-    sys_call::own_fd(a.fd)
+    sys_call::own_fd("DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD", a.fd)
 }
 
 /// `DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE` with any fd number, target `handle` (read only with the

@@ -124,7 +124,7 @@ impl SyncFile {
             pad: 0,
         };
         sys_call::sync_merge(self.0.as_fd(), &mut a)?;
-        Ok(SyncFile(sys_call::own_fd(a.fence)?))
+        Ok(SyncFile(sys_call::own_fd("SYNC_IOC_MERGE", a.fence)?))
     }
 
     /// Waits until every fence signalled (`poll` for POLLIN). `None` waits forever;
@@ -179,6 +179,7 @@ impl SwSyncTimeline {
                     "{} does not exist (CONFIG_SW_SYNC off, or debugfs not mounted)",
                     Self::PATH
                 ),
+                errno: Some(rustix::io::Errno::NOENT),
             }),
             Err(errno) => Err(Error::Open {
                 path: Self::PATH.into(),
@@ -195,7 +196,10 @@ impl SwSyncTimeline {
             fence: -1,
         };
         sys_call::sw_sync_create_fence(self.0.as_fd(), &mut a)?;
-        Ok(SyncFile(sys_call::own_fd(a.fence)?))
+        Ok(SyncFile(sys_call::own_fd(
+            "SW_SYNC_IOC_CREATE_FENCE",
+            a.fence,
+        )?))
     }
 
     /// `SW_SYNC_IOC_INC`: advances the timeline by `by`.

@@ -311,6 +311,7 @@ impl DaxMapping {
                          because the filesystem may move or free the blocks under the pin; \
                          use a devdax namespace, or a short-term mapping (mlock, dmirror)"
                     .into(),
+                errno: None,
             }),
         }
     }

@@ -276,6 +276,7 @@ fn confirm_layout(probed: HmmLayout) -> Result<()> {
                 "the probe answers like the {probed:?} layout but Linux {major}.{minor} \
                  should have {by_version:?}; refusing to guess"
             ),
+            errno: None,
         });
     }
     Ok(())
@@ -284,7 +285,7 @@ fn confirm_layout(probed: HmmLayout) -> Result<()> {
 /// An open test_hmm mirror device (`/dev/hmm_dmirrorN`) mirroring this process.
 #[derive(Debug)]
 pub struct Dmirror {
-    file: MirrorFile,
+    pub(crate) file: MirrorFile,
     path: Option<PathBuf>,
 }
 
@@ -368,32 +369,8 @@ impl Dmirror {
             .into())
     }
 
-    /// `HMM_DMIRROR_WRITE`: the device stores `data` (exactly the range's length) into the
-    /// range, faulting pages in for writing as needed.
-    ///
-    /// # Errors
-    /// EPERM where the memory is mapped read-only; EFAULT where nothing writable is mapped.
-    ///
-    /// # Safety
-    /// The range's memory is written behind the compiler's back: no Rust reference to any of
-    /// it may be alive during the call (and memory the program treats as immutable, such as
-    /// a `static`, must not be in it). See [`Dmirror::write_into`] for the safe form.
-    #[allow(unsafe_code)]
-    pub unsafe fn write(&self, range: PageRange, data: &[u8]) -> Result<MirrorReport> {
-        check_len(range, data.len())?;
-        // SAFETY: forwarded: the caller vouches that no reference to the range is alive.
-        Ok(unsafe { self.file.write(range.start, range.npages, data) }?.into())
-    }
-
-    /// [`Dmirror::write`] into memory borrowed exclusively: `target` must cover whole,
-    /// page-aligned pages, and `data` be as long.
-    #[allow(unsafe_code)]
-    pub fn write_into(&self, target: &mut [u8], data: &[u8]) -> Result<MirrorReport> {
-        let range = PageRange::of(target)?;
-        // SAFETY: `target` is an exclusive borrow of exactly the range, so no other
-        // reference to that memory is alive while the device writes it.
-        unsafe { self.write(range, data) }
-    }
+    // `write` (unsafe) and `write_into` (`HMM_DMIRROR_WRITE`) are in `sys_call` (the
+    // crate's only unsafe code).
 
     /// `HMM_DMIRROR_MIGRATE_TO_DEV` (`HMM_DMIRROR_MIGRATE` before Linux 6.0): moves the
     /// range's anonymous pages into the device's memory, then copies what the device holds
@@ -482,6 +459,7 @@ impl Dmirror {
             Err(Error::Ioctl { errno, .. }) if errno == Errno::INVAL => Err(Error::Unsupported {
                 feature: "HMM_DMIRROR_RELEASE",
                 reason: "the kernel does not know the request (EINVAL; added in Linux 6.1)".into(),
+                errno: Some(errno),
             }),
             Err(e) => Err(e),
         }
@@ -503,7 +481,7 @@ fn invalid(what: String) -> Error {
     Error::InvalidArgument { what }
 }
 
-fn check_len(range: PageRange, len: usize) -> Result<()> {
+pub(crate) fn check_len(range: PageRange, len: usize) -> Result<()> {
     if len != range.len_bytes() {
         return Err(invalid(format!(
             "buffer of {len} bytes for a range of {} pages ({} bytes)",

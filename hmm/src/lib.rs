@@ -36,6 +36,21 @@ pub use udmabuf::{SealedMemfd, SealedMemfdBuilder, Udmabuf, UdmabufLimits, Udmab
 
 use ioctl_sys::test_hmm::{v5_10, v5_14, v6_0};
 
+static RELEASES: drm_gem::ReleaseCounter = drm_gem::ReleaseCounter::new();
+
+/// Release calls of this crate's objects that failed in `Drop`, counted for the whole
+/// process (these objects belong to no [`drm_gem::Device`]): the `munmap` of a
+/// [`DaxMapping`], the `munlock` of a pinned [`HostRegistration`], and (feature `cuda`)
+/// `cuMemHostUnregister`, whose `CUresult` is not an errno and is recorded as `EIO`.
+/// `Drop` never panics; this is where its failures show.
+pub fn release_failures() -> drm_gem::ReleaseFailures {
+    RELEASES.get()
+}
+
+pub(crate) fn release_failed(call: &'static str, errno: drm_gem::Errno) {
+    RELEASES.record(call, errno);
+}
+
 /// Which numbering of the test_hmm ioctls a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HmmLayout {

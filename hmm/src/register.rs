@@ -197,6 +197,7 @@ impl<'m> HostRegistration<'m> {
                     reason: "not implemented: register through HostRegistration::new on a \
                              slice instead"
                         .into(),
+                    errno: None,
                 })
             }
         }
@@ -454,6 +455,7 @@ fn udmabuf_of(addr: usize, len: usize, memfd: Option<&SealedMemfd>) -> Result<Dm
             return Err(Error::Unsupported {
                 feature: "udmabuf host registration",
                 reason: "/dev/udmabuf is missing (CONFIG_UDMABUF not built or not loaded)".into(),
+                errno: Some(errno),
             });
         }
         Err(e) => return Err(e),
@@ -469,6 +471,7 @@ fn mirror_in(range: PageRange) -> Result<(Dmirror, MirrorReport)> {
             return Err(Error::Unsupported {
                 feature: "dmirror host registration",
                 reason: "/dev/hmm_dmirror0 is missing (test_hmm not loaded)".into(),
+                errno: Some(errno),
             });
         }
         Err(e) => return Err(e),

@@ -13,9 +13,13 @@
 //! # if std::env::var_os("KERNEL_TESTS_STRICT").is_none() { needs_a_node(); }
 //! ```
 
+#![deny(unsafe_code)]
+
 pub mod mem;
 pub mod pmem;
-pub mod raw;
+mod sys_call;
+
+pub use sys_call::raw;
 
 /// Whether this run is strict (inside a guest built to have every device).
 pub fn strict() -> bool {

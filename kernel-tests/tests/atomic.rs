@@ -691,8 +691,13 @@ fn virtio_gpu_has_no_vblank() {
     };
     let crtc = dev.resources().unwrap().crtcs[0];
     match dev.crtc_sequence(crtc) {
-        Err(Error::Unsupported { feature, reason }) => {
+        Err(Error::Unsupported {
+            feature,
+            reason,
+            errno,
+        }) => {
             assert_eq!(feature, "vblank");
+            assert_eq!(errno, Some(drm_gem::Errno::OPNOTSUPP), "{reason}");
             assert!(reason.contains("DRM_IOCTL_CRTC_GET_SEQUENCE"), "{reason}");
         }
         other => panic!("expected Unsupported, got {other:?}"),

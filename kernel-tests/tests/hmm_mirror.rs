@@ -467,15 +467,8 @@ fn teardown_while_the_device_reads() {
     for round in 0..16u32 {
         let mut r = Region::anon(NPAGES);
         r.fill(0, NPAGES, |i| pattern(i) + round);
-        let unmapper = r.raw_unmapper(NPAGES / 2, NPAGES / 2);
-        let t = std::thread::spawn(move || {
-            std::thread::yield_now();
-            unmapper.unmap();
-        });
         let mut out = vec![0u8; r.len()];
-        let res = d.read(r.range(), &mut out);
-        t.join().unwrap();
-        r.forget_pages(NPAGES / 2, NPAGES / 2);
+        let res = r.unmap_pages_while(NPAGES / 2, NPAGES / 2, |r| d.read(r.range(), &mut out));
         match res {
             Ok(rep) => {
                 assert_eq!((rep.cpages, rep.faults), (NPAGES as u64, 1));
@@ -688,10 +681,8 @@ fn bad_input_is_refused_before_the_kernel() {
 /// The kernel's own answers (raw requests, by number, bypassing the checks above).
 #[test]
 fn bad_input_gets_the_kernels_errno() {
-    use ioctl_sys::test_hmm::hmm_dmirror_cmd;
     use kernel_tests::raw::{dmirror_cmd, dmirror_request};
     let d = mirror!(0);
-    let fd = rustix::fd::AsFd::as_fd(&d);
     let p = page() as u64;
     let fds_before = open_fds();
     // Ten pages: 0 read-write, 1 PROT_NONE, 2 a hole, 3 read-only and populated, 4
@@ -704,16 +695,12 @@ fn bad_input_gets_the_kernels_errno() {
     r.protect(3, 2, Access::Read);
     r.unmap_pages(5, 5);
     let base = r.range().start() as u64;
-    let cmd = |addr: u64, npages: u64| hmm_dmirror_cmd {
-        addr,
-        ptr: 0,
-        npages,
-        ..Default::default()
-    };
+    let cmd = |addr: u64, npages: u64| (addr, npages);
     // Numbers 0 (READ), 1 (WRITE) and 2 (MIGRATE, MIGRATE_TO_DEV) are the same in every
-    // layout. A null `ptr` is never reached: each case fails before the copy.
+    // layout. The command's buffer is never reached except by the read-only writes (which
+    // read it): each case fails before the copy.
     let (read, write, migrate) = (dmirror_request(0), dmirror_request(1), dmirror_request(2));
-    let mut cases: Vec<(&str, u32, hmm_dmirror_cmd, Errno)> = vec![
+    let mut cases: Vec<(&str, u32, (u64, u64), Errno)> = vec![
         ("unaligned address", read, cmd(base + 8, 1), Errno::INVAL),
         ("zero pages", read, cmd(base, 0), Errno::INVAL),
         ("range wraps around", read, cmd(!(p - 1), 2), Errno::INVAL),
@@ -768,20 +755,13 @@ fn bad_input_gets_the_kernels_errno() {
         ));
     }
     let mut failures = Vec::new();
-    for (what, req, mut c, want) in cases {
-        // WRITE copies from `ptr` before anything else: give it a real page.
-        let mut bounce = vec![0u8; page()];
-        if what.starts_with("read-only write") {
-            c.ptr = bounce.as_mut_ptr() as u64;
-        }
-        // SAFETY: `d` is a test_hmm file; every case fails before `ptr` is used except the
-        // read-only writes, whose `ptr` is a page-long buffer the kernel only reads, and
-        // whose target pages are read-only (the kernel refuses to write them).
-        let got = unsafe { dmirror_cmd(fd, req, &mut c) };
+    for (what, req, (addr, npages), want) in cases {
+        // Safe: a raw WRITE must lie in `r` (borrowed mutably; checked, and it has no
+        // reference alive), and the command's buffer belongs to the call.
+        let got = dmirror_cmd(&d, req, addr, npages, &mut r);
         if got != Err(want) {
             failures.push(format!("{what}: expected {want:?}, got {got:?}"));
         }
-        drop(bounce);
     }
     assert!(failures.is_empty(), "{failures:#?}");
     // Another device's pages: ENOENT through the safe API.

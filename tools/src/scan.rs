@@ -447,17 +447,8 @@ pub fn describe(e: &std::io::Error) -> (String, String) {
     (format!("{text} ({name})"), name.to_string())
 }
 
-fn errno_name(e: Errno) -> &'static str {
-    match e {
-        Errno::ACCESS => "EACCES",
-        Errno::PERM => "EPERM",
-        Errno::NOENT => "ENOENT",
-        Errno::SRCH => "ESRCH",
-        Errno::NOSYS => "ENOSYS",
-        Errno::BADF => "EBADF",
-        Errno::INVAL => "EINVAL",
-        _ => "EIO",
-    }
+fn errno_name(e: Errno) -> String {
+    crate::select::errno_name(e)
 }
 
 /// A DRM node known to the machine.

@@ -88,60 +88,21 @@ pub fn select(spec: Option<&str>) -> Result<Vec<NodeInfo>, NoMatch> {
     Ok(picked)
 }
 
-/// The C name of an errno (`ENOTTY`), or `errno N` for ones this tool does not name.
+/// The C name of an errno (`ENOTTY`, from [`drm_gem::errno_name`]), or `E<number>` for a
+/// number Linux does not define.
 pub fn errno_name(e: drm_gem::Errno) -> String {
-    use drm_gem::Errno as E;
-    let named = [
-        (E::NOTTY, "ENOTTY"),
-        (E::INVAL, "EINVAL"),
-        (E::OPNOTSUPP, "EOPNOTSUPP"),
-        (E::NOSYS, "ENOSYS"),
-        (E::NOENT, "ENOENT"),
-        (E::ACCESS, "EACCES"),
-        (E::PERM, "EPERM"),
-        (E::NODEV, "ENODEV"),
-        (E::NXIO, "ENXIO"),
-        (E::BADF, "EBADF"),
-        (E::FAULT, "EFAULT"),
-        (E::NOMEM, "ENOMEM"),
-        (E::BUSY, "EBUSY"),
-        (E::NOSPC, "ENOSPC"),
-        (E::RANGE, "ERANGE"),
-        (E::IO, "EIO"),
-        (E::AGAIN, "EAGAIN"),
-        (E::TIMEDOUT, "ETIMEDOUT"),
-    ];
-    named
-        .iter()
-        .find(|(n, _)| *n == e)
-        .map(|(_, s)| (*s).to_string())
-        .unwrap_or_else(|| format!("errno {}", e.raw_os_error()))
+    drm_gem::errno_name(e).map_or_else(|| format!("E{}", e.raw_os_error()), str::to_string)
 }
 
-/// The errno class of a failure: the errno's name, or for [`drm_gem::Error::Unsupported`]
-/// (which drm-gem decides from a probe whose errno it names in the reason) the first errno
-/// name in the reason, else `unsupported`.
+/// The errno class of a failure: the errno's name (for [`drm_gem::Error::Unsupported`],
+/// the errno of the probe that decided it), `unsupported` for an `Unsupported` decided
+/// without a failing call, else `error`.
 pub fn error_class(e: &drm_gem::Error) -> String {
-    if let Some(n) = e.errno() {
-        return errno_name(n);
+    match (e.errno(), e) {
+        (Some(n), _) => errno_name(n),
+        (None, drm_gem::Error::Unsupported { .. }) => "unsupported".into(),
+        (None, _) => "error".into(),
     }
-    if let drm_gem::Error::Unsupported { reason, .. } = e {
-        for (c, text) in [
-            ("ENOTTY", "Inappropriate ioctl"),
-            ("EINVAL", "Invalid argument"),
-            ("EOPNOTSUPP", "Operation not supported"),
-            ("ENOSYS", "Function not implemented"),
-            ("ENOENT", "No such file"),
-            ("EACCES", "Permission denied"),
-            ("EPERM", "Operation not permitted"),
-        ] {
-            if reason.contains(c) || reason.contains(text) {
-                return c.to_string();
-            }
-        }
-        return "unsupported".into();
-    }
-    "error".into()
 }
 
 /// `DRM_FORMAT_XRGB8888` (`XR24`).

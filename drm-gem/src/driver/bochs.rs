@@ -229,6 +229,7 @@ pub fn vram_mm(dev: &Device) -> Result<VramMm> {
             Err(Error::Unsupported {
                 feature: "debugfs vram-mm",
                 reason,
+                errno: Some(rustix::io::Errno::NOENT),
             })
         }
         Err(e) => Err(Error::Open {

@@ -64,6 +64,7 @@ impl<'d> Qxl<'d> {
             return Err(Error::Unsupported {
                 feature: "qxl ioctls",
                 reason: format!("the node's driver is {name:?}, not {DRIVER_NAME:?}"),
+                errno: None,
             });
         }
         Ok(Self { dev })
@@ -129,7 +130,7 @@ impl<'d> QxlBo<'d> {
         sys_call::qxl_alloc(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
-            obj: GemObject::adopt(qxl.dev, a.handle, Release::Close)?,
+            obj: GemObject::adopt(qxl.dev, "DRM_IOCTL_QXL_ALLOC", a.handle, Release::Close)?,
             size: u64::from(size).div_ceil(page) * page,
         })
     }
@@ -156,7 +157,12 @@ impl<'d> QxlBo<'d> {
         sys_call::qxl_alloc_surf(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
-            obj: GemObject::adopt(qxl.dev, a.handle, Release::Close)?,
+            obj: GemObject::adopt(
+                qxl.dev,
+                "DRM_IOCTL_QXL_ALLOC_SURF",
+                a.handle,
+                Release::Close,
+            )?,
             size: size.div_ceil(page) * page,
         })
     }

@@ -149,6 +149,7 @@ impl<'d> VirtioGpu<'d> {
             return Err(Error::Unsupported {
                 feature: "virtio_gpu ioctls",
                 reason: format!("the node's driver is {name:?}, not {DRIVER_NAME:?}"),
+                errno: None,
             });
         }
         let mut gpu = Self {
@@ -261,7 +262,10 @@ impl<'d> VirtioGpu<'d> {
             },
         )?;
         if s.out_fence {
-            Ok(Some(SyncFile::from_fd(sys_call::own_fd(out.fence_fd)?)))
+            Ok(Some(SyncFile::from_fd(sys_call::own_fd(
+                "DRM_IOCTL_VIRTGPU_EXECBUFFER",
+                out.fence_fd,
+            )?)))
         } else {
             Ok(None)
         }
@@ -307,6 +311,7 @@ impl<'d> VirtioGpu<'d> {
                         "{e}; the device lacks context_init or virgl (params: {:?})",
                         self.params
                     ),
+                    errno: Some(Errno::INVAL),
                 }
             } else {
                 e
@@ -322,6 +327,7 @@ fn nosys(feature: &'static str, e: Error, why: &str) -> Error {
         Error::Unsupported {
             feature,
             reason: format!("{e}: {why}"),
+            errno: Some(Errno::NOSYS),
         }
     } else {
         e
@@ -699,7 +705,12 @@ impl<'d> Resource<'d> {
             stride: spec.stride,
         };
         sys_call::virtgpu_resource_create(gpu.dev.as_fd(), &mut a)?;
-        Self::adopt(gpu, a.bo_handle, a.res_handle)
+        Self::adopt(
+            gpu,
+            "DRM_IOCTL_VIRTGPU_RESOURCE_CREATE",
+            a.bo_handle,
+            a.res_handle,
+        )
     }
 
     /// `DRM_IOCTL_VIRTGPU_RESOURCE_CREATE_BLOB`, then `RESOURCE_INFO`.
@@ -725,16 +736,27 @@ impl<'d> Resource<'d> {
                             "{e}; VIRTGPU_PARAM_RESOURCE_BLOB is {:?}",
                             gpu.params.resource_blob
                         ),
+                        errno: Some(Errno::INVAL),
                     }
                 } else {
                     e
                 }
             })?;
-        Self::adopt(gpu, out.bo_handle, out.res_handle)
+        Self::adopt(
+            gpu,
+            "DRM_IOCTL_VIRTGPU_RESOURCE_CREATE_BLOB",
+            out.bo_handle,
+            out.res_handle,
+        )
     }
 
-    fn adopt(gpu: &VirtioGpu<'d>, bo_handle: u32, res_handle: u32) -> Result<Self> {
-        let obj = GemObject::adopt(gpu.dev, bo_handle, Release::Close)?;
+    fn adopt(
+        gpu: &VirtioGpu<'d>,
+        ioctl: &'static str,
+        bo_handle: u32,
+        res_handle: u32,
+    ) -> Result<Self> {
+        let obj = GemObject::adopt(gpu.dev, ioctl, bo_handle, Release::Close)?;
         let mut r = Self {
             obj,
             res_id: ResourceId::new(res_handle),

@@ -86,8 +86,10 @@ impl<'f> AtomicRequest<'f> {
     }
 
     /// Sets `prop` of `obj` to `value` (overwriting an earlier set of the same pair).
-    /// Pointer properties (`OUT_FENCE_PTR`, `WRITEBACK_OUT_FENCE_PTR`) are refused at commit:
-    /// use [`out_fence`](Self::out_fence) and [`writeback_fence`](Self::writeback_fence).
+    /// Pointer properties ([`POINTER_PROPERTIES`]) are refused at commit: use
+    /// [`out_fence`](Self::out_fence) and [`writeback_fence`](Self::writeback_fence). So is
+    /// a property whose `DRM_IOCTL_MODE_GETPROPERTY` fails: the commit returns that error
+    /// before the kernel is asked.
     pub fn set<O: ModeObject>(&mut self, obj: O, prop: PropertyId, value: u64) -> &mut Self {
         self.objs
             .entry(obj.raw())
@@ -157,8 +159,23 @@ impl<'f> AtomicRequest<'f> {
     }
 }
 
+/// The names of the KMS properties whose value the kernel takes as a user pointer and
+/// writes through (`drm_atomic_uapi.c`): a CRTC's `OUT_FENCE_PTR` and a writeback
+/// connector's `WRITEBACK_OUT_FENCE_PTR`, both unsigned ranges.
+///
+/// This list is the contract [`AtomicRequest::set`] relies on: a commit refuses a plain set
+/// of any property of one of these names (ask for the fence with
+/// [`AtomicRequest::out_fence`] or [`AtomicRequest::writeback_fence`]), and of any property
+/// id whose name cannot be read (`DRM_IOCTL_MODE_GETPROPERTY` fails), since then it cannot
+/// be shown not to be a pointer. `kernel-tests/tests/pointer_props.rs` checks on every
+/// guest kernel and driver that no other property looks like a pointer (an unsigned range
+/// whose name ends in `_PTR`).
+pub const POINTER_PROPERTIES: &[&str] = &["OUT_FENCE_PTR", "WRITEBACK_OUT_FENCE_PTR"];
+
 impl Device {
-    /// Whether property `prop` is a user-pointer property (cached per device).
+    /// Whether property `prop` is a user-pointer property (one of [`POINTER_PROPERTIES`];
+    /// cached per device). Fails closed: when its name cannot be read the error is
+    /// returned, and the commit fails before the kernel is asked.
     fn is_pointer_prop(&self, prop: u32) -> Result<bool> {
         if let Some(&b) = self
             .pointer_props
@@ -169,13 +186,10 @@ impl Device {
             return Ok(b);
         }
         let Some(id) = PropertyId::new(prop) else {
+            // Id 0 names no property: the kernel refuses it (ENOENT) without using the value.
             return Ok(false);
         };
-        let b = match self.property(id) {
-            Ok(p) => matches!(p.name.as_str(), "OUT_FENCE_PTR" | "WRITEBACK_OUT_FENCE_PTR"),
-            // An unknown property: the kernel will refuse the request; not a pointer.
-            Err(_) => return Ok(false),
-        };
+        let b = POINTER_PROPERTIES.contains(&self.property(id)?.name.as_str());
         self.pointer_props
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -229,7 +243,11 @@ impl Device {
         let mut fences = Vec::new();
         for ((o, _, kind), raw) in req.fences.iter().zip(slots) {
             if raw >= 0 {
-                fences.push((*o, *kind, SyncFile::from_fd(sys_call::own_fd(raw)?)));
+                fences.push((
+                    *o,
+                    *kind,
+                    SyncFile::from_fd(sys_call::own_fd("DRM_IOCTL_MODE_ATOMIC", raw)?),
+                ));
             }
         }
         r?;

@@ -99,10 +99,10 @@ impl Framebuffer<'_> {
 impl Drop for Framebuffer<'_> {
     fn drop(&mut self) {
         let mut id = self.id.get();
-        // Errors cannot be reported from Drop; RMFB fails only for an id that is not ours,
-        // which the type rules out.
+        // Drop cannot return an error and never panics: a failure (ENODEV after the driver
+        // is unbound; the type rules out an id that is not ours) is counted on the device.
         let r = sys_call::mode_rmfb(self.dev.as_fd(), &mut id);
-        debug_assert!(r.is_ok(), "RMFB {} failed: {r:?}", self.id.get());
+        self.dev.releases.check("DRM_IOCTL_MODE_RMFB", r);
     }
 }
 
@@ -143,8 +143,9 @@ impl Device {
     pub fn add_framebuffer(&self, spec: &FbSpec) -> Result<Framebuffer<'_>> {
         let mut a = spec.to_raw()?;
         sys_call::mode_addfb2(self.as_fd(), &mut a)?;
-        let id = FramebufferId::new(a.fb_id).ok_or(Error::NotDrm {
-            why: "the kernel returned framebuffer id 0".into(),
+        let id = FramebufferId::new(a.fb_id).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_MODE_ADDFB2",
+            what: "framebuffer id 0",
         })?;
         Ok(Framebuffer { dev: self, id })
     }
@@ -163,7 +164,12 @@ impl Device {
         for i in 0..4 {
             let object = match a.handles[i] {
                 0 => None,
-                h => Some(GemObject::adopt(self, h, Release::Close)?),
+                h => Some(GemObject::adopt(
+                    self,
+                    "DRM_IOCTL_MODE_GETFB2",
+                    h,
+                    Release::Close,
+                )?),
             };
             if object.is_none() && a.pitches[i] == 0 {
                 continue;

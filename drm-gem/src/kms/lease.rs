@@ -22,7 +22,7 @@ impl Device {
     pub fn create_lease(&self, objects: &[u32]) -> Result<Lease> {
         let flags = rustix::fs::OFlags::CLOEXEC.bits();
         let (lessee_id, fd) = sys_call::mode_create_lease(self.as_fd(), objects, flags)?;
-        let lessee = Device::from_fd(sys_call::own_fd(fd)?)?;
+        let lessee = Device::from_fd(sys_call::own_fd("DRM_IOCTL_MODE_CREATE_LEASE", fd)?)?;
         Ok(Lease { lessee_id, lessee })
     }
 

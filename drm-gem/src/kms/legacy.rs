@@ -187,6 +187,7 @@ impl Device {
                 Err(Error::Unsupported {
                     feature: "CLOSEFB",
                     reason: format!("{name}: {errno} (Linux 6.8+); RMFB was used instead"),
+                    errno: Some(errno),
                 })
             }
             Err(e) => Err(e),

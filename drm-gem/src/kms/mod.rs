@@ -27,7 +27,9 @@ mod resources;
 mod snapshot;
 mod vblank;
 
-pub use atomic::{AtomicFlags, AtomicRequest, Committed, Culprit, Explanation, FenceKind};
+pub use atomic::{
+    AtomicFlags, AtomicRequest, Committed, Culprit, Explanation, FenceKind, POINTER_PROPERTIES,
+};
 pub use events::{Event, VblankEvent, parse_events};
 pub use framebuffer::{FbPlane, FbPlaneInfo, FbSpec, Framebuffer, FramebufferId, FramebufferInfo};
 pub use ids::{BlobId, ConnectorId, CrtcId, EncoderId, ModeObject, PlaneId, PropertyId};

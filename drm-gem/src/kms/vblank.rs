@@ -27,6 +27,7 @@ fn no_vblank(e: Error) -> Error {
             Error::Unsupported {
                 feature: "vblank",
                 reason: format!("{name}: {errno}: the driver has no vblank interrupts"),
+                errno: Some(errno),
             }
         }
         e => e,

@@ -177,7 +177,10 @@ impl RawMap {
             )
         }
         .map_err(|e| Error::syscall("mmap", e))?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::syscall("mmap", Errno::FAULT))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
+            ioctl: "mmap",
+            what: "a null address",
+        })?;
         Ok(Self { ptr, len })
     }
 
@@ -243,15 +246,44 @@ impl Drop for RawMap {
     fn drop(&mut self) {
         // SAFETY: ptr/len are exactly the mapping made in `new`, unmapped only here.
         let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        debug_assert!(r.is_ok(), "munmap failed: {r:?}");
+        // Drop never panics: a failure is counted process-wide (a mapping has no Device).
+        if let Err(e) = r {
+            crate::release::unowned().record("munmap", e);
+        }
     }
 }
 
-/// Adopts an fd the kernel just returned in an ioctl struct.
-pub(crate) fn own_fd(raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
+impl crate::mapping::Mapping<'_> {
+    /// Views the mapping as a slice.
+    ///
+    /// # Safety
+    /// While the slice lives nothing may write this memory: no device job, no importer of
+    /// an exported dma-buf, no other process or mapping.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: forwarded: the caller guarantees no concurrent writer.
+        unsafe { self.map.slice() }
+    }
+
+    /// Views the mapping as a mutable slice.
+    ///
+    /// # Safety
+    /// While the slice lives nothing else may read or write this memory: no device job, no
+    /// importer of an exported dma-buf, no other process or mapping.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: forwarded: the caller guarantees exclusive access.
+        unsafe { self.map.slice_mut() }
+    }
+}
+
+/// Adopts an fd the kernel just returned in the struct of the ioctl `ioctl` (a negative
+/// one is [`Error::BadReply`]).
+pub(crate) fn own_fd(ioctl: &'static str, raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
     use rustix::fd::FromRawFd;
     if raw < 0 {
-        return Err(Error::syscall("ioctl returned fd", Errno::BADF));
+        return Err(Error::BadReply {
+            ioctl,
+            what: "a negative fd",
+        });
     }
     // SAFETY: the kernel created this fd for us in the ioctl that just returned; nothing
     // else owns it, so taking ownership closes it exactly once.

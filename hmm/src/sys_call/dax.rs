@@ -2,7 +2,6 @@
 
 use drm_gem::Error;
 use rustix::fd::BorrowedFd;
-use rustix::io::Errno;
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 use std::ptr::NonNull;
 
@@ -60,9 +59,9 @@ impl RawDaxMap {
             },
             errno,
         })?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::Syscall {
-            name: "mmap",
-            errno: Errno::FAULT,
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
+            ioctl: "mmap",
+            what: "a null address",
         })?;
         Ok(Self { ptr, len })
     }
@@ -163,7 +162,10 @@ impl Drop for RawDaxMap {
     fn drop(&mut self) {
         // SAFETY: ptr/len are exactly the mapping made in `new`, unmapped only here.
         let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        debug_assert!(r.is_ok(), "munmap failed: {r:?}");
+        // Drop never panics: a failure is counted (`hmm::release_failures`).
+        if let Err(e) = r {
+            crate::release_failed("munmap", e);
+        }
     }
 }
 
@@ -316,7 +318,10 @@ impl Drop for Mlocked {
         // SAFETY: the creator keeps the memory borrowed (and so mapped) for as long as
         // this value lives; munlock only changes the pages' lock state.
         let r = unsafe { munlock(self.ptr.as_ptr(), self.len) };
-        debug_assert!(r.is_ok(), "munlock failed: {r:?}");
+        // Drop never panics: a failure is counted (`hmm::release_failures`).
+        if let Err(e) = r {
+            crate::release_failed("munlock", e.errno().unwrap_or(drm_gem::Errno::IO));
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 use super::{ioctl_error, retry};
 use crate::HmmLayout;
+use crate::dmirror::Dmirror;
 use drm_gem::Error;
 use ioctl_sys::test_hmm::{hmm_dmirror_cmd, v5_10, v5_14, v6_0};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -298,6 +299,7 @@ pub(crate) fn probe_layout(fd: BorrowedFd<'_>) -> Result<HmmLayout, Error> {
             Err(e) => Err(Error::Unsupported {
                 feature: "test_hmm request numbering",
                 reason: format!("unexpected answer to the layout probe: {e}"),
+                errno: e.errno(),
             }),
         }
     };
@@ -354,6 +356,7 @@ impl MirrorFile {
                      (added in Linux {since})",
                     self.layout
                 ),
+                errno: None,
             }
         })
     }
@@ -407,5 +410,36 @@ impl MirrorFile {
         // SAFETY: our fd is a test_hmm file (checked when made) and `req` one of its
         // requests.
         unsafe { dmirror_no_buffer(self.fd(), req, name, addr, npages) }
+    }
+}
+
+impl Dmirror {
+    /// `HMM_DMIRROR_WRITE`: the device stores `data` (exactly the range's length) into the
+    /// range, faulting pages in for writing as needed.
+    ///
+    /// # Errors
+    /// EPERM where the memory is mapped read-only; EFAULT where nothing writable is mapped.
+    ///
+    /// # Safety
+    /// The range's memory is written behind the compiler's back: no Rust reference to any of
+    /// it may be alive during the call (and memory the program treats as immutable, such as
+    /// a `static`, must not be in it). See [`Dmirror::write_into`] for the safe form.
+    pub unsafe fn write(
+        &self,
+        range: crate::PageRange,
+        data: &[u8],
+    ) -> Result<crate::MirrorReport, Error> {
+        crate::dmirror::check_len(range, data.len())?;
+        // SAFETY: forwarded: the caller vouches that no reference to the range is alive.
+        Ok(unsafe { self.file.write(range.start(), range.npages(), data) }?.into())
+    }
+
+    /// [`Dmirror::write`] into memory borrowed exclusively: `target` must cover whole,
+    /// page-aligned pages, and `data` be as long.
+    pub fn write_into(&self, target: &mut [u8], data: &[u8]) -> Result<crate::MirrorReport, Error> {
+        let range = crate::PageRange::of(target)?;
+        // SAFETY: `target` is an exclusive borrow of exactly the range, so no other
+        // reference to that memory is alive while the device writes it.
+        unsafe { self.write(range, data) }
     }
 }

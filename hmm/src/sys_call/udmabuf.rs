@@ -4,15 +4,14 @@ use super::{ioctl_error, retry};
 use drm_gem::Error;
 use ioctl_sys::udmabuf as usys;
 use rustix::fd::{BorrowedFd, FromRawFd, OwnedFd};
-use rustix::io::Errno;
 use rustix::ioctl::{IoctlOutput, Opcode, ioctl};
 
-/// Adopts the fd that a udmabuf request returned as its result.
-fn own_result(raw: IoctlOutput) -> Result<OwnedFd, Error> {
+/// Adopts the fd that the udmabuf request `ioctl` returned as its result.
+fn own_result(ioctl: &'static str, raw: IoctlOutput) -> Result<OwnedFd, Error> {
     if raw < 0 {
-        return Err(Error::Syscall {
-            name: "udmabuf returned fd",
-            errno: Errno::BADF,
+        return Err(Error::BadReply {
+            ioctl,
+            what: "a negative fd",
         });
     }
     // SAFETY: udmabuf's create requests return a new dma-buf fd as the ioctl result; nothing
@@ -69,7 +68,7 @@ pub(crate) fn udmabuf_create(
         }
     })
     .map_err(|errno| ioctl_error("UDMABUF_CREATE", errno))?;
-    own_result(out)
+    own_result("UDMABUF_CREATE", out)
 }
 
 /// `UDMABUF_CREATE_LIST`: a dma-buf over the concatenation of `items`, with `flags`.
@@ -111,5 +110,5 @@ pub(crate) fn udmabuf_create_list(
         }
     })
     .map_err(|errno| ioctl_error("UDMABUF_CREATE_LIST", errno))?;
-    own_result(out)
+    own_result("UDMABUF_CREATE_LIST", out)
 }

@@ -72,8 +72,12 @@ pub fn expect_errno<T: Debug>(case: &str, r: drm_gem::Result<T>, name: &str, err
 #[track_caller]
 pub fn expect_unsupported<T: Debug>(case: &str, r: drm_gem::Result<T>) {
     match r {
-        Err(Error::Unsupported { feature, reason }) => {
-            eprintln!("ok   {case}: Unsupported {feature} ({reason})");
+        Err(Error::Unsupported {
+            feature,
+            reason,
+            errno,
+        }) => {
+            eprintln!("ok   {case}: Unsupported {feature} ({reason}; probe errno {errno:?})");
         }
         other => panic!("{case}: expected Error::Unsupported, got {other:?}"),
     }

@@ -1,13 +1,14 @@
 //! Raw ioctls for negative tests: the kernel's own answer to input that `drm-gem`'s safe API
 //! refuses before the kernel is asked, or cannot express at all (a stale handle, a closed fd
-//! number). The only unsafe code of this crate.
+//! number). Part of the crate's `sys_call` module, its only unsafe code.
 //!
 //! # Safety
 //! Each request number comes from `ioctl_sys` and is paired with its own argument struct
 //! (checked by `ioctl-sys/tests/opcodes.rs`); none of these structs carries a user pointer,
 //! so any field values are harmless to the caller's memory. The exceptions are the test_hmm
-//! command (its `ptr` field), an `unsafe fn`, and udmabuf's list, built here from a slice.
-#![allow(unsafe_code)]
+//! command (its `ptr` field, always a buffer owned by [`dmirror_cmd`], and the memory a
+//! WRITE stores into, which must lie in a [`Region`](crate::mem::Region) borrowed mutably) and udmabuf's list,
+//! built here from a slice.
 
 use ioctl_sys::drm as sys;
 use rustix::fd::BorrowedFd;
@@ -38,6 +39,7 @@ raw_ioctl!(DRM_IOCTL_PRIME_FD_TO_HANDLE => prime_fd_to_handle(sys::drm_prime_han
 raw_ioctl!(DRM_IOCTL_MODE_ADDFB2 => addfb2(sys::drm_mode_fb_cmd2));
 raw_ioctl!(DRM_IOCTL_MODE_GETFB2 => getfb2(sys::drm_mode_fb_cmd2));
 raw_ioctl!(DRM_IOCTL_MODE_RMFB => rmfb_raw(u32));
+raw_ioctl!(DRM_IOCTL_MODE_DESTROYPROPBLOB => destroypropblob(sys::drm_mode_destroy_blob));
 
 /// `DRM_IOCTL_MODE_RMFB` of `id` (for framebuffers made by [`addfb2`]).
 pub fn rmfb(fd: BorrowedFd<'_>, id: &mut u32) -> Result<(), Errno> {
@@ -91,24 +93,61 @@ unsafe impl<T> rustix::ioctl::Ioctl for Dynamic<T> {
     }
 }
 
-/// The test_hmm request `request` with exactly `cmd`; the errno on failure.
+/// The test_hmm request `request` (by number, see [`dmirror_request`]) on `d` over
+/// `npages` pages at `addr`, which need not be valid; the errno on failure.
 ///
-/// # Safety
-/// `fd` must be a test_hmm file, and `cmd.ptr` valid for whatever `request` means on the
-/// running kernel (see `hmm::dmirror`): null where the request fails before using it or
-/// does not use it, else a buffer of `npages` pages (a WRITE stores into `cmd.addr`, which
-/// must hold no Rust reference).
-pub unsafe fn dmirror_cmd(
-    fd: BorrowedFd<'_>,
+/// The command's `ptr` is a zeroed buffer of `npages` pages owned by this call (null when
+/// that is more than 64 pages: the kernel then fails its copy with EFAULT), so whatever
+/// the kernel copies out (READ, SNAPSHOT, MIGRATE) lands there and a WRITE reads zeros from
+/// it. The only request of any known numbering that stores into the memory at `addr` is
+/// WRITE (number 1 in every numbering): for it the range must lie inside `memory`, which is
+/// borrowed mutably (no reference into it is alive) and tracks its pages itself (panics
+/// otherwise). Other requests move pages (migrations, exclusive access) without changing
+/// what they hold.
+pub fn dmirror_cmd(
+    d: &hmm::Dmirror,
     request: u32,
-    cmd: &mut ioctl_sys::test_hmm::hmm_dmirror_cmd,
+    addr: u64,
+    npages: u64,
+    memory: &mut crate::sys_call::mem::Region,
 ) -> Result<(), Errno> {
+    const WRITE_NR: u32 = 1;
+    let page = crate::sys_call::mem::page() as u64;
+    if request & 0xff == WRITE_NR {
+        let len = npages.checked_mul(page);
+        assert!(
+            len.is_some_and(|len| memory.covers(addr, len)),
+            "a raw WRITE must stay inside the Region it is given"
+        );
+    }
+    let mut bounce = match npages.checked_mul(page) {
+        Some(len) if npages <= 64 => vec![0u8; len as usize],
+        _ => Vec::new(),
+    };
+    let mut cmd = ioctl_sys::test_hmm::hmm_dmirror_cmd {
+        addr,
+        ptr: if bounce.is_empty() {
+            0
+        } else {
+            bounce.as_mut_ptr() as u64
+        },
+        npages,
+        ..Default::default()
+    };
     let req = Dynamic {
         opcode: request,
-        arg: core::ptr::from_mut(cmd),
+        arg: core::ptr::from_mut(&mut cmd),
     };
-    // SAFETY: forwarded to the caller (`# Safety`).
-    unsafe { ioctl(fd, req) }.map(|_| ())
+    let fd = rustix::fd::AsFd::as_fd(d);
+    // SAFETY: `fd` is a test_hmm file (a `Dmirror`) and `request` an `_IOWR` over one
+    // hmm_dmirror_cmd (`cmd`, alive for the call). The kernel writes through `ptr` at most
+    // `npages` pages (READ, MIGRATE) or `npages` bytes (SNAPSHOT): `bounce` has `npages`
+    // pages, or `ptr` is null. It stores into the memory at `addr` only for WRITE, whose
+    // range was checked above to lie in `memory`, exclusively borrowed, so no Rust reference
+    // to it is alive. Nothing else of this process is written.
+    let r = unsafe { ioctl(fd, req) }.map(|_| ());
+    drop(bounce);
+    r
 }
 
 fn own(raw: rustix::ioctl::IoctlOutput) -> rustix::fd::OwnedFd {
