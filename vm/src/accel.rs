@@ -5,7 +5,7 @@
 //! harness boots the real kernel once with a probe-only init under KVM and a short timeout.
 //! The verdict is cached for a day per (host kernel, QEMU version, guest kernel).
 
-use crate::build::BuiltKernel;
+use crate::cache::BuiltKernel;
 use crate::guest::{self, Accel, Ending, GuestSpec, Payload, RunFiles};
 use std::path::Path;
 use std::time::Duration;

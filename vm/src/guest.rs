@@ -2,9 +2,11 @@
 //! line for the device set, and the run loop that streams output, enforces the timeout and
 //! classifies how the boot ended.
 
-use crate::build::{BuiltKernel, Result, VmError};
+use crate::cache::BuiltKernel;
 use crate::cpio::CpioWriter;
+use crate::error::{Result, VmError};
 use crate::stream::{self, Parsed, Record};
+use crate::util::which;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -838,15 +840,6 @@ pub fn busybox_binary() -> Result<PathBuf> {
         "busybox not found (the guest init needs a static busybox)",
         "scripts/setup (or apt-get install busybox-static)",
     ))
-}
-
-/// Looks a program up on `PATH`.
-pub fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
 }
 
 #[cfg(test)]

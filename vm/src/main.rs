@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use vm::accel::{self, AccelChoice};
-use vm::build::{self, BuiltKernel, VmError};
+use vm::build;
+use vm::cache::{self, BuiltKernel};
 use vm::catalog;
+use vm::error::VmError;
 use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles};
 use vm::report::{self, KernelReport};
 use vm::runner;
@@ -288,7 +290,7 @@ fn kernels() -> ExitCode {
             match build::resolve(k) {
                 Ok(r) => {
                     let key = catalog::cache_key(k.name, &r.version);
-                    match build::cached(&key).1 {
+                    match cache::cached(&key).1 {
                         Ok(m) => format!("yes ({})", m.release),
                         Err(why) => format!("no: {why} ({})", r.version),
                     }
@@ -960,7 +962,7 @@ fn guest_tests(
 
 /// What the guest lacks by construction, for `VM_MISSING_FEATURES`: the kernel's missing
 /// features, plus `virgl` unless `VM_VIRGL=1` gives the guest a virgl-capable virtio-gpu.
-fn missing_features(kernel: &vm::build::BuiltKernel) -> String {
+fn missing_features(kernel: &BuiltKernel) -> String {
     let mut m = kernel.missing_features.clone();
     if !guest::virgl() {
         m.push("virgl".into());
