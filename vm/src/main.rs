@@ -468,8 +468,11 @@ fn run(
         Err(e) => return fail(&e),
     };
     eprintln!(
-        "vm: {} | kernel {} ({})",
-        decision.note, kernel.name, kernel.release
+        "vm: {} | kernel {} ({}){}",
+        decision.note,
+        kernel.name,
+        kernel.release,
+        decision.detail_text()
     );
     let spec = GuestSpec {
         kernel,
@@ -518,7 +521,7 @@ fn run(
             ExitCode::from(u8::try_from(*code).unwrap_or(1))
         }
         other => {
-            eprintln!("vm: guest failed: {}", report::ending_text(other));
+            eprintln!("vm: guest failed: {}", other);
             for l in &r.console_tail {
                 eprintln!("    | {l}");
             }
@@ -661,7 +664,12 @@ fn test(
         }
         argv.push("--libdrm".into());
         let decision = accel::decide(choice, &kernel, &busybox);
-        eprintln!("vm: {} | kernel {} ({})", decision.note, n, kernel.release);
+        eprintln!(
+            "vm: {} | kernel {n} ({}){}",
+            decision.note,
+            kernel.release,
+            decision.detail_text()
+        );
         let missing = missing_features(&kernel);
         if !missing.is_empty() {
             eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
@@ -773,14 +781,15 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         let _ = std::fs::remove_file(&nvdimm);
     }
     eprintln!(
-        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}",
+        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}{}",
         decision.note,
         kernel.name,
         kernel.release,
         a.cuts,
         a.min_acks,
         a.max_delay.as_millis(),
-        nvdimm.display()
+        nvdimm.display(),
+        decision.detail_text()
     );
     let mut rng = seed;
     let (mut acked_total, mut lost_total) = (0u64, 0u64);
@@ -833,7 +842,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
             if r.payload_time.is_none() && attempt == 0 {
                 eprintln!(
                     "vm: powercut round {round}: the boot never reached the payload ({}); retrying once",
-                    report::ending_text(&r.ending)
+                    r.ending
                 );
                 let _ = std::fs::remove_dir_all(&r.files.dir);
                 attempt += 1;
@@ -851,7 +860,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         if !ok_ending || (round > 0 && check.is_none()) {
             eprintln!(
                 "vm: powercut round {round}: {} (expected {})",
-                report::ending_text(&r.ending),
+                r.ending,
                 if last { "exit 0" } else { "a power cut" }
             );
             for l in out.lines().filter(|l| !l.starts_with("ACK ")).take(40) {
