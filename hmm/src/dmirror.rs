@@ -8,24 +8,11 @@
 //! tables hold for a range, and takes exclusive (atomic) access to pages.
 //!
 //! # Which numbering the kernel uses
-//! test_hmm's request numbers changed twice ([`HmmLayout`]): 5.14 added EXCLUSIVE and
-//! CHECK_EXCLUSIVE, and 6.0 split MIGRATE into MIGRATE_TO_DEV/MIGRATE_TO_SYS, moving
-//! SNAPSHOT, EXCLUSIVE and CHECK_EXCLUSIVE up by one (6.1 added RELEASE). The same number
-//! therefore means different things on different kernels (3 is SNAPSHOT on 5.x and
-//! MIGRATE_TO_SYS on 6.x), and nothing in the device says which numbering it speaks.
-//! [`Dmirror::open`] finds out with a probe that cannot change anything:
-//!
-//! 1. number 6 on one page at address 0: CHECK_EXCLUSIVE in the 6.0 layout, which only
-//!    looks at the device's own page table and answers 0 or EPERM; kernels before 6.0 do
-//!    not know the number and answer EINVAL.
-//! 2. Only if that was EINVAL, number 5 the same way: CHECK_EXCLUSIVE in the 5.14 layout
-//!    (0 or EPERM); 5.10 to 5.13 answer EINVAL and so have the 5.10 layout.
-//!
-//! (Neither call reaches memory through the command's `ptr`, which is null.) The answer is
-//! then checked against the kernel's version (`uname`), the last resort the probe cannot
-//! replace on its own: when the two disagree (a distribution backport, or a numbering this
-//! crate does not know), opening fails with [`Error::Unsupported`] instead of guessing, as it
-//! does for any other answer to the probe.
+//! test_hmm's request numbers changed in 5.14 and 6.0 ([`HmmLayout`]), and the device does
+//! not say which numbering it speaks. [`Dmirror::open`] finds out with a probe that changes
+//! nothing (CHECK_EXCLUSIVE by its 6.0 number, then by its 5.14 number, on a null range),
+//! checks the answer against the kernel's version, and fails with [`Error::Unsupported`]
+//! when they disagree instead of guessing.
 //!
 //! # Memory the device touches
 //! Every range is a [`PageRange`] of this process's address space (the mirror always works

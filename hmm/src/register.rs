@@ -10,56 +10,21 @@
 //! | [`Backend::Dmirror`] | the test_hmm mirror device faults the range in through HMM | whole pages, anonymous or file-backed |
 //! | `Backend::Cuda` (feature `cuda`) | `cuMemHostRegister` from `libcuda.so.1`, loaded at run time | what the NVIDIA driver pins |
 //!
-//! Long-term pins of fsdax pages are refused by the kernel; a registration that would need
-//! one fails early with the explanation of
-//! [`DaxMapping::check_longterm_pin`](crate::DaxMapping::check_longterm_pin).
+//! - Long-term pins of fsdax pages are refused by the kernel; such a registration fails
+//!   early ([`DaxMapping::check_longterm_pin`](crate::DaxMapping::check_longterm_pin)).
+//! - Udmabuf: the range must lie in one `MAP_SHARED` mapping of a memfd, at whole pages,
+//!   the memfd sealed against shrinking and not against writes; anything else (anonymous
+//!   memory, another file, a private mapping, a range over two mappings or the driver's
+//!   size limit) is [`Error::InvalidArgument`]. Pass the memfd ([`HostRegistration::memfd`]);
+//!   [`HostRegistration::new`] has to open it through `/proc/self/map_files`, which needs
+//!   CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) and is `Error::Open` with EPERM without it.
+//!   The registration owns the dma-buf; it and the range share their pages.
+//! - Dmirror: an HMM device pins nothing; registering is the device's first read of the
+//!   range, and the registration keeps the mirror file open for
+//!   [`HostRegistration::device_read`] and [`HostRegistration::device_write`]. Its
+//!   `faults` count rounds of device faults, not whether the range "was registered".
 //!
-//! # Udmabuf: which memory, and how the memfd is found
-//! udmabuf makes a dma-buf out of the pages of a memfd (shmem or hugetlbfs file), by file
-//! offset; it knows nothing about virtual addresses. A registration of a range of process
-//! memory therefore has to find the memfd and the offset behind the range, and it does so
-//! from `/proc/self/maps`: the range must lie inside one `MAP_SHARED` mapping of a memfd
-//! (`/memfd:<name> (deleted)`), at whole pages, and the file offset is the mapping's offset
-//! plus the range's distance from the mapping's start. Then:
-//! - [`HostRegistration::memfd`] takes the memfd from the caller and checks that the mapping
-//!   is of that very file (device and inode numbers of `/proc/self/maps` against `fstat`).
-//!   This is the form to use: the caller already holds the memfd, as a [`SealedMemfd`].
-//! - [`HostRegistration::new`] with [`Backend::Udmabuf`] opens the file behind the mapping
-//!   through `/proc/self/map_files/<start>-<end>`, which the kernel allows only to
-//!   CAP_SYS_ADMIN (CAP_CHECKPOINT_RESTORE since 5.9) in the initial user namespace:
-//!   `Error::Open` with EPERM otherwise. The file's seals are then checked as
-//!   [`SealedMemfd::from_fd`] does.
-//!
-//! Anything else is refused before `/dev/udmabuf` is asked, with
-//! [`Error::InvalidArgument`] saying why: anonymous memory or a file that is not a memfd, a
-//! private (copy-on-write) mapping of a memfd (the device would keep the file's pages while
-//! the CPU writes its own copies), a range that is not page-aligned or spans two mappings,
-//! a memfd without `F_SEAL_SHRINK` or with a write seal, a range over the driver's size
-//! limit. A missing `/dev/udmabuf` is [`Error::Unsupported`].
-//!
-//! The registration owns the dma-buf ([`HostRegistration::dma_buf`]); the dma-buf and the
-//! registered range share their pages, so what a device (or a mapping of the dma-buf)
-//! writes is what the CPU reads from the range after the registration is dropped, and the
-//! other way round. Dropping the registration closes the dma-buf; the kernel unpins the
-//! pages when the last reference goes (an importer that still holds the buffer keeps them).
-//!
-//! # Dmirror: what registration means for an HMM device
-//! An HMM device pins nothing: it mirrors the CPU page tables, and the kernel invalidates
-//! the device's copy (MMU notifiers) whenever the CPU mapping changes (reclaim, migration,
-//! `munmap`). Registration is therefore the first device access: the range is read through
-//! a newly opened `/dev/hmm_dmirror0` (`HMM_DMIRROR_READ`), which faults every page in on
-//! the device side; [`HostRegistration::mirror_report`] gives the pages copied (`cpages`)
-//! and the rounds of device faults it took (`faults`). While the registration lives, the
-//! device can read and write the range again
-//! ([`HostRegistration::device_read`], [`HostRegistration::device_write`]). Dropping it
-//! closes that file: test_hmm then unregisters its MMU notifier and frees its page table,
-//! which is the whole of "unregistration" for test_hmm (the pages were never pinned, so
-//! nothing is unpinned). The device's entries also go whenever the kernel invalidates
-//! them, and come back by faulting: on the test kernels, freeing the registering read's
-//! own bounce buffer (an `munmap` elsewhere in the process) already makes the next
-//! [`HostRegistration::device_read`] fault once more, so do not read `faults` as "was
-//! registered". The range must be whole pages; a missing `/dev/hmm_dmirror0`
-//! (test_hmm not loaded) is [`Error::Unsupported`].
+//! A missing device node is [`Error::Unsupported`].
 
 use crate::dax::DaxMapping;
 use crate::dmirror::{Dmirror, MirrorReport, PageRange};

@@ -15,11 +15,16 @@
 
 #![deny(unsafe_code)]
 
+pub mod fixtures;
 pub mod mem;
 pub mod pmem;
 mod sys_call;
 
 pub use sys_call::raw;
+
+pub use fixtures::{
+    fds_exclusive, fds_shared, no_leak, open_driver, open_fds, plane_of_kind, vkms,
+};
 
 /// Whether this run is strict (inside a guest built to have every device).
 pub fn strict() -> bool {
@@ -47,6 +52,7 @@ macro_rules! skip {
 /// passing tests' output (cargo test on the host) can still count and list every skip.
 pub fn log_skip(test: &str, why: &str) {
     use std::io::Write;
+    fds_shared();
     if let Some(p) = std::env::var_os("KERNEL_TESTS_SKIP_LOG")
         && let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
@@ -68,10 +74,12 @@ pub fn expected(feature: &str) -> bool {
 }
 
 /// Skips (loudly, even in strict mode) when the guest's kernel was not built to have
-/// `feature`: that is a fact about the kernel, not a broken guest.
+/// `feature`: that is a fact about the kernel, not a broken guest. A test that asks for a
+/// feature is taken to open fds: it holds the fd lock shared ([`fds_shared`]) from here on.
 #[macro_export]
 macro_rules! require_feature {
     ($feature:expr) => {
+        $crate::fds_shared();
         if !$crate::expected($feature) {
             let thread = std::thread::current();
             let test = thread.name().unwrap_or(module_path!());
@@ -93,19 +101,11 @@ pub fn in_guest() -> bool {
 
 /// The first DRM node whose bound driver (sysfs) is one of `drivers`.
 pub fn node_of_driver(drivers: &[&str]) -> Option<drm_gem::NodeInfo> {
+    fds_shared();
     drm_gem::enumerate()
         .ok()?
         .into_iter()
         .find(|n| n.driver.as_deref().is_some_and(|d| drivers.contains(&d)))
-}
-
-/// How many fds this process has open (entries of `/proc/self/fd`, less the one the
-/// listing itself uses). For leak checks around negative cases: they hold only when tests
-/// run one at a time (`--test-threads=1`, as `vm` and `scripts/test` run them).
-pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count().saturating_sub(1))
-        .unwrap_or(0)
 }
 
 /// The running kernel's `major.minor`, for per-kernel expectations in tests (never for

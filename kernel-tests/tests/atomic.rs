@@ -9,7 +9,7 @@ use drm_gem::kms::{
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{open_fds, require_feature, skip, xrgb_fb};
+use kernel_tests::{open_fds, plane_of_kind, require_feature, skip, vkms, xrgb_fb};
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
@@ -35,23 +35,12 @@ fn prop<O: drm_gem::kms::ModeObject + core::fmt::Debug>(
         .id
 }
 
-fn vkms() -> Option<Device> {
-    let dev = Device::open_driver("vkms", Some(NodeKind::Primary)).ok()?;
-    dev.set_client_cap(ClientCap::UniversalPlanes, 1).ok()?;
-    dev.set_client_cap(ClientCap::Atomic, 1).ok()?;
-    dev.set_client_cap(ClientCap::WritebackConnectors, 1).ok()?;
-    Some(dev)
-}
-
-macro_rules! vkms {
-    () => {{
-        require_feature!("vkms");
-        match vkms() {
-            Some(d) => d,
-            None => skip!("no vkms node with atomic"),
-        }
-    }};
-}
+/// The client caps every test here sets on vkms.
+const ATOMIC: &[ClientCap] = &[
+    ClientCap::UniversalPlanes,
+    ClientCap::Atomic,
+    ClientCap::WritebackConnectors,
+];
 
 fn pipe(dev: &Device) -> Pipe {
     let snap = Snapshot::take(dev).unwrap();
@@ -68,18 +57,8 @@ fn pipe(dev: &Device) -> Pipe {
         .expect("vkms writeback connector")
         .connector
         .id;
-    let plane = snap
-        .planes
-        .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
-        .unwrap()
-        .plane
-        .id;
-    let cursor = snap
-        .planes
-        .iter()
-        .find(|p| p.kind.as_deref() == Some("Cursor"))
-        .map(|p| p.plane.id);
+    let plane = plane_of_kind(&snap, "Primary").expect("a primary plane");
+    let cursor = plane_of_kind(&snap, "Cursor");
     dev.set_master().ok();
     let probed = dev.probe_connector(conn.connector.id).unwrap();
     let mode = *probed
@@ -139,7 +118,7 @@ fn spec(w: u32, h: u32) -> DumbSpec {
 
 #[test]
 fn writeback_captures_exactly_what_was_committed() {
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     let p = pipe(&dev);
     writeback_check(&dev, &p, &[]);
 }
@@ -148,7 +127,7 @@ fn writeback_captures_exactly_what_was_committed() {
 /// replaces exactly those pixels of the primary plane's pattern.
 #[test]
 fn writeback_captures_the_cursor_plane_too() {
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     let p = pipe(&dev);
     let Some(cursor) = p.cursor else {
         skip!("this vkms offers no cursor plane")
@@ -169,7 +148,7 @@ fn writeback_captures_overlay_planes_in_order() {
     let param = std::path::Path::new("/sys/module/vkms/parameters/enable_overlay");
     let Some(_reload) = VkmsReload::with_overlays(param.exists()) else {
         // The fact, asserted: no overlay parameter, no overlay plane.
-        let dev = vkms!();
+        let dev = vkms!(ATOMIC);
         let s = Snapshot::take(&dev).unwrap();
         assert!(
             s.planes
@@ -179,7 +158,7 @@ fn writeback_captures_overlay_planes_in_order() {
         );
         return;
     };
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     let p = pipe(&dev);
     let s = Snapshot::take(&dev).unwrap();
     let overlays: Vec<PlaneId> = s
@@ -465,7 +444,7 @@ fn debugfs_crtc_dir(dev: &Device) -> Option<std::path::PathBuf> {
 
 #[test]
 fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     let p = pipe(&dev);
     let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
     let mut src = DumbBuffer::create(&dev, spec(w, h)).unwrap();
@@ -560,7 +539,7 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
 
 #[test]
 fn flip_events_sequences_and_explain() {
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     let p = pipe(&dev);
     let (w, h) = (u32::from(p.mode.size().0), u32::from(p.mode.size().1));
     let mut a = DumbBuffer::create(&dev, spec(w, h)).unwrap();
@@ -737,7 +716,7 @@ impl Gate<'_> {
 
 #[test]
 fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
-    let dev = vkms!();
+    let dev = vkms!(ATOMIC);
     require_feature!("vgem");
     let Ok(vgem) = Device::open_driver("vgem", Some(NodeKind::Primary)) else {
         skip!("no vgem node");

@@ -4,21 +4,12 @@
 use drm_gem::kms::FbSpec;
 use drm_gem::{Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, open_fds, raw, require_feature, skip};
+use kernel_tests::{kernel_version, open_fds, raw, require_driver, skip};
 use rustix::fd::AsFd;
-
-macro_rules! node {
-    ($feature:expr, $driver:expr, $kind:expr) => {{
-        require_feature!($feature);
-        match Device::open_driver($driver, Some($kind)) {
-            Ok(d) => d,
-            Err(e) => skip!("{e}"),
-        }
-    }};
-}
 
 #[test]
 fn open_driver_finds_every_expected_driver() {
+    kernel_tests::fds_shared();
     let wanted = [
         ("vkms", "vkms", NodeKind::Primary),
         ("vgem", "vgem", NodeKind::Render),
@@ -50,7 +41,7 @@ fn open_driver_finds_every_expected_driver() {
 
 #[test]
 fn master_and_authentication() {
-    let master = node!("vkms", "vkms", NodeKind::Primary);
+    let master = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     let client = Device::open_driver("vkms", Some(NodeKind::Primary)).unwrap();
     // Root may always take master; the client's magic is authenticated by the master.
     master.set_master().expect("SET_MASTER");
@@ -83,7 +74,7 @@ fn master_and_authentication() {
 
 #[test]
 fn getfb2_handles_are_owned_and_closed() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     let (fds, handles) = (open_fds(), dev.live_handles());
     let fresh;
     {
@@ -163,7 +154,7 @@ fn getfb2_handles_are_owned_and_closed() {
 
 #[test]
 fn multi_planar_framebuffer_shares_one_owned_handle_in_getfb2() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     dev.set_client_cap(drm_gem::ClientCap::UniversalPlanes, 1)
         .unwrap();
     const NV12: u32 = 0x3231_564e;

@@ -10,6 +10,7 @@ use drm_gem::{
     Device, DmaBuf, DmaBufSync, DumbBuffer, DumbSpec, Errno, Error, FenceStatus, PrimeFlags, raw,
 };
 use fence_common::{closed_fd, expect_errno, expect_unsupported, fd_count, kernel_at_least};
+use kernel_tests::require_driver;
 use rustix::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 

@@ -13,29 +13,10 @@ use drm_gem::driver::virtio_gpu::{
     ResourceFormat, ResourceSpec, Submit, TransferBox, VirtioGpu,
 };
 use drm_gem::{Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind, PrimeFlags};
-use kernel_tests::{kernel_version as kernel, open_fds, require_feature, skip};
+use kernel_tests::{
+    kernel_version as kernel, no_leak, open_driver, open_fds, require_driver, require_feature,
+};
 use std::ffi::CStr;
-
-/// Opens the node of `kind` whose driver is one of `names`.
-fn open_driver(names: &[&str], kind: NodeKind) -> Option<Device> {
-    names
-        .iter()
-        .find_map(|d| match Device::open_driver(d, Some(kind)) {
-            Ok(dev) => Some(dev),
-            Err(Error::NotFound { .. }) => None,
-            Err(e) => panic!("open {d}: {e}"),
-        })
-}
-
-macro_rules! require_driver {
-    ($feature:expr, $names:expr, $kind:expr) => {{
-        require_feature!($feature);
-        match open_driver($names, $kind) {
-            Some(d) => d,
-            None => skip!("no {:?} node of {:?}", $kind, $names),
-        }
-    }};
-}
 
 macro_rules! require_virtio {
     () => {
@@ -47,19 +28,6 @@ macro_rules! require_qxl {
     () => {
         require_driver!("qxl", &["qxl"], NodeKind::Primary)
     };
-}
-
-/// Runs `f` and checks that it left no fd and no GEM handle of `dev` behind.
-fn no_leak<T>(dev: &Device, what: &str, f: impl FnOnce() -> T) -> T {
-    let (fds, handles) = (open_fds(), dev.live_handles());
-    let r = f();
-    assert_eq!(open_fds(), fds, "{what}: fd count changed");
-    assert_eq!(
-        dev.live_handles(),
-        handles,
-        "{what}: GEM handle count changed"
-    );
-    r
 }
 
 #[track_caller]
@@ -220,7 +188,7 @@ fn virtio_submission_is_refused_without_virgl() {
         // virgl (not in the matrix; see virtio_virgl_submission_with_fences).
         return;
     }
-    no_leak(&dev, "execbuffer", || {
+    no_leak(&dev, "execbuffer", |_| {
         let handles = [res.handle()];
         let s = Submit {
             command: &[0u8; 16],
@@ -230,14 +198,14 @@ fn virtio_submission_is_refused_without_virgl() {
         };
         expect_unsupported(gpu.submit(&s), "DRM_IOCTL_VIRTGPU_EXECBUFFER", "ENOSYS");
     });
-    no_leak(&dev, "transfer from host", || {
+    no_leak(&dev, "transfer from host", |_| {
         expect_unsupported(
             res.transfer_from_host(&TransferBox::rect(0, 0, 16, 16).into()),
             "DRM_IOCTL_VIRTGPU_TRANSFER_FROM_HOST",
             "ENOSYS",
         );
     });
-    no_leak(&dev, "get caps", || {
+    no_leak(&dev, "get caps", |_| {
         let mut buf = [0u8; 64];
         expect_unsupported(
             gpu.get_caps(1, 1, &mut buf),
@@ -245,7 +213,7 @@ fn virtio_submission_is_refused_without_virgl() {
             "ENOSYS",
         );
     });
-    no_leak(&dev, "blob", || {
+    no_leak(&dev, "blob", |_| {
         let spec = BlobSpec {
             mem: BlobMem::Guest,
             flags: BlobFlags::MAPPABLE,
@@ -259,7 +227,7 @@ fn virtio_submission_is_refused_without_virgl() {
             "EINVAL",
         );
     });
-    no_leak(&dev, "context init", || {
+    no_leak(&dev, "context init", |_| {
         expect_unsupported(
             gpu.context_init(&[ContextParam::NumRings(1)]),
             "DRM_IOCTL_VIRTGPU_CONTEXT_INIT",
@@ -334,7 +302,7 @@ fn virtio_bad_input() {
 
     let mut cases = 0;
     let mut case = |what: &str, f: &mut dyn FnMut()| {
-        no_leak(&dev, what, f);
+        no_leak(&dev, what, |_| f());
         cases += 1;
     };
 
@@ -568,7 +536,7 @@ fn virtio_bad_input() {
 
     // A virtio-gpu wrapper over another driver's node is refused before any ioctl.
     case("VirtioGpu over vkms", &mut || {
-        if let Some(vkms) = open_driver(&["vkms"], NodeKind::Primary) {
+        if let Some(vkms) = open_driver(&["vkms"], NodeKind::Primary).ok().flatten() {
             assert!(matches!(
                 VirtioGpu::new(&vkms),
                 Err(Error::Unsupported { .. })
@@ -643,25 +611,25 @@ fn qxl_surface_and_client_caps() {
 fn qxl_bad_input() {
     let dev = require_qxl!();
     let q = Qxl::new(&dev).unwrap();
-    no_leak(&dev, "alloc 0", || {
+    no_leak(&dev, "alloc 0", |_| {
         expect_ioctl(QxlBo::alloc(&q, 0), "DRM_IOCTL_QXL_ALLOC", Errno::INVAL)
     });
-    no_leak(&dev, "map unknown", || {
+    no_leak(&dev, "map unknown", |_| {
         expect_ioctl(
             qxl::map_offset(&dev, UNKNOWN),
             "DRM_IOCTL_QXL_MAP",
             Errno::NOENT,
         )
     });
-    no_leak(&dev, "map 0", || {
+    no_leak(&dev, "map 0", |_| {
         expect_ioctl(qxl::map_offset(&dev, 0), "DRM_IOCTL_QXL_MAP", Errno::NOENT)
     });
     for p in [0, 3, 99, u64::MAX] {
-        no_leak(&dev, "getparam", || {
+        no_leak(&dev, "getparam", |_| {
             expect_ioctl(q.raw_param(p), "DRM_IOCTL_QXL_GETPARAM", Errno::INVAL)
         });
     }
-    no_leak(&dev, "surface stride 0", || {
+    no_leak(&dev, "surface stride 0", |_| {
         expect_invalid(QxlBo::alloc_surface(
             &q,
             &SurfaceSpec {
@@ -672,7 +640,7 @@ fn qxl_bad_input() {
             },
         ))
     });
-    if let Some(vkms) = open_driver(&["vkms"], NodeKind::Primary) {
+    if let Some(vkms) = open_driver(&["vkms"], NodeKind::Primary).ok().flatten() {
         assert!(matches!(Qxl::new(&vkms), Err(Error::Unsupported { .. })));
     }
 }
@@ -760,6 +728,7 @@ fn prop<O: drm_gem::kms::ModeObject + core::fmt::Debug>(
 /// is off and the buffer destroyed, VRAM is back to where it was. On every matrix kernel.
 #[test]
 fn bochs_scanout_pins_the_buffer_in_vram() {
+    kernel_tests::fds_shared();
     use drm_gem::ClientCap;
     use drm_gem::kms::{AtomicFlags, AtomicRequest, FbSpec, Snapshot};
     let dev = require_driver!("bochs", &bochs::DRIVER_NAMES, NodeKind::Primary);

@@ -80,10 +80,6 @@ impl Drop for Client {
     }
 }
 
-fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
-
 fn page_round(n: u64) -> u64 {
     n.div_ceil(PAGE) * PAGE
 }
@@ -148,6 +144,7 @@ fn buffers_json(extra: &[&str], pids: &[u32]) -> (serde_json::Value, Vec<String>
 /// plainly, it checks that the client holds what its ready line says.
 #[test]
 fn sample_client_holds_what_it_reports() {
+    kernel_tests::fds_shared();
     if let Ok(a) = std::env::var(ARGS_ENV) {
         let argv = std::iter::once("drm-sample-client".to_string())
             .chain(a.split('\x1f').map(str::to_string))
@@ -216,13 +213,13 @@ fn buffers_reports_exactly_what_the_clients_hold() {
     e.exit();
 
     let pids = vec![a.pid(), b.pid(), c.pid(), d.pid(), e_pid];
-    let fds_before = fd_count();
+    let fds_before = kernel_tests::open_fds();
     let r = scan(&Options {
         pids: pids.clone(),
         ..Default::default()
     })
     .expect("scan");
-    assert_eq!(fd_count(), fds_before, "the scan leaks no fd");
+    assert_eq!(kernel_tests::open_fds(), fds_before, "the scan leaks no fd");
 
     // Processes: exactly A-D; E is gone and nothing of it is reported.
     assert_eq!(r.scan.processes, 4, "{:?}", r.scan);
@@ -424,7 +421,7 @@ fn a_process_it_may_not_read_is_counted_with_the_reason() {
     let a = Client::spawn(&["--device", "vgem", "--dumb", "64x64", "--map"]);
     let a_pid = a.pid();
     let me = std::process::id();
-    let fds_before = fd_count();
+    let fds_before = kernel_tests::open_fds();
     // Credentials are per thread in the kernel: this thread becomes nobody, the rest of
     // the test process stays root.
     let (r, table): (Report, String) = std::thread::spawn(move || {
@@ -458,7 +455,7 @@ fn a_process_it_may_not_read_is_counted_with_the_reason() {
     })
     .join()
     .expect("scan thread");
-    assert_eq!(fd_count(), fds_before, "the scan leaks no fd");
+    assert_eq!(kernel_tests::open_fds(), fds_before, "the scan leaks no fd");
 
     assert_eq!(r.scan.processes, 2);
     assert_eq!(r.scan.read, 1, "its own process stays readable");
@@ -555,7 +552,7 @@ fn skipped_sources_are_unknown_not_zero() {
         ..Default::default()
     })
     .expect("scan");
-    let fds_before = fd_count();
+    let fds_before = kernel_tests::open_fds();
     let r = scan(&Options {
         pids: pids.clone(),
         skip: drmtool::scan::Skip {
@@ -566,7 +563,7 @@ fn skipped_sources_are_unknown_not_zero() {
         ..Default::default()
     })
     .expect("scan");
-    assert_eq!(fd_count(), fds_before, "the scan leaks no fd");
+    assert_eq!(kernel_tests::open_fds(), fds_before, "the scan leaks no fd");
     // The same processes and fds.
     let fds = |r: &Report| -> BTreeSet<(u32, u32)> {
         r.processes

@@ -40,6 +40,7 @@ fn vkms_primary() -> Option<drm_gem::NodeInfo> {
 }
 
 fn nodes() -> Option<Vec<drm_gem::NodeInfo>> {
+    kernel_tests::fds_shared();
     let all = drm_gem::enumerate().ok()?;
     let mut out = Vec::new();
     for d in DRIVERS {

@@ -179,6 +179,7 @@ fn hmm_probe_reports_exactly_what_the_kernel_has() {
 
 #[test]
 fn caps_has_the_test_hmm_layout_and_udmabuf_rows() {
+    kernel_tests::fds_shared();
     if !in_guest() {
         skip!("not in a vm guest: caps needs DRM devices");
     }

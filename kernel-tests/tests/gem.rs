@@ -1,29 +1,9 @@
 //! GEM core in real guests: dumb buffers on every driver, mappings, PRIME export/import
 //! with the per-device handle table, CPU-access sync, capability probes, and bad input.
 
-use drm_gem::{Caps, Device, DumbBuffer, DumbSpec, Errno, Error, PrimeFlags};
-use kernel_tests::{require_feature, skip};
+use drm_gem::{Caps, Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind, PrimeFlags};
+use kernel_tests::{open_driver, require_driver, require_feature, skip};
 use rustix::fd::AsFd;
-
-/// Opens the primary node of the DRM driver named one of `names`.
-fn open_driver(names: &[&str]) -> Option<Device> {
-    let nodes = drm_gem::enumerate().ok()?;
-    let n = nodes.iter().find(|n| {
-        n.kind == drm_gem::NodeKind::Primary
-            && n.driver.as_deref().is_some_and(|d| names.contains(&d))
-    })?;
-    Some(Device::open(&n.path).unwrap_or_else(|e| panic!("open {}: {e}", n.path.display())))
-}
-
-macro_rules! require_driver {
-    ($feature:expr, $names:expr) => {{
-        require_feature!($feature);
-        match open_driver($names) {
-            Some(d) => d,
-            None => skip!("no DRM node of {:?}", $names),
-        }
-    }};
-}
 
 /// A 32 bpp dumb-buffer spec.
 fn spec32(width: u32, height: u32) -> DumbSpec {
@@ -155,8 +135,8 @@ fn mapping_rejects_out_of_range_copies() {
 /// vkms exports dma-bufs where DRM_CAP_PRIME says so (not on 5.10); vgem always does.
 /// Returns (exporter, importer), both dumb-capable, the exporter probed for PRIME export.
 fn prime_pair() -> Option<(Device, Device)> {
-    let vkms = open_driver(&["vkms"])?;
-    let vgem = open_driver(&["vgem"])?;
+    let vkms = open_driver(&["vkms"], NodeKind::Primary).unwrap()?;
+    let vgem = open_driver(&["vgem"], NodeKind::Primary).unwrap()?;
     let vkms_caps = Caps::probe(&vkms).unwrap();
     let vgem_caps = Caps::probe(&vgem).unwrap();
     if vkms_caps.prime_export && vgem_caps.prime_import {

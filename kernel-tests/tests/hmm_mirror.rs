@@ -219,6 +219,7 @@ fn libc_o_tmpfile() -> i32 {
 
 #[test]
 fn file_backed_mappings_read_and_write() {
+    kernel_tests::fds_shared();
     use std::os::unix::fs::FileExt;
     let d = mirror!(0);
     let f = tmpfile(NPAGES * page());
@@ -681,6 +682,7 @@ fn bad_input_is_refused_before_the_kernel() {
 /// The kernel's own answers (raw requests, by number, bypassing the checks above).
 #[test]
 fn bad_input_gets_the_kernels_errno() {
+    kernel_tests::fds_shared();
     use kernel_tests::raw::{dmirror_cmd, dmirror_request};
     let d = mirror!(0);
     let p = page() as u64;

@@ -22,6 +22,7 @@ const NPAGES: usize = 16;
 /// failing in strict mode, when the device is missing anyway).
 macro_rules! registered {
     ($feature:expr, $r:expr) => {{
+        kernel_tests::fds_shared();
         let r = $r;
         if !expected($feature) {
             assert!(
@@ -65,6 +66,7 @@ fn assert_invalid<T: std::fmt::Debug>(r: drm_gem::Result<T>, needle: &str) {
 
 #[test]
 fn udmabuf_registration_of_a_memfd_mapping_is_coherent_both_ways() {
+    kernel_tests::fds_shared();
     let m = memfd(10);
     let mut region = Region::file(m.as_fd(), NPAGES, true, Access::ReadWrite);
     let before = open_fds();
@@ -125,6 +127,7 @@ fn udmabuf_registration_of_a_memfd_mapping_is_coherent_both_ways() {
 
 #[test]
 fn udmabuf_registration_finds_the_memfd_through_map_files() {
+    kernel_tests::fds_shared();
     let m = memfd(40);
     let mut region = Region::file(m.as_fd(), NPAGES, true, Access::ReadWrite);
     // The memfd itself is closed: the mapping is all that is left of it.
@@ -255,6 +258,7 @@ fn pattern(i: usize) -> u32 {
 
 #[test]
 fn dmirror_registration_faults_the_range_in_and_the_device_writes_it() {
+    kernel_tests::fds_shared();
     let n = 64;
     let mut region = Region::anon(n);
     region.fill(0, n, pattern);

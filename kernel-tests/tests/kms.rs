@@ -8,26 +8,7 @@ use drm_gem::kms::{
 };
 use drm_gem::{Device, Errno, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{open_fds, require_feature, skip};
-
-fn open(feature: &str, drivers: &[&str]) -> Option<Device> {
-    if !kernel_tests::expected(feature) {
-        return None;
-    }
-    drivers
-        .iter()
-        .find_map(|d| Device::open_driver(d, Some(NodeKind::Primary)).ok())
-}
-
-macro_rules! node {
-    ($feature:expr, $drivers:expr) => {{
-        require_feature!($feature);
-        match open($feature, $drivers) {
-            Some(d) => d,
-            None => skip!("no primary node of {:?}", $drivers),
-        }
-    }};
-}
+use kernel_tests::{open_fds, require_driver, require_feature, skip};
 
 fn lib_errno<T: core::fmt::Debug>(r: drm_gem::Result<T>, name: &str) -> Errno {
     match r {
@@ -122,7 +103,7 @@ fn snapshot_is_consistent(dev: &Device) -> Snapshot {
 
 #[test]
 fn vkms_snapshot() {
-    let dev = node!("vkms", &["vkms"]);
+    let dev = require_driver!("vkms", &["vkms"]);
     let s = snapshot_is_consistent(&dev);
     // Connector type ids are numbered machine-wide per type, so vkms's virtual connector
     // is `Virtual-N` for some N.
@@ -188,7 +169,7 @@ fn vkms_snapshot() {
 
 #[test]
 fn virtio_gpu_snapshot_with_edid() {
-    let dev = node!("virtio_gpu", &["virtio_gpu"]);
+    let dev = require_driver!("virtio_gpu", &["virtio_gpu"]);
     let s = snapshot_is_consistent(&dev);
     let c = &s.connectors[0];
     assert!(
@@ -204,21 +185,21 @@ fn virtio_gpu_snapshot_with_edid() {
 
 #[test]
 fn bochs_snapshot() {
-    let dev = node!("bochs", &["bochs", "bochs-drm"]);
+    let dev = require_driver!("bochs", &["bochs", "bochs-drm"]);
     let s = snapshot_is_consistent(&dev);
     assert!(!s.connectors.is_empty());
 }
 
 #[test]
 fn qxl_snapshot() {
-    let dev = node!("qxl", &["qxl"]);
+    let dev = require_driver!("qxl", &["qxl"]);
     let s = snapshot_is_consistent(&dev);
     assert_eq!(s.resources.crtcs.len(), 4, "QEMU's qxl has 4 heads");
 }
 
 #[test]
 fn snapshot_serialises() {
-    let dev = node!("vkms", &["vkms"]);
+    let dev = require_driver!("vkms", &["vkms"]);
     let s = Snapshot::take(&dev).unwrap();
     let json = serde_json::to_value(&s).unwrap();
     assert!(
@@ -233,7 +214,7 @@ fn snapshot_serialises() {
 
 #[test]
 fn find_property_by_name_and_blobs() {
-    let dev = node!("vkms", &["vkms"]);
+    let dev = require_driver!("vkms", &["vkms"]);
     dev.set_client_cap(drm_gem::ClientCap::UniversalPlanes, 1)
         .unwrap();
     dev.set_client_cap(drm_gem::ClientCap::Atomic, 1).unwrap();
@@ -280,7 +261,7 @@ fn find_property_by_name_and_blobs() {
 
 #[test]
 fn property_calls_with_bad_ids() {
-    let dev = node!("vkms", &["vkms"]);
+    let dev = require_driver!("vkms", &["vkms"]);
     let res = dev.resources().unwrap();
     let fds = open_fds();
     let bogus_conn = ConnectorId::new(0x7fff_fff0).unwrap();

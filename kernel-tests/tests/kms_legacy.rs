@@ -5,7 +5,7 @@
 use drm_gem::kms::{Event, FbSpec, PlaneRect, Snapshot};
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{open_fds, require_feature, skip};
+use kernel_tests::{open_fds, plane_of_kind, require_feature, skip};
 use std::time::Duration;
 
 fn open(drivers: &[&str]) -> Option<Device> {
@@ -141,13 +141,7 @@ fn vkms_plane_cursor_gamma_dirty() {
         .unwrap();
     dev.set_crtc(crtc, fa.id(), (0, 0), &[conn], &mode).unwrap();
     // SETPLANE on the primary plane, showing the same framebuffer.
-    let primary = snap
-        .planes
-        .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
-        .unwrap()
-        .plane
-        .id;
+    let primary = plane_of_kind(&snap, "Primary").expect("a primary plane");
     dev.set_plane(primary, crtc, Some(fa.id()), PlaneRect::full(1024, 768))
         .expect("SETPLANE");
     // The cursor: a 64x64 ARGB8888 buffer, shown, moved, hidden.
@@ -207,13 +201,7 @@ fn lease_lessee_drives_its_objects_and_sees_nothing_else() {
         .iter()
         .find(|c| c.connector.kind == sys::DRM_MODE_CONNECTOR_WRITEBACK)
         .map(|c| c.connector.id);
-    let primary = snap
-        .planes
-        .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
-        .unwrap()
-        .plane
-        .id;
+    let primary = plane_of_kind(&snap, "Primary").expect("a primary plane");
     let fds = open_fds();
     {
         let objs = [crtc.get(), conn.get(), primary.get()];

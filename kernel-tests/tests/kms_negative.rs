@@ -6,41 +6,22 @@ use drm_gem::kms::{
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec, Errno, Error, GemHandle, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, open_fds, raw, require_feature, skip};
+use kernel_tests::{kernel_version, no_leak, raw, require_feature, skip, vkms};
 use rustix::fd::AsFd;
-
-fn vkms() -> Option<Device> {
-    let dev = Device::open_driver("vkms", Some(NodeKind::Primary)).ok()?;
-    dev.set_client_cap(ClientCap::UniversalPlanes, 1).ok()?;
-    dev.set_client_cap(ClientCap::Atomic, 1).ok()?;
-    dev.set_master().ok();
-    Some(dev)
-}
-
-macro_rules! vkms {
-    () => {{
-        require_feature!("vkms");
-        match vkms() {
-            Some(d) => d,
-            None => skip!("no vkms node"),
-        }
-    }};
-}
 
 /// Framebuffers and blobs this file can see, for leak checks.
 fn kms_objects(dev: &Device) -> usize {
     dev.resources().map(|r| r.framebuffers.len()).unwrap_or(0)
 }
 
-/// Runs `case`, checking that no fd, GEM handle or framebuffer leaked.
-fn no_leak(dev: &Device, case: impl FnOnce(&Device)) {
-    let before = (open_fds(), dev.live_handles(), kms_objects(dev));
-    case(dev);
-    assert_eq!(
-        (open_fds(), dev.live_handles(), kms_objects(dev)),
-        before,
-        "leaked (fds, handles, fbs)"
-    );
+/// The client caps every test here sets on vkms.
+const CAPS: &[ClientCap] = &[ClientCap::UniversalPlanes, ClientCap::Atomic];
+
+/// Runs `case`, checking that no fd, GEM handle ([`no_leak`]) or framebuffer leaked.
+fn no_kms_leak(dev: &Device, what: &str, case: impl FnOnce(&Device)) {
+    let fbs = kms_objects(dev);
+    no_leak(dev, what, case);
+    assert_eq!(kms_objects(dev), fbs, "{what}: framebuffers leaked");
 }
 
 fn errno<T: core::fmt::Debug>(r: drm_gem::Result<T>, name: &str) -> Errno {
@@ -82,9 +63,9 @@ fn fb_raw(handle: u32, pitch: u32) -> sys::drm_mode_fb_cmd2 {
 
 /// ADDFB2 of the 1024x1024 XRGB8888 buffer with `edit` applied; the kernel's errno.
 fn addfb2(edit: impl FnOnce(&mut sys::drm_mode_fb_cmd2)) -> Option<Errno> {
-    let dev = vkms()?;
+    let dev = vkms(CAPS)?;
     let mut result = None;
-    no_leak(&dev, |dev| {
+    no_kms_leak(&dev, "addfb2", |dev| {
         let buf = big(dev);
         assert_eq!(buf.pitch(), 4 * W, "the kernel's pitch for 1024 x 32 bpp");
         let mut a = fb_raw(buf.handle().get(), buf.pitch());
@@ -104,7 +85,7 @@ fn addfb2(edit: impl FnOnce(&mut sys::drm_mode_fb_cmd2)) -> Option<Errno> {
 /// Explicit LINEAR: fine where the device takes modifiers; EINVAL where it takes none
 /// (5.10's vkms).
 fn linear_modifier() -> Option<Errno> {
-    let dev = vkms()?;
+    let dev = vkms(CAPS)?;
     (dev.raw_cap(sys::DRM_CAP_ADDFB2_MODIFIERS).unwrap_or(0) == 0).then_some(Errno::INVAL)
 }
 
@@ -120,7 +101,7 @@ macro_rules! addfb_case {
         #[test]
         fn $name() {
             require_feature!("vkms");
-            if vkms().is_none() {
+            if vkms(CAPS).is_none() {
                 skip!("no vkms node");
             }
             let want: Option<Errno> = $want;
@@ -231,8 +212,8 @@ addfb_case!(addfb2_unknown_flag, Some(Errno::INVAL), |a| {
 
 #[test]
 fn atomic_unknown_object() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_unknown_object", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let active = prop(dev, crtc, "ACTIVE");
         let mut req = AtomicRequest::new();
@@ -249,8 +230,8 @@ fn atomic_unknown_object() {
 
 #[test]
 fn atomic_unknown_property() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_unknown_property", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let mut req = AtomicRequest::new();
         req.set(crtc, PropertyId::new(0x7fff_fff0).unwrap(), 1);
@@ -269,8 +250,8 @@ fn atomic_unknown_property() {
 
 #[test]
 fn atomic_property_not_on_that_object() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_property_not_on_that_object", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let plane = dev.plane_ids().unwrap()[0];
         let mut req = AtomicRequest::new();
@@ -287,8 +268,8 @@ fn atomic_property_not_on_that_object() {
 
 #[test]
 fn atomic_value_out_of_range() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_value_out_of_range", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let (active, _) = dev.find_property(crtc, "ACTIVE").unwrap();
         assert!(active.check(2).is_err(), "the library refuses it first");
@@ -306,8 +287,8 @@ fn atomic_value_out_of_range() {
 
 #[test]
 fn atomic_unknown_blob() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_unknown_blob", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let mut req = AtomicRequest::new();
         req.set(crtc, prop(dev, crtc, "MODE_ID"), 0x7fff_fff0);
@@ -323,8 +304,8 @@ fn atomic_unknown_blob() {
 
 #[test]
 fn atomic_blob_of_the_wrong_size() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_blob_of_the_wrong_size", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let blob = dev.create_blob(&[1, 2, 3]).unwrap();
         let mut req = AtomicRequest::new();
@@ -341,8 +322,8 @@ fn atomic_blob_of_the_wrong_size() {
 
 #[test]
 fn atomic_conflicting_flags() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_conflicting_flags", |dev| {
         let req = AtomicRequest::new();
         // A test-only commit cannot send a flip event.
         assert_eq!(
@@ -361,8 +342,8 @@ fn atomic_conflicting_flags() {
 
 #[test]
 fn atomic_unknown_flags() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_unknown_flags", |dev| {
         let req = AtomicRequest::new();
         assert_eq!(
             errno(
@@ -392,8 +373,8 @@ fn atomic_without_the_client_cap() {
 
 #[test]
 fn atomic_in_fence_that_is_not_a_fence() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "atomic_in_fence_that_is_not_a_fence", |dev| {
         let snap = Snapshot::take(dev).unwrap();
         let plane = snap.planes[0].plane.id;
         let null = std::fs::File::open("/dev/null").unwrap();
@@ -411,8 +392,8 @@ fn atomic_in_fence_that_is_not_a_fence() {
 
 #[test]
 fn getpropblob_of_an_id_that_is_another_object() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "getpropblob_of_an_id_that_is_another_object", |dev| {
         // A CRTC's id asked for as a blob: ids are shared by every object type.
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
@@ -425,8 +406,8 @@ fn getpropblob_of_an_id_that_is_another_object() {
 
 #[test]
 fn setcrtc_with_an_unknown_framebuffer() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "setcrtc_with_an_unknown_framebuffer", |dev| {
         let snap = Snapshot::take(dev).unwrap();
         let crtc = snap.resources.crtcs[0];
         let conn = snap.resources.connectors[0];
@@ -447,8 +428,8 @@ fn setcrtc_with_an_unknown_framebuffer() {
 
 #[test]
 fn setplane_of_an_unknown_plane() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "setplane_of_an_unknown_plane", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
             dev.set_plane(
@@ -465,8 +446,8 @@ fn setplane_of_an_unknown_plane() {
 
 #[test]
 fn cursor_on_an_unknown_crtc() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "cursor_on_an_unknown_crtc", |dev| {
         let e = errno(
             dev.move_cursor(drm_gem::kms::CrtcId::new(0x7fff_fff0).unwrap(), (1, 1)),
             "DRM_IOCTL_MODE_CURSOR2",
@@ -477,8 +458,8 @@ fn cursor_on_an_unknown_crtc() {
 
 #[test]
 fn cursor_with_an_unknown_buffer() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "cursor_with_an_unknown_buffer", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
             dev.set_cursor(crtc, GemHandle::new(0xdead), (64, 64), (0, 0)),
@@ -492,9 +473,9 @@ fn cursor_with_an_unknown_buffer() {
 
 #[test]
 fn page_flip_on_an_off_crtc() {
-    let dev = vkms!();
+    let dev = vkms!(CAPS);
     kernel_tests::kms_all_off(&dev).expect("all off");
-    no_leak(&dev, |dev| {
+    no_kms_leak(&dev, "page_flip_on_an_off_crtc", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let buf = big(dev);
         let fb = dev
@@ -517,9 +498,9 @@ fn page_flip_on_an_off_crtc() {
 
 #[test]
 fn page_flip_to_an_unknown_framebuffer() {
-    let dev = vkms!();
+    let dev = vkms!(CAPS);
     kernel_tests::kms_all_off(&dev).expect("all off");
-    no_leak(&dev, |dev| {
+    no_kms_leak(&dev, "page_flip_to_an_unknown_framebuffer", |dev| {
         let snap = Snapshot::take(dev).unwrap();
         let crtc = snap.resources.crtcs[0];
         let (conn, mode) = kernel_tests::vkms_output(dev, &snap);
@@ -546,9 +527,9 @@ fn page_flip_to_an_unknown_framebuffer() {
 
 #[test]
 fn sequence_of_an_off_crtc() {
-    let dev = vkms!();
+    let dev = vkms!(CAPS);
     kernel_tests::kms_all_off(&dev).expect("all off");
-    no_leak(&dev, |dev| {
+    no_kms_leak(&dev, "sequence_of_an_off_crtc", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
             dev.queue_sequence(crtc, 1, true, false, 0),
@@ -560,8 +541,8 @@ fn sequence_of_an_off_crtc() {
 
 #[test]
 fn wait_vblank_of_a_crtc_index_out_of_range() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "wait_vblank_of_a_crtc_index_out_of_range", |dev| {
         let e = errno(dev.wait_vblank(7, 1, None), "DRM_IOCTL_WAIT_VBLANK");
         assert_eq!(e, Errno::INVAL);
     });
@@ -569,8 +550,8 @@ fn wait_vblank_of_a_crtc_index_out_of_range() {
 
 #[test]
 fn set_gamma_of_the_wrong_size() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "set_gamma_of_the_wrong_size", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let size = dev.crtc(crtc).unwrap().gamma_size as usize;
         let ramps = [
@@ -606,8 +587,8 @@ fn pipe_objects(dev: &Device) -> Vec<u32> {
 
 #[test]
 fn lease_of_nothing() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "lease_of_nothing", |dev| {
         let r = dev.create_lease(&[]);
         // Measured: 5.10 refuses an empty lease; 6.1 and 6.12 grant it (a lessee that
         // sees no objects).
@@ -622,8 +603,8 @@ fn lease_of_nothing() {
 
 #[test]
 fn lease_with_duplicate_objects() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "lease_with_duplicate_objects", |dev| {
         let mut objs = pipe_objects(dev);
         objs.push(objs[0]);
         let e = errno(dev.create_lease(&objs), "DRM_IOCTL_MODE_CREATE_LEASE");
@@ -634,8 +615,8 @@ fn lease_with_duplicate_objects() {
 
 #[test]
 fn lease_of_a_non_kms_object() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "lease_of_a_non_kms_object", |dev| {
         let mut objs = pipe_objects(dev);
         let blob = dev.create_blob(&[0; 8]).unwrap();
         objs.push(blob.id().get());
@@ -646,8 +627,8 @@ fn lease_of_a_non_kms_object() {
 
 #[test]
 fn lease_of_an_unknown_object() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "lease_of_an_unknown_object", |dev| {
         let e = errno(
             dev.create_lease(&[0x7fff_fff0]),
             "DRM_IOCTL_MODE_CREATE_LEASE",
@@ -658,8 +639,8 @@ fn lease_of_an_unknown_object() {
 
 #[test]
 fn revoke_of_an_unknown_lessee() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "revoke_of_an_unknown_lessee", |dev| {
         let e = errno(dev.revoke_lease(0x7fff), "DRM_IOCTL_MODE_REVOKE_LEASE");
         assert_eq!(e, Errno::NOENT);
     });
@@ -667,8 +648,8 @@ fn revoke_of_an_unknown_lessee() {
 
 #[test]
 fn close_framebuffer_where_the_kernel_lacks_it() {
-    let dev = vkms!();
-    no_leak(&dev, |dev| {
+    let dev = vkms!(CAPS);
+    no_kms_leak(&dev, "close_framebuffer_where_the_kernel_lacks_it", |dev| {
         let buf = big(dev);
         let fb = dev
             .add_framebuffer(&FbSpec::single(

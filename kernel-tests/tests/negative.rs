@@ -8,31 +8,8 @@
 use drm_gem::kms::{FbSpec, FramebufferId};
 use drm_gem::{Device, DumbBuffer, DumbSpec, Errno, Error, GemHandle, GemName, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, open_fds, raw, require_feature, skip};
+use kernel_tests::{kernel_version, no_leak, raw, require_driver, vkms};
 use rustix::fd::AsFd;
-
-/// Opens the node of `driver` (`kind`), skipping loudly (failing in strict mode) if absent.
-macro_rules! node {
-    ($feature:expr, $driver:expr, $kind:expr) => {{
-        require_feature!($feature);
-        match Device::open_driver($driver, Some($kind)) {
-            Ok(d) => d,
-            Err(e) => skip!("{e}"),
-        }
-    }};
-}
-
-/// Runs `case` and checks that it leaked no fd and no GEM handle on `dev`.
-fn no_leak(dev: &Device, case: impl FnOnce(&Device)) {
-    let (fds, handles) = (open_fds(), dev.live_handles());
-    case(dev);
-    assert_eq!(open_fds(), fds, "fds leaked");
-    assert_eq!(dev.live_handles(), handles, "GEM handles leaked");
-}
-
-fn vkms() -> Option<Device> {
-    Device::open_driver("vkms", Some(NodeKind::Primary)).ok()
-}
 
 fn kernel_errno(r: Result<impl core::fmt::Debug, Errno>) -> Errno {
     r.expect_err("the kernel accepted bad input")
@@ -77,8 +54,8 @@ fn raw_dumb(width: u32, height: u32, bpp: u32) -> sys::drm_mode_create_dumb {
 /// A dumb spec the library refuses before the kernel is asked; the kernel's own answer to
 /// the same request, when it refuses too, is `kernel`.
 fn dumb_refused(width: u32, height: u32, bpp: u32, needle: &str, kernel: Option<Errno>) {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "dumb_refused", |dev| {
         let spec = DumbSpec { width, height, bpp };
         assert_invalid_argument(DumbBuffer::create(dev, spec), needle);
         let r = raw::create_dumb(dev.as_fd(), raw_dumb(width, height, bpp));
@@ -136,8 +113,8 @@ fn dumb_size_overflow() {
 
 #[test]
 fn dumb_map_of_a_closed_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "dumb_map_of_a_closed_handle", |dev| {
         let buf = small(dev);
         let h = buf.into_raw();
         dev.close_handle(h).unwrap();
@@ -154,8 +131,8 @@ fn dumb_map_of_a_closed_handle() {
 
 #[test]
 fn dumb_map_of_an_unknown_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "dumb_map_of_an_unknown_handle", |dev| {
         let r = raw::map_dumb(
             dev.as_fd(),
             sys::drm_mode_map_dumb {
@@ -169,8 +146,8 @@ fn dumb_map_of_an_unknown_handle() {
 
 #[test]
 fn dumb_destroy_of_an_unknown_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "dumb_destroy_of_an_unknown_handle", |dev| {
         let r = raw::destroy_dumb(dev.as_fd(), sys::drm_mode_destroy_dumb { handle: 0xdead });
         assert_eq!(kernel_errno(r), Errno::INVAL);
     });
@@ -178,8 +155,8 @@ fn dumb_destroy_of_an_unknown_handle() {
 
 #[test]
 fn gem_close_twice() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "gem_close_twice", |dev| {
         let buf = small(dev);
         let h = buf.into_raw();
         dev.close_handle(h).expect("first close");
@@ -190,8 +167,8 @@ fn gem_close_twice() {
 
 #[test]
 fn gem_close_of_an_unknown_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "gem_close_of_an_unknown_handle", |dev| {
         let e = lib_ioctl_errno(
             dev.close_handle(GemHandle::new(0xdead).unwrap()),
             "DRM_IOCTL_GEM_CLOSE",
@@ -202,8 +179,8 @@ fn gem_close_of_an_unknown_handle() {
 
 #[test]
 fn gem_close_of_handle_0() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "gem_close_of_handle_0", |dev| {
         let r = raw::gem_close(dev.as_fd(), sys::drm_gem_close { handle: 0, pad: 0 });
         assert_eq!(kernel_errno(r), Errno::INVAL);
     });
@@ -211,20 +188,24 @@ fn gem_close_of_handle_0() {
 
 #[test]
 fn gem_close_of_an_owned_handle_is_refused_and_the_object_survives() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
-        let mut buf = small(dev);
-        assert_invalid_argument(dev.close_handle(buf.handle()), "still owned");
-        // Still the caller's: it maps and destroys normally.
-        let mut m = buf.map().expect("the object is still open");
-        m.write_at(0, &[1, 2, 3, 4]).unwrap();
-    });
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(
+        &dev,
+        "gem_close_of_an_owned_handle_is_refused_and_the_object_survives",
+        |dev| {
+            let mut buf = small(dev);
+            assert_invalid_argument(dev.close_handle(buf.handle()), "still owned");
+            // Still the caller's: it maps and destroys normally.
+            let mut m = buf.map().expect("the object is still open");
+            m.write_at(0, &[1, 2, 3, 4]).unwrap();
+        },
+    );
 }
 
 #[test]
 fn gem_flink_of_an_unknown_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "gem_flink_of_an_unknown_handle", |dev| {
         let r = raw::gem_flink(
             dev.as_fd(),
             sys::drm_gem_flink {
@@ -238,8 +219,8 @@ fn gem_flink_of_an_unknown_handle() {
 
 #[test]
 fn gem_open_of_an_unknown_name() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "gem_open_of_an_unknown_name", |dev| {
         let e = lib_ioctl_errno(
             dev.open_name(GemName::new(0x7fff_fff0).unwrap()),
             "DRM_IOCTL_GEM_OPEN",
@@ -250,8 +231,8 @@ fn gem_open_of_an_unknown_name() {
 
 #[test]
 fn gem_open_on_a_render_node_is_denied() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "gem_open_on_a_render_node_is_denied", |dev| {
         let e = lib_ioctl_errno(
             dev.open_name(GemName::new(1).unwrap()),
             "DRM_IOCTL_GEM_OPEN",
@@ -262,8 +243,8 @@ fn gem_open_on_a_render_node_is_denied() {
 
 #[test]
 fn prime_import_of_a_closed_fd() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "prime_import_of_a_closed_fd", |dev| {
         let r = raw::prime_fd_to_handle(
             dev.as_fd(),
             sys::drm_prime_handle {
@@ -277,8 +258,8 @@ fn prime_import_of_a_closed_fd() {
 
 #[test]
 fn prime_import_of_fd_minus_1() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "prime_import_of_fd_minus_1", |dev| {
         let r = raw::prime_fd_to_handle(
             dev.as_fd(),
             sys::drm_prime_handle {
@@ -292,8 +273,8 @@ fn prime_import_of_fd_minus_1() {
 
 #[test]
 fn prime_import_of_a_drm_device_fd() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "prime_import_of_a_drm_device_fd", |dev| {
         let other = Device::open_driver("vgem", Some(NodeKind::Render)).unwrap();
         let e = lib_ioctl_errno(dev.import(other.as_fd()), "DRM_IOCTL_PRIME_FD_TO_HANDLE");
         assert_eq!(e, Errno::INVAL);
@@ -302,8 +283,8 @@ fn prime_import_of_a_drm_device_fd() {
 
 #[test]
 fn prime_import_of_a_regular_file() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "prime_import_of_a_regular_file", |dev| {
         let f = std::fs::File::open("/proc/self/status").unwrap();
         let e = lib_ioctl_errno(dev.import(f.as_fd()), "DRM_IOCTL_PRIME_FD_TO_HANDLE");
         assert_eq!(e, Errno::INVAL);
@@ -312,8 +293,8 @@ fn prime_import_of_a_regular_file() {
 
 #[test]
 fn prime_export_of_an_unknown_handle() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "prime_export_of_an_unknown_handle", |dev| {
         let r = raw::prime_handle_to_fd(
             dev.as_fd(),
             sys::drm_prime_handle {
@@ -328,8 +309,8 @@ fn prime_export_of_an_unknown_handle() {
 
 #[test]
 fn prime_export_with_bad_flags() {
-    let dev = node!("vgem", "vgem", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Primary);
+    no_leak(&dev, "prime_export_with_bad_flags", |dev| {
         let buf = small(dev);
         // Only DRM_CLOEXEC | DRM_RDWR are defined; PrimeFlags cannot express others.
         let r = raw::prime_handle_to_fd(
@@ -346,8 +327,8 @@ fn prime_export_with_bad_flags() {
 
 #[test]
 fn master_drop_when_not_master() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "master_drop_when_not_master", |dev| {
         // Become master (root may), drop it, then dropping again is refused.
         dev.set_master().expect("SET_MASTER as root");
         dev.drop_master().expect("DROP_MASTER");
@@ -358,8 +339,8 @@ fn master_drop_when_not_master() {
 
 #[test]
 fn master_calls_on_a_render_node_are_denied() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "master_calls_on_a_render_node_are_denied", |dev| {
         assert_eq!(
             lib_ioctl_errno(dev.set_master(), "DRM_IOCTL_SET_MASTER"),
             Errno::ACCESS
@@ -373,8 +354,8 @@ fn master_calls_on_a_render_node_are_denied() {
 
 #[test]
 fn auth_of_an_unknown_magic() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "auth_of_an_unknown_magic", |dev| {
         dev.set_master().expect("SET_MASTER as root");
         let e = lib_ioctl_errno(
             dev.authenticate(drm_gem::AuthMagic(0x7fff_fff0)),
@@ -399,8 +380,8 @@ fn fb_raw(handle: u32, width: u32, height: u32, format: u32, pitch: u32) -> sys:
 
 #[test]
 fn addfb2_of_an_unknown_handle() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "addfb2_of_an_unknown_handle", |dev| {
         let spec = FbSpec::single(
             16,
             16,
@@ -422,8 +403,8 @@ fn addfb2_of_an_unknown_handle() {
 
 #[test]
 fn addfb2_of_an_unknown_format() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "addfb2_of_an_unknown_format", |dev| {
         let buf = small(dev);
         let r = raw::addfb2(
             dev.as_fd(),
@@ -435,8 +416,8 @@ fn addfb2_of_an_unknown_format() {
 
 #[test]
 fn addfb2_with_pitch_0() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "addfb2_with_pitch_0", |dev| {
         let buf = small(dev);
         let spec = FbSpec::single(16, 16, sys::DRM_FORMAT_XRGB8888, buf.handle(), 0);
         let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
@@ -446,8 +427,8 @@ fn addfb2_with_pitch_0() {
 
 #[test]
 fn addfb2_larger_than_its_buffer() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "addfb2_larger_than_its_buffer", |dev| {
         let buf = small(dev);
         let spec = FbSpec::single(16, 1024, sys::DRM_FORMAT_XRGB8888, buf.handle(), 64);
         let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
@@ -457,8 +438,8 @@ fn addfb2_larger_than_its_buffer() {
 
 #[test]
 fn addfb2_on_a_render_node_is_denied() {
-    let dev = node!("vgem", "vgem", NodeKind::Render);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
+    no_leak(&dev, "addfb2_on_a_render_node_is_denied", |dev| {
         // The permission check comes first: the handle need not exist.
         let h = GemHandle::new(1).unwrap();
         let spec = FbSpec::single(16, 16, sys::DRM_FORMAT_XRGB8888, h, 64);
@@ -469,8 +450,8 @@ fn addfb2_on_a_render_node_is_denied() {
 
 #[test]
 fn getfb2_of_an_unknown_framebuffer() {
-    let dev = node!("vkms", "vkms", NodeKind::Primary);
-    no_leak(&dev, |dev| {
+    let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    no_leak(&dev, "getfb2_of_an_unknown_framebuffer", |dev| {
         let e = lib_ioctl_errno(
             dev.framebuffer_info(FramebufferId::new(0x7fff_fff0).unwrap()),
             "DRM_IOCTL_MODE_GETFB2",
@@ -481,9 +462,7 @@ fn getfb2_of_an_unknown_framebuffer() {
 
 #[test]
 fn open_driver_names_what_it_found_instead() {
-    if vkms().is_none() {
-        skip!("no vkms node");
-    }
+    let _vkms = vkms!();
     match Device::open_driver("no-such-driver", None) {
         Err(Error::NotFound { what }) => {
             assert!(what.contains("no-such-driver"), "{what}");
@@ -499,8 +478,8 @@ fn open_driver_names_what_it_found_instead() {
 
 #[test]
 fn map_of_an_imported_object_is_refused() {
-    let vkms = node!("vkms", "vkms", NodeKind::Primary);
-    let vgem = node!("vgem", "vgem", NodeKind::Primary);
+    let vkms = require_driver!("vkms", &["vkms"], NodeKind::Primary);
+    let vgem = require_driver!("vgem", &["vgem"], NodeKind::Primary);
     let caps = |d: &Device| drm_gem::Caps::probe(d).unwrap();
     // 5.10's vkms cannot export: then vgem exports and vkms imports.
     let (exporter, importer) = if caps(&vkms).prime_export {
@@ -508,7 +487,7 @@ fn map_of_an_imported_object_is_refused() {
     } else {
         (&vgem, &vkms)
     };
-    no_leak(importer, |importer| {
+    no_leak(importer, "import", |importer| {
         let buf = small(exporter);
         let dmabuf = exporter.export(buf.gem(), Default::default()).unwrap();
         let mut obj = importer.import(dmabuf.as_fd()).unwrap();

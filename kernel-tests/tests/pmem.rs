@@ -295,6 +295,7 @@ fn other_backends_on_dax(m: &DaxMapping, backing: &str) {
 
 #[test]
 fn map_sync_on_tmpfs_is_eopnotsupp() {
+    kernel_tests::fds_shared();
     // Runs on the host too: tmpfs is never DAX.
     let path = shm("notdax");
     let f = new_file(&path, 64 * 1024);
@@ -333,6 +334,7 @@ fn map_sync_on_ext4_without_dax_is_eopnotsupp() {
 
 #[test]
 fn file_ranges_are_checked_before_the_kernel() {
+    kernel_tests::fds_shared();
     let path = std::env::temp_dir().join(format!("pmem-range-{}", std::process::id()));
     let f = new_file(&path, 8192);
     let fds = open_fds();
@@ -351,6 +353,7 @@ fn file_ranges_are_checked_before_the_kernel() {
 
 #[test]
 fn read_only_file_cannot_be_mapped_writable() {
+    kernel_tests::fds_shared();
     let path = shm("ro");
     drop(new_file(&path, 4096));
     let f = std::fs::File::open(&path).unwrap();
@@ -439,6 +442,7 @@ fn devdax_open_refuses_other_nodes() {
 
 #[test]
 fn host_registration_backends_refuse_what_they_cannot_do() {
+    kernel_tests::fds_shared();
     // Runs on the host too.
     let mut anon = vec![0u8; 4096];
     let fds = open_fds();

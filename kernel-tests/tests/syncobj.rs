@@ -10,12 +10,13 @@ mod fence_common;
 
 use drm_gem::driver::vgem::{Vgem, VgemFence, VgemFenceAccess};
 use drm_gem::{
-    Caps, Device, DmaBufSync, DumbBuffer, DumbSpec, Errno, Error, FenceStatus, PrimeFlags,
-    SyncFile, Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs, raw,
+    Caps, Device, DmaBufSync, DumbBuffer, DumbSpec, Errno, Error, FenceStatus, NodeKind,
+    PrimeFlags, SyncFile, Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs, raw,
 };
 use fence_common::{
     closed_fd, expect_errno, expect_unsupported, fd_count, kernel, kernel_at_least,
 };
+use kernel_tests::{open_driver, require_driver};
 use rustix::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -118,6 +119,7 @@ macro_rules! vgem {
 
 #[test]
 fn support_follows_the_caps_and_the_kernel_answers_eopnotsupp_without_it() {
+    kernel_tests::fds_shared();
     let drivers: [(&str, &[&str]); 5] = [
         ("vkms", &["vkms"]),
         ("vgem", &["vgem"]),
@@ -135,7 +137,7 @@ fn support_follows_the_caps_and_the_kernel_answers_eopnotsupp_without_it() {
             eprintln!("(this kernel is built without {feature})");
             continue;
         }
-        let Some(dev) = fence_common::open_driver(names) else {
+        let Some(dev) = open_driver(names, NodeKind::Primary).unwrap() else {
             kernel_tests::skip!("no DRM node of {names:?}");
         };
         let caps = Caps::probe(&dev).unwrap();
@@ -328,7 +330,9 @@ fn wait_any_and_wait_all() {
 fn export_and_import_share_one_object() {
     let dev = require_driver!("virtio_gpu", &["virtio_gpu"]);
     let objs = virtio_syncobjs!(dev);
-    let other = fence_common::open_driver(&["virtio_gpu"]).unwrap();
+    let other = open_driver(&["virtio_gpu"], NodeKind::Primary)
+        .unwrap()
+        .unwrap();
     let other_objs = other.syncobjs().unwrap();
     let before = fd_count();
     let a = objs.create(false).unwrap();
@@ -477,6 +481,7 @@ fn timeline_signal_wait_query_and_transfer() {
 
 #[test]
 fn eventfd_fires_when_the_point_signals_or_becomes_available() {
+    kernel_tests::fds_shared();
     use rustix::event::{EventfdFlags, eventfd};
     let dev = require_driver!("virtio_gpu", &["virtio_gpu"]);
     let objs = timeline_syncobjs!(dev);

@@ -32,6 +32,7 @@ fn page_bytes(v: &[u8], i: usize) -> &[u8] {
 
 #[test]
 fn sealed_memfd_carries_shrink_and_seal_never_write() {
+    kernel_tests::fds_shared();
     let m = SealedMemfd::new("seals", 4 * page() as u64).unwrap();
     let seals = m.seals().unwrap();
     assert!(

@@ -11,6 +11,7 @@ use drm_gem::{
     raw,
 };
 use fence_common::{expect_errno, expect_unsupported, fd_count, kernel_at_least};
+use kernel_tests::require_driver;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

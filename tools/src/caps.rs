@@ -1,7 +1,8 @@
 //! `drmtool caps`: which uapi families the running kernel and each driver support, each
 //! decided by a harmless probe (no modeset, nothing shown) whose errno is reported.
 
-use crate::select::{errno_name, error_class};
+use crate::probe::Probe;
+use crate::select::errno_name;
 use drm_gem::kms::FbSpec;
 use drm_gem::{
     ClientCap, Device, DmaBufSync, DumbBuffer, DumbSpec, NodeInfo, PrimeFlags, Syncobjs,
@@ -11,63 +12,6 @@ use std::collections::BTreeMap;
 
 /// The JSON schema version of `drmtool caps --json`.
 pub const CAPS_SCHEMA_VERSION: u32 = 1;
-
-/// The outcome of one probe.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Probe {
-    /// Whether the family works here.
-    pub supported: bool,
-    /// `ok` when supported; else the errno class of the probe that decided it (`ENOTTY`:
-    /// the kernel has no such ioctl, `EINVAL`: an older DRM core or unknown cap,
-    /// `EOPNOTSUPP`: the driver lacks it, `ENOSYS`, `ENOENT`: no such node, ...), or
-    /// `skipped` when an earlier probe it needs failed, `off` for a virtio-gpu parameter
-    /// the kernel knows and answers 0.
-    pub class: String,
-    /// The call that decided it (`DRM_IOCTL_MODE_CREATE_DUMB`, `open(/dev/udmabuf)`).
-    pub probe: String,
-    /// What else the probe learned, or why it was skipped.
-    pub detail: Option<String>,
-}
-
-impl Probe {
-    pub(crate) fn ok(probe: &str, detail: Option<String>) -> Self {
-        Self {
-            supported: true,
-            class: "ok".into(),
-            probe: probe.into(),
-            detail,
-        }
-    }
-
-    pub(crate) fn failed(probe: &str, e: &drm_gem::Error) -> Self {
-        Self {
-            supported: false,
-            class: error_class(e),
-            probe: probe.into(),
-            detail: Some(e.to_string()),
-        }
-    }
-
-    pub(crate) fn skipped(probe: &str, why: &str) -> Self {
-        Self {
-            supported: false,
-            class: "skipped".into(),
-            probe: probe.into(),
-            detail: Some(why.into()),
-        }
-    }
-
-    pub(crate) fn of<T>(
-        probe: &str,
-        r: &drm_gem::Result<T>,
-        detail: impl FnOnce(&T) -> Option<String>,
-    ) -> Self {
-        match r {
-            Ok(v) => Self::ok(probe, detail(v)),
-            Err(e) => Self::failed(probe, e),
-        }
-    }
-}
 
 /// The probes of one device, by family (sorted keys).
 #[derive(Debug, Clone, Serialize)]

@@ -10,7 +10,7 @@
 //! the same time, their pages move back to system memory too, as when they exit).
 //! Requests the detected numbering does not have are not sent (`unsupported`).
 
-use crate::caps::Probe;
+use crate::probe::Probe;
 use crate::select::error_class;
 use crate::sys_call::Mapping;
 use hmm::{Backend, Dmirror, HmmLayout, HostRegistration, PageRange, SealedMemfd, Udmabuf};

@@ -18,6 +18,7 @@ pub mod info;
 pub mod kms;
 pub mod maps;
 pub mod pmem;
+pub mod probe;
 pub mod render;
 pub mod sample;
 pub mod scan;

@@ -1,129 +1,21 @@
 //! Building guest kernels: fetch the source, apply the project's config fragment, build
 //! `vmlinux` + `bzImage` + modules, and cache the result with a manifest that detects damage.
 
+use crate::apt::{PrivateApt, fetch_debian_source};
+use crate::cache::{BuiltKernel, Manifest, as_built, cached, collect_files};
 use crate::catalog::{self, CatalogKernel, Source};
+use crate::error::{Result, VmError};
 use crate::kconfig::KConfig;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
+use crate::util::{
+    copy, free_bytes, mib, mkdirs, progress, read, run_capture, run_checked, run_logged, write,
+};
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
-
-/// Bumped whenever the build recipe changes in a way that changes the kernel.
-pub const RECIPE_VERSION: &str = "recipe-1";
 
 /// Free space the cache needs for one kernel build (source + objects + result).
 const NEEDED_BYTES: u64 = 4 << 30;
-
-/// A harness error: one line saying what failed, and the command that fixes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VmError {
-    /// What failed.
-    pub what: String,
-    /// The command (or action) that fixes it, when there is one.
-    pub fix: Option<String>,
-}
-
-impl VmError {
-    /// An error without a fix.
-    pub fn new(what: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            fix: None,
-        }
-    }
-
-    /// An error with the command that fixes it.
-    pub fn with_fix(what: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
-
-impl std::fmt::Display for VmError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.fix {
-            Some(fix) => write!(f, "{}; fix: {fix}", self.what),
-            None => f.write_str(&self.what),
-        }
-    }
-}
-
-impl std::error::Error for VmError {}
-
-/// `Result` with [`VmError`].
-pub type Result<T> = std::result::Result<T, VmError>;
-
-/// One file of a cached build, with what it must still be.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct FileEntry {
-    /// Path relative to the build's cache directory.
-    pub path: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// SHA-256, hex.
-    pub sha256: String,
-}
-
-/// What a cached kernel is; written last, so its presence means the build completed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Manifest {
-    /// Catalog name, or `custom`.
-    pub name: String,
-    /// Where the source came from (package name or directory).
-    pub source: String,
-    /// Package or tree version.
-    pub version: String,
-    /// Cache key.
-    pub key: String,
-    /// `uname -r` of the built kernel.
-    pub release: String,
-    /// Seconds the build took.
-    pub build_seconds: u64,
-    /// The source tree it was built from.
-    pub tree: PathBuf,
-    /// The out-of-tree object directory.
-    pub obj: PathBuf,
-    /// Every file of the result.
-    pub files: Vec<FileEntry>,
-}
-
-/// A kernel ready to boot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuiltKernel {
-    /// Name for reports.
-    pub name: String,
-    /// The image QEMU boots (`vmlinux` for PVH, or a bzImage).
-    pub image: PathBuf,
-    /// `lib/modules/<release>` directory, if the kernel has modules.
-    pub modules: Option<PathBuf>,
-    /// `uname -r`.
-    pub release: String,
-    /// Source tree and object directory, when the harness built it (for selftests).
-    pub built_from: Option<(PathBuf, PathBuf)>,
-    /// The cache directory of the build, when cached.
-    pub cache_dir: Option<PathBuf>,
-    /// Features of the full device set this kernel lacks by construction (passed to the
-    /// guest as `VM_MISSING_FEATURES`; tests of them skip instead of failing).
-    pub missing_features: Vec<String>,
-    /// Modules the init loads explicitly before the device modules (`VM_MODULES`): what a
-    /// distribution kernel builds as modules but the guest needs without a device uevent to
-    /// load it (9p for the host root, the NVDIMM drivers). Empty for the harness's own builds.
-    pub extra_modules: Vec<String>,
-    /// Modules the init must load before it looks for its virtio result ports
-    /// (`VM_EARLY_MODULES`: virtio_pci and virtio_console where they are modules).
-    pub early_modules: Vec<String>,
-}
-
-/// Prints a progress line with the elapsed time.
-pub fn progress(start: Instant, msg: &str) {
-    eprintln!("[vm {:>5.1}s] {msg}", start.elapsed().as_secs_f64());
-}
 
 /// The resolved version of a Debian source package: installed tarball, or a download plan.
 #[derive(Debug, Clone)]
@@ -172,134 +64,6 @@ fn not_a_source_build(k: &CatalogKernel) -> VmError {
     ))
 }
 
-/// A private apt state (lists and cache under the harness cache) used to find and download
-/// packages from other suites without touching the host's apt configuration.
-pub(crate) struct PrivateApt {
-    dir: PathBuf,
-}
-
-impl PrivateApt {
-    /// Opens (and, when older than 6 hours, refreshes) the private state for `suites`.
-    pub(crate) fn new(suites: &[&str]) -> Result<Self> {
-        let key = suites.join("+");
-        let dir = catalog::cache_root().join("apt").join(key);
-        mkdirs(&dir.join("lists/partial"))?;
-        mkdirs(&dir.join("cache/archives/partial"))?;
-        let mirror = std::env::var("VM_DEBIAN_MIRROR")
-            .unwrap_or_else(|_| "http://deb.debian.org".to_string());
-        let mut list = String::new();
-        for s in suites {
-            let archive = if s.ends_with("-security") {
-                "debian-security"
-            } else {
-                "debian"
-            };
-            writeln!(
-                list,
-                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror}/{archive} {s} main"
-            )
-            .unwrap();
-        }
-        write(&dir.join("sources.list"), list.as_bytes())?;
-        let me = Self { dir };
-        let stamp = me.dir.join("updated");
-        let fresh = fs::metadata(&stamp)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age.as_secs() < 6 * 3600);
-        if !fresh {
-            run_checked(
-                Command::new("apt-get")
-                    .args(me.opts())
-                    .arg("-q")
-                    .arg("update"),
-                "apt-get update (private state for other Debian suites)",
-            )?;
-            write(&stamp, b"")?;
-        }
-        Ok(me)
-    }
-
-    fn opts(&self) -> Vec<String> {
-        let d = self.dir.display();
-        vec![
-            format!("-oDir::Etc::SourceList={d}/sources.list"),
-            "-oDir::Etc::SourceParts=/nonexistent".into(),
-            format!("-oDir::State::Lists={d}/lists"),
-            format!("-oDir::Cache={d}/cache"),
-            "-oDebug::NoLocking=1".into(),
-            "-oAPT::Architecture=amd64".into(),
-        ]
-    }
-
-    /// The candidate version of `package`, if any suite offers it.
-    pub(crate) fn candidate(&self, package: &str) -> Result<Option<String>> {
-        let out = run_capture(
-            Command::new("apt-cache")
-                .args(self.opts())
-                .args(["policy", package]),
-        )
-        .map_err(VmError::new)?;
-        Ok(out
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Candidate:"))
-            .map(|v| v.trim().to_string())
-            .filter(|v| v != "(none)"))
-    }
-
-    /// Every package name that starts with `prefix` (`apt-cache pkgnames`).
-    pub(crate) fn pkgnames(&self, prefix: &str) -> Result<Vec<String>> {
-        let out = run_capture(
-            Command::new("apt-cache")
-                .args(self.opts())
-                .args(["pkgnames", prefix]),
-        )
-        .map_err(VmError::new)?;
-        Ok(out.lines().map(|l| l.trim().to_string()).collect())
-    }
-
-    /// The `Depends:` field of `package` at `version` (`apt-cache show`).
-    pub(crate) fn depends(&self, package: &str, version: &str) -> Result<String> {
-        let out = run_capture(
-            Command::new("apt-cache")
-                .args(self.opts())
-                .args(["show", &format!("{package}={version}")]),
-        )
-        .map_err(VmError::new)?;
-        Ok(out
-            .lines()
-            .find_map(|l| l.strip_prefix("Depends:"))
-            .unwrap_or("")
-            .trim()
-            .to_string())
-    }
-
-    /// Downloads `package` at `version` into `into` (never installs); returns the .deb.
-    pub(crate) fn download(&self, package: &str, version: &str, into: &Path) -> Result<PathBuf> {
-        mkdirs(into)?;
-        run_checked(
-            Command::new("apt-get")
-                .args(self.opts())
-                .arg("-q")
-                .arg("download")
-                .arg(format!("{package}={version}"))
-                .current_dir(into),
-            &format!("apt-get download {package}={version}"),
-        )?;
-        let deb = fs::read_dir(into)
-            .map_err(|e| VmError::new(format!("{}: {e}", into.display())))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{package}_")))
-            })
-            .ok_or_else(|| VmError::new(format!("apt-get download left no {package} .deb")))?;
-        Ok(deb)
-    }
-}
-
 /// Makes the source tarball available (downloading and unpacking the .deb if needed).
 pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Result<PathBuf> {
     if let Some(t) = &r.tarball {
@@ -309,52 +73,6 @@ pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Re
         return Err(not_a_source_build(k));
     };
     fetch_debian_source(package, suites, &r.version, start)
-}
-
-/// Downloads (once, into the cache) and unpacks the `.deb` of the source package `package`
-/// at `version` from `suites`; returns its `/usr/src/<package>.tar.xz`.
-pub(crate) fn fetch_debian_source(
-    package: &str,
-    suites: &[&str],
-    version: &str,
-    start: Instant,
-) -> Result<PathBuf> {
-    let root = catalog::cache_root()
-        .join("debs")
-        .join(format!("{package}-{version}"));
-    let tarball = root.join(format!("usr/src/{package}.tar.xz"));
-    if tarball.exists() && root.join(".complete").exists() {
-        return Ok(tarball);
-    }
-    let apt = PrivateApt::new(suites)?;
-    progress(start, &format!("downloading {package} {version}"));
-    let deb = apt.download(package, version, &root)?;
-    let size = fs::metadata(&deb).map(|m| m.len()).unwrap_or(0);
-    progress(
-        start,
-        &format!(
-            "downloaded {} ({:.1} MiB); unpacking",
-            deb.display(),
-            mib(size)
-        ),
-    );
-    run_checked(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root),
-        "dpkg-deb -x",
-    )?;
-    let _ = fs::remove_file(&deb);
-    if !tarball.exists() {
-        return Err(VmError::new(format!(
-            "{package} {version} contains no {}",
-            tarball.display()
-        )));
-    }
-    write(&root.join(".complete"), b"")?;
-    Ok(tarball)
-}
-
-pub(crate) fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 20) as f64
 }
 
 /// Unpacks a source tarball once into the cache; returns the tree.
@@ -390,56 +108,6 @@ fn unpack(tarball: &Path, package: &str, version: &str, start: Instant) -> Resul
     }
     write(&dir.join(".complete"), b"")?;
     Ok(tree)
-}
-
-/// The cache directory of a build, and whether it holds an intact result.
-pub fn cached(key: &str) -> (PathBuf, std::result::Result<Manifest, String>) {
-    let dir = catalog::cache_root().join("kernels").join(key);
-    let m = verify(&dir);
-    (dir, m)
-}
-
-/// Checks a cached build against its manifest (every file present, same size, same hash).
-pub fn verify(dir: &Path) -> std::result::Result<Manifest, String> {
-    let text =
-        fs::read_to_string(dir.join("manifest.json")).map_err(|_| "not built".to_string())?;
-    let m: Manifest =
-        serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
-    for f in &m.files {
-        let p = dir.join(&f.path);
-        let meta = fs::metadata(&p).map_err(|_| format!("damaged: {} is missing", f.path))?;
-        if meta.len() != f.size {
-            return Err(format!(
-                "damaged: {} is {} bytes, manifest says {}",
-                f.path,
-                meta.len(),
-                f.size
-            ));
-        }
-        if sha256_file(&p).map_err(|e| format!("damaged: {}: {e}", f.path))? != f.sha256 {
-            return Err(format!("damaged: {} does not match its hash", f.path));
-        }
-    }
-    if m.files.is_empty() {
-        return Err("damaged: manifest lists no files".into());
-    }
-    Ok(m)
-}
-
-/// The result of a cached build as a bootable kernel.
-pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
-    let mods = dir.join("modules/lib/modules").join(&m.release);
-    BuiltKernel {
-        name: m.name.clone(),
-        image: dir.join("vmlinux"),
-        modules: mods.exists().then_some(mods),
-        release: m.release.clone(),
-        built_from: Some((m.tree.clone(), m.obj.clone())),
-        cache_dir: Some(dir.to_path_buf()),
-        missing_features: Vec::new(),
-        extra_modules: Vec::new(),
-        early_modules: Vec::new(),
-    }
 }
 
 /// Builds (or finds in the cache) a catalog kernel; stock images go to [`crate::stock`].
@@ -502,11 +170,6 @@ pub fn ensure_tree(tree: &Path, rebuild: bool) -> Result<BuiltKernel> {
         &key,
         start,
     )
-}
-
-pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
-    let st = rustix::fs::statvfs(dir).ok()?;
-    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Configures and builds `tree` out of tree into the cache entry `key`.
@@ -641,142 +304,6 @@ fn build_tree(
     Ok(as_built(&out, &m))
 }
 
-/// Lists every regular file under `dir` (recursively) with its size and SHA-256, paths
-/// relative to `base`.
-pub(crate) fn collect_files(base: &Path, dir: &Path, out: &mut Vec<FileEntry>) -> Result<()> {
-    let rd = fs::read_dir(dir).map_err(|e| VmError::new(format!("{}: {e}", dir.display())))?;
-    for e in rd.flatten() {
-        let p = e.path();
-        let ft = e.file_type().map_err(|e| VmError::new(e.to_string()))?;
-        if ft.is_dir() {
-            collect_files(base, &p, out)?;
-        } else if ft.is_file() {
-            let size = e.metadata().map(|m| m.len()).unwrap_or(0);
-            let sha = sha256_file(&p).map_err(|e| VmError::new(format!("{}: {e}", p.display())))?;
-            out.push(FileEntry {
-                path: p
-                    .strip_prefix(base)
-                    .unwrap_or(&p)
-                    .to_string_lossy()
-                    .into_owned(),
-                size,
-                sha256: sha,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// SHA-256 of a file, hex.
-pub fn sha256_file(p: &Path) -> std::io::Result<String> {
-    let mut f = fs::File::open(p)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    }))
-}
-
-/// Runs a command with its output appended to `log`, printing elapsed time every 30 s; on
-/// failure reports the last lines of the log and recognises a full disk.
-pub(crate) fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant) -> Result<()> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| VmError::new(format!("{}: {e}", log.display())))?;
-    let err = file.try_clone().map_err(|e| VmError::new(e.to_string()))?;
-    c.stdout(Stdio::from(file)).stderr(Stdio::from(err));
-    let mut child = c.spawn().map_err(|e| {
-        VmError::with_fix(
-            format!("cannot run make for {phase}: {e}"),
-            "scripts/setup (installs make, gcc, flex, bison, bc, libelf-dev, libssl-dev)",
-        )
-    })?;
-    let t0 = Instant::now();
-    let mut last = 0;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) => {}
-            Err(e) => return Err(VmError::new(format!("waiting for make ({phase}): {e}"))),
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let secs = t0.elapsed().as_secs();
-        if secs >= last + 30 {
-            last = secs;
-            progress(start, &format!("  {phase}: {secs} s"));
-        }
-    };
-    if status.success() {
-        return Ok(());
-    }
-    let text = fs::read_to_string(log).unwrap_or_default();
-    let tail: Vec<&str> = text.lines().rev().take(25).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    for l in &tail {
-        eprintln!("    | {l}");
-    }
-    if text.contains("No space left on device") {
-        return Err(VmError::with_fix(
-            format!(
-                "kernel build ({phase}) failed: disk full (log: {})",
-                log.display()
-            ),
-            "free space, or point VM_CACHE_DIR at a larger disk",
-        ));
-    }
-    Err(VmError::with_fix(
-        format!(
-            "kernel build failed in {phase} ({status}); log: {}",
-            log.display()
-        ),
-        "scripts/setup installs the build dependencies; then vm kernel build NAME --rebuild",
-    ))
-}
-
-/// Runs a command; on failure, a one-line error with its last line of stderr.
-pub(crate) fn run_checked(c: &mut Command, what: &str) -> Result<()> {
-    let out = c
-        .output()
-        .map_err(|e| VmError::with_fix(format!("{what}: {e}"), "scripts/setup"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        return Err(VmError::new(format!(
-            "{what} failed ({}): {last}",
-            out.status
-        )));
-    }
-    Ok(())
-}
-
-/// Runs a command and returns its stdout, or a one-line error.
-pub fn run_capture(c: &mut Command) -> std::result::Result<String, String> {
-    let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "{:?} failed: {}",
-            c.get_program(),
-            err.lines().last().unwrap_or("")
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The kernel selftests the harness builds for each kernel: (suite, executable).
 pub const SELFTESTS: &[(&str, &str)] = &[
     ("hmm-tests", "hmm-tests"),
@@ -890,79 +417,4 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
         &format!("{}: selftests built: {}", k.name, built.join(", ")),
     );
     Ok(out)
-}
-
-pub(crate) fn mkdirs(p: &Path) -> Result<()> {
-    fs::create_dir_all(p).map_err(|e| {
-        VmError::with_fix(
-            format!("cannot create {}: {e}", p.display()),
-            "make the cache writable or set VM_CACHE_DIR",
-        )
-    })
-}
-
-pub(crate) fn write(p: &Path, data: &[u8]) -> Result<()> {
-    fs::write(p, data).map_err(|e| VmError::new(format!("cannot write {}: {e}", p.display())))
-}
-
-pub(crate) fn read(p: &Path) -> Result<String> {
-    fs::read_to_string(p).map_err(|e| VmError::new(format!("cannot read {}: {e}", p.display())))
-}
-
-pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
-    fs::copy(from, to)
-        .map(|_| ())
-        .map_err(|e| VmError::new(format!("copy {} -> {}: {e}", from.display(), to.display())))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_say_what_and_how_to_fix() {
-        let e = VmError::with_fix("qemu-system-x86_64 not found", "scripts/setup");
-        assert_eq!(
-            e.to_string(),
-            "qemu-system-x86_64 not found; fix: scripts/setup"
-        );
-        assert_eq!(VmError::new("x").to_string(), "x");
-    }
-
-    #[test]
-    fn verify_detects_missing_resized_and_changed_files() {
-        let dir = std::env::temp_dir().join(format!("vm-verify-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        assert_eq!(verify(&dir).unwrap_err(), "not built");
-        fs::write(dir.join("vmlinux"), b"kernel").unwrap();
-        let mut files = Vec::new();
-        collect_files(&dir, &dir, &mut files).unwrap();
-        let m = Manifest {
-            name: "t".into(),
-            source: "s".into(),
-            version: "1".into(),
-            key: "k".into(),
-            release: "r".into(),
-            build_seconds: 0,
-            tree: "/t".into(),
-            obj: "/o".into(),
-            files,
-        };
-        fs::write(
-            dir.join("manifest.json"),
-            serde_json::to_string(&m).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(verify(&dir).unwrap(), m);
-        fs::write(dir.join("vmlinux"), b"kernel!").unwrap();
-        assert!(verify(&dir).unwrap_err().contains("bytes"));
-        fs::write(dir.join("vmlinux"), b"KERNEL").unwrap();
-        assert!(verify(&dir).unwrap_err().contains("hash"));
-        fs::remove_file(dir.join("vmlinux")).unwrap();
-        assert!(verify(&dir).unwrap_err().contains("missing"));
-        fs::write(dir.join("manifest.json"), b"{").unwrap();
-        assert!(verify(&dir).unwrap_err().contains("unreadable"));
-        let _ = fs::remove_dir_all(&dir);
-    }
 }

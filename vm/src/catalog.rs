@@ -145,13 +145,17 @@ pub const FRAGMENT: &str = include_str!("../config/guest.config");
 /// Options the final `.config` must have.
 pub const REQUIRED: &str = include_str!("../config/required.list");
 
+/// Bumped whenever the build recipe ([`crate::build`]) changes in a way that changes the
+/// kernel.
+pub const RECIPE_VERSION: &str = "recipe-1";
+
 /// Cache key of a catalog build: the package version and a hash of everything that shapes
 /// the kernel (fragment, required list, build recipe version).
 pub fn cache_key(name: &str, version: &str) -> String {
     let hash = crate::kconfig::fragment_hash(&[
         FRAGMENT.as_bytes(),
         REQUIRED.as_bytes(),
-        crate::build::RECIPE_VERSION.as_bytes(),
+        RECIPE_VERSION.as_bytes(),
     ]);
     format!("{name}-{}-{hash}", path_safe(version))
 }

@@ -2,9 +2,11 @@
 //! line for the device set, and the run loop that streams output, enforces the timeout and
 //! classifies how the boot ended.
 
-use crate::build::{BuiltKernel, Result, VmError};
+use crate::cache::BuiltKernel;
 use crate::cpio::CpioWriter;
+use crate::error::{Result, VmError};
 use crate::stream::{self, Parsed, Record};
+use crate::util::which;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -497,6 +499,26 @@ pub enum Ending {
     QemuFailed(String),
 }
 
+/// One sentence saying how the boot ended; for [`Ending::QemuFailed`] the sentence holds
+/// QEMU's first line of stderr and its other lines follow, each indented by four spaces.
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ending::Exited(c) => write!(f, "exited {c}"),
+            Ending::PowerCut { acks } => write!(f, "power cut after {acks} acknowledgements"),
+            Ending::NeverBooted => f.write_str("never reached the payload"),
+            Ending::Panic(p) => write!(f, "kernel panic: {p}"),
+            Ending::Timeout => f.write_str("timeout"),
+            Ending::BrokenStream(s) => write!(f, "broken result stream: {s}"),
+            Ending::QemuFailed(s) => {
+                let mut lines = s.lines().map(str::trim).filter(|l| !l.is_empty());
+                write!(f, "qemu failed: {}", lines.next().unwrap_or("(no message)"))?;
+                lines.try_for_each(|l| write!(f, "\n    {l}"))
+            }
+        }
+    }
+}
+
 /// The outcome of a boot.
 #[derive(Debug, Clone)]
 pub struct BootResult {
@@ -838,15 +860,6 @@ pub fn busybox_binary() -> Result<PathBuf> {
         "busybox not found (the guest init needs a static busybox)",
         "scripts/setup (or apt-get install busybox-static)",
     ))
-}
-
-/// Looks a program up on `PATH`.
-pub fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
 }
 
 #[cfg(test)]

@@ -14,12 +14,16 @@
 //! ```
 
 pub mod accel;
+pub mod apt;
 pub mod build;
+pub mod cache;
 pub mod catalog;
 pub mod cpio;
+pub mod error;
 pub mod guest;
 pub mod kconfig;
 pub mod report;
 pub mod runner;
 pub mod stock;
 pub mod stream;
+pub mod util;

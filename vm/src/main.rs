@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use vm::accel::{self, AccelChoice};
-use vm::build::{self, BuiltKernel, VmError};
+use vm::build;
+use vm::cache::{self, BuiltKernel};
 use vm::catalog;
+use vm::error::VmError;
 use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles};
 use vm::report::{self, KernelReport};
 use vm::runner;
@@ -288,7 +290,7 @@ fn kernels() -> ExitCode {
             match build::resolve(k) {
                 Ok(r) => {
                     let key = catalog::cache_key(k.name, &r.version);
-                    match build::cached(&key).1 {
+                    match cache::cached(&key).1 {
                         Ok(m) => format!("yes ({})", m.release),
                         Err(why) => format!("no: {why} ({})", r.version),
                     }
@@ -466,8 +468,11 @@ fn run(
         Err(e) => return fail(&e),
     };
     eprintln!(
-        "vm: {} | kernel {} ({})",
-        decision.note, kernel.name, kernel.release
+        "vm: {} | kernel {} ({}){}",
+        decision.note,
+        kernel.name,
+        kernel.release,
+        decision.detail_text()
     );
     let spec = GuestSpec {
         kernel,
@@ -516,7 +521,7 @@ fn run(
             ExitCode::from(u8::try_from(*code).unwrap_or(1))
         }
         other => {
-            eprintln!("vm: guest failed: {}", report::ending_text(other));
+            eprintln!("vm: guest failed: {}", other);
             for l in &r.console_tail {
                 eprintln!("    | {l}");
             }
@@ -659,7 +664,12 @@ fn test(
         }
         argv.push("--libdrm".into());
         let decision = accel::decide(choice, &kernel, &busybox);
-        eprintln!("vm: {} | kernel {} ({})", decision.note, n, kernel.release);
+        eprintln!(
+            "vm: {} | kernel {n} ({}){}",
+            decision.note,
+            kernel.release,
+            decision.detail_text()
+        );
         let missing = missing_features(&kernel);
         if !missing.is_empty() {
             eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
@@ -771,14 +781,15 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         let _ = std::fs::remove_file(&nvdimm);
     }
     eprintln!(
-        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}",
+        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}{}",
         decision.note,
         kernel.name,
         kernel.release,
         a.cuts,
         a.min_acks,
         a.max_delay.as_millis(),
-        nvdimm.display()
+        nvdimm.display(),
+        decision.detail_text()
     );
     let mut rng = seed;
     let (mut acked_total, mut lost_total) = (0u64, 0u64);
@@ -831,7 +842,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
             if r.payload_time.is_none() && attempt == 0 {
                 eprintln!(
                     "vm: powercut round {round}: the boot never reached the payload ({}); retrying once",
-                    report::ending_text(&r.ending)
+                    r.ending
                 );
                 let _ = std::fs::remove_dir_all(&r.files.dir);
                 attempt += 1;
@@ -849,7 +860,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         if !ok_ending || (round > 0 && check.is_none()) {
             eprintln!(
                 "vm: powercut round {round}: {} (expected {})",
-                report::ending_text(&r.ending),
+                r.ending,
                 if last { "exit 0" } else { "a power cut" }
             );
             for l in out.lines().filter(|l| !l.starts_with("ACK ")).take(40) {
@@ -960,7 +971,7 @@ fn guest_tests(
 
 /// What the guest lacks by construction, for `VM_MISSING_FEATURES`: the kernel's missing
 /// features, plus `virgl` unless `VM_VIRGL=1` gives the guest a virgl-capable virtio-gpu.
-fn missing_features(kernel: &vm::build::BuiltKernel) -> String {
+fn missing_features(kernel: &BuiltKernel) -> String {
     let mut m = kernel.missing_features.clone();
     if !guest::virgl() {
         m.push("virgl".into());

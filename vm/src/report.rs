@@ -80,7 +80,7 @@ impl KernelReport {
             boot_s: r.boot_time.map(|d| d.as_secs_f64()),
             payload_s: r.payload_time.map(|d| d.as_secs_f64()),
             test_s: r.run_time.as_secs_f64(),
-            ending: ending_text(&r.ending),
+            ending: r.ending.to_string(),
             ..Default::default()
         };
         for rec in &r.parsed.records {
@@ -154,19 +154,6 @@ impl KernelReport {
     /// Known kernel-side failures.
     pub fn known_failures(&self) -> usize {
         self.tests.iter().filter(|t| t.known()).count()
-    }
-}
-
-/// One line for an ending.
-pub fn ending_text(e: &Ending) -> String {
-    match e {
-        Ending::Exited(c) => format!("exited {c}"),
-        Ending::PowerCut { acks } => format!("power cut after {acks} acknowledgements"),
-        Ending::NeverBooted => "never reached the payload".into(),
-        Ending::Panic(p) => format!("kernel panic: {p}"),
-        Ending::Timeout => "timeout".into(),
-        Ending::BrokenStream(s) => format!("broken result stream: {s}"),
-        Ending::QemuFailed(s) => format!("qemu failed: {s}"),
     }
 }
 

@@ -22,9 +22,12 @@
 //! the vkms patch. What the stock config lacks (test_hmm, sw_sync, udmabuf on 6.1, ...) is
 //! read from the image's own config and becomes [`BuiltKernel::missing_features`].
 
-use crate::build::{self, BuiltKernel, Manifest, PrivateApt, Result, VmError, progress};
+use crate::apt::{PrivateApt, fetch_debian_source};
+use crate::cache::{self, BuiltKernel, Manifest};
 use crate::catalog::{self, CatalogKernel, Source};
+use crate::error::{Result, VmError};
 use crate::kconfig::KConfig;
+use crate::util::{self, progress};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -234,7 +237,7 @@ pub fn cache_state(k: &CatalogKernel) -> Result<(String, std::result::Result<Man
     let (_, _, patch) = stock_params(k)?;
     let img = resolve(k)?;
     let key = cache_key(k.name, &img.version, patch);
-    Ok((img.version, build::cached(&key).1))
+    Ok((img.version, cache::cached(&key).1))
 }
 
 /// Prepares (or finds in the cache) a stock catalog kernel.
@@ -243,7 +246,7 @@ pub fn ensure(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
     let (_, _, patch) = stock_params(k)?;
     let img = resolve(k)?;
     let key = cache_key(k.name, &img.version, patch);
-    let (dir, state) = build::cached(&key);
+    let (dir, state) = cache::cached(&key);
     match state {
         Ok(m) if !rebuild => return Ok(as_built(&dir, &m)),
         Ok(_) => progress(start, &format!("{}: rebuilding on request", k.name)),
@@ -375,7 +378,7 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
 
 /// Finds a host tool on `PATH` or in the sbin directories.
 fn tool(name: &str, fix: &str) -> Result<PathBuf> {
-    crate::guest::which(name)
+    util::which(name)
         .or_else(|| {
             ["/usr/sbin", "/sbin", "/usr/bin"]
                 .iter()
@@ -454,8 +457,8 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         tool("patch", "apt-get install patch")?;
     }
     let root_cache = catalog::cache_root();
-    build::mkdirs(&root_cache)?;
-    if let Some(free) = build::free_bytes(&root_cache)
+    util::mkdirs(&root_cache)?;
+    if let Some(free) = util::free_bytes(&root_cache)
         && free < NEEDED_BYTES
     {
         return Err(VmError::with_fix(
@@ -473,7 +476,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     let _ = fs::remove_dir_all(&work);
     let root = work.join("root");
     let debs = work.join("debs");
-    build::mkdirs(&root)?;
+    util::mkdirs(&root)?;
 
     // 1. Image, headers, kbuild: downloaded and unpacked, never installed.
     let apt = PrivateApt::new(suites)?;
@@ -500,7 +503,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     for p in &pkgs {
         let deb = apt.download(p, &img.version, &debs)?;
         total += fs::metadata(&deb).map(|m| m.len()).unwrap_or(0);
-        build::run_checked(
+        util::run_checked(
             Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root),
             &format!("dpkg-deb -x {}", deb.display()),
         )?;
@@ -512,12 +515,12 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         &format!(
             "{name}: unpacked {} packages ({:.0} MiB of .deb); release {release}",
             pkgs.len(),
-            build::mib(total)
+            util::mib(total)
         ),
     );
     let config_path = root.join(format!("boot/config-{release}"));
     let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
-    let config_text = build::read(&config_path)?;
+    let config_text = util::read(&config_path)?;
     if !vmlinuz.exists() {
         return Err(VmError::new(format!(
             "{} has no boot/vmlinuz-{release}",
@@ -529,7 +532,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     let src_pkg = format!("linux-source-{series}");
     let installed = PathBuf::from(format!("/usr/src/{src_pkg}.tar.xz"));
     let installed_version =
-        build::run_capture(Command::new("dpkg-query").args(["-W", "-f=${Version}", &src_pkg]))
+        util::run_capture(Command::new("dpkg-query").args(["-W", "-f=${Version}", &src_pkg]))
             .unwrap_or_default();
     let tarball = if installed.exists() && installed_version.trim() == img.version {
         installed
@@ -543,10 +546,10 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
                 img.version
             ),
         );
-        build::fetch_debian_source(&src_pkg, suites, &img.version, start)?
+        fetch_debian_source(&src_pkg, suites, &img.version, start)?
     };
     let src = work.join("src");
-    build::mkdirs(&src)?;
+    util::mkdirs(&src)?;
     progress(
         start,
         &format!(
@@ -554,7 +557,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
             tarball.display()
         ),
     );
-    build::run_checked(
+    util::run_checked(
         Command::new("tar")
             .arg("-xf")
             .arg(&tarball)
@@ -567,8 +570,8 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     let vkms_src = src.join(&src_pkg).join("drivers/gpu/drm/vkms");
     if let Some(p) = patch {
         let pf = work.join("vkms.patch");
-        build::write(&pf, p.as_bytes())?;
-        build::run_checked(
+        util::write(&pf, p.as_bytes())?;
+        util::run_checked(
             Command::new("patch")
                 .args(["-p1", "--batch", "--forward", "-d"])
                 .arg(&vkms_src)
@@ -580,8 +583,8 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     }
     let hdr = root.join(format!("usr/src/linux-headers-{release}"));
     let mk = hdr.join("Makefile");
-    let text = build::read(&mk)?;
-    build::write(&mk, relocate_headers_makefile(&text, &root).as_bytes())?;
+    let text = util::read(&mk)?;
+    util::write(&mk, relocate_headers_makefile(&text, &root).as_bytes())?;
     let kvars = fs::read_to_string(hdr.join(".kernelvariables")).unwrap_or_default();
     if let Some(cc) = headers_compiler(&kvars) {
         tool(&cc, &format!("apt-get install {cc}"))?;
@@ -600,25 +603,25 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         .arg("CONFIG_DEBUG_INFO_BTF_MODULES=")
         .arg(format!("-j{jobs}"))
         .arg("modules");
-    build::run_logged(c, &work.join("vkms-build.log"), "vkms out of tree", start)?;
+    util::run_logged(c, &work.join("vkms-build.log"), "vkms out of tree", start)?;
     let ko = vkms_src.join("vkms.ko");
-    build::run_checked(
+    util::run_checked(
         Command::new("strip").arg("--strip-debug").arg(&ko),
         "strip --strip-debug vkms.ko",
     )?;
     let moddir = mod_base.join("lib/modules").join(&release);
-    build::mkdirs(&moddir.join("extra"))?;
-    build::copy(&ko, &moddir.join("extra/vkms.ko"))?;
+    util::mkdirs(&moddir.join("extra"))?;
+    util::copy(&ko, &moddir.join("extra/vkms.ko"))?;
 
     // 3. The module closure the guest needs, decompressed, with its own modules.dep.
     let _ = fs::remove_file(moddir.join("build"));
     let _ = fs::remove_file(moddir.join("source"));
     let depmod = tool("depmod", "apt-get install kmod")?;
-    build::run_checked(
+    util::run_checked(
         Command::new(&depmod).arg("-b").arg(&mod_base).arg(&release),
         "depmod (unpacked stock image)",
     )?;
-    let dep = build::read(&moddir.join("modules.dep"))?;
+    let dep = util::read(&moddir.join("modules.dep"))?;
     let builtin = fs::read_to_string(moddir.join("modules.builtin")).unwrap_or_default();
     let builtin: BTreeSet<String> = builtin.lines().map(module_name).collect();
     let have = parse_modules_dep(&dep);
@@ -640,7 +643,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     let _ = fs::remove_dir_all(&out);
     let out_base = out.join("modules");
     let out_mod = out_base.join("lib/modules").join(&release);
-    build::mkdirs(&out_mod)?;
+    util::mkdirs(&out_mod)?;
     let mut packed = BTreeSet::new();
     for p in &closure {
         let from = moddir.join(p);
@@ -653,7 +656,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         };
         let to = out_mod.join(&plain);
         if let Some(parent) = to.parent() {
-            build::mkdirs(parent)?;
+            util::mkdirs(parent)?;
         }
         match decompress {
             Some(prog) => {
@@ -664,13 +667,13 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
                     &format!("{prog} -dc {p}"),
                 )?;
             }
-            None => build::copy(&from, &to)?,
+            None => util::copy(&from, &to)?,
         }
         packed.insert(plain);
     }
     for f in ["modules.builtin", "modules.builtin.modinfo"] {
         if moddir.join(f).exists() {
-            build::copy(&moddir.join(f), &out_mod.join(f))?;
+            util::copy(&moddir.join(f), &out_mod.join(f))?;
         }
     }
     let order = fs::read_to_string(moddir.join("modules.order")).unwrap_or_default();
@@ -691,11 +694,11 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
             order.push(p.clone());
         }
     }
-    build::write(
+    util::write(
         &out_mod.join("modules.order"),
         (order.join("\n") + "\n").as_bytes(),
     )?;
-    build::run_checked(
+    util::run_checked(
         Command::new(&depmod).arg("-b").arg(&out_base).arg(&release),
         "depmod (reduced module tree)",
     )?;
@@ -709,15 +712,15 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
             "{name}: packed {} of {} modules ({:.1} MiB)",
             packed.len(),
             have.len(),
-            build::mib(size)
+            util::mib(size)
         ),
     );
 
     // 4. The images: vmlinuz as shipped, and vmlinux for a direct PVH boot when possible.
-    build::copy(&vmlinuz, &out.join("vmlinuz"))?;
-    build::write(&out.join("config"), config_text.as_bytes())?;
+    util::copy(&vmlinuz, &out.join("vmlinuz"))?;
+    util::write(&out.join("config"), config_text.as_bytes())?;
     if let Some(p) = patch {
-        build::write(&out.join("vkms.patch"), p.as_bytes())?;
+        util::write(&out.join("vkms.patch"), p.as_bytes())?;
     }
     let cfg = KConfig::parse(&config_text);
     if cfg.get("CONFIG_PVH") == Some(Some("y")) {
@@ -747,7 +750,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
     }
 
     let mut files = Vec::new();
-    build::collect_files(&out, &out, &mut files)?;
+    cache::collect_files(&out, &out, &mut files)?;
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let m = Manifest {
         name: name.to_string(),
@@ -765,7 +768,7 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         files,
     };
     let json = serde_json::to_string_pretty(&m).map_err(|e| VmError::new(e.to_string()))?;
-    build::write(&out.join("manifest.json"), json.as_bytes())?;
+    util::write(&out.join("manifest.json"), json.as_bytes())?;
     let _ = fs::remove_dir_all(&work);
     let built = as_built(&out, &m);
     progress(

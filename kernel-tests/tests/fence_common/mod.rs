@@ -1,31 +1,10 @@
-//! Helpers shared by the fence tests (`syncobj`, `dmabuf`, `vgem`): opening a driver's
-//! node, the running kernel's version (for test gating only), fd counting for leak checks
-//! (both from `kernel_tests`), and exact-errno assertions.
+//! Helpers shared by the fence tests (`syncobj`, `dmabuf`, `vgem`): the running kernel's
+//! version (for test gating only), fd counting for leak checks (both from `kernel_tests`),
+//! and exact-errno assertions.
 #![allow(dead_code, unused_macros)]
 
-use drm_gem::{Device, Errno, Error};
+use drm_gem::{Errno, Error};
 use std::fmt::Debug;
-
-/// Opens the primary node of the DRM driver named one of `names`.
-pub fn open_driver(names: &[&str]) -> Option<Device> {
-    let nodes = drm_gem::enumerate().ok()?;
-    let n = nodes.iter().find(|n| {
-        n.kind == drm_gem::NodeKind::Primary
-            && n.driver.as_deref().is_some_and(|d| names.contains(&d))
-    })?;
-    Some(Device::open(&n.path).unwrap_or_else(|e| panic!("open {}: {e}", n.path.display())))
-}
-
-/// Opens a driver's primary node; skips (failing in strict mode) when the guest lacks it.
-macro_rules! require_driver {
-    ($feature:expr, $names:expr) => {{
-        kernel_tests::require_feature!($feature);
-        match fence_common::open_driver($names) {
-            Some(d) => d,
-            None => kernel_tests::skip!("no DRM node of {:?}", $names),
-        }
-    }};
-}
 
 /// A loud skip that is not a failure in strict mode: for what the running kernel lacks by
 /// its version (the other side is asserted by the caller before skipping).
