@@ -128,21 +128,13 @@ impl SyncFile {
     }
 
     /// Waits until every fence signalled (`poll` for POLLIN). `None` waits forever;
-    /// returns false on timeout.
+    /// returns false once `timeout` (measured from the call, however many signals interrupt
+    /// the wait) has passed.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let ts = timeout.map(|d| Timespec {
-            tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: d.subsec_nanos().into(),
-        });
+        use rustix::event::{PollFd, PollFlags};
+        let deadline = crate::deadline::Deadline::after(timeout);
         let mut fds = [PollFd::new(&self.0, PollFlags::IN)];
-        loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(n) => return Ok(n > 0),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(Error::syscall("poll", e)),
-            }
-        }
+        Ok(crate::deadline::poll(&mut fds, deadline)? > 0)
     }
 }
 
