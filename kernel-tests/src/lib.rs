@@ -189,3 +189,111 @@ pub fn vkms_output(
         .expect("vkms offers 1024x768");
     (conn, mode)
 }
+
+/// A signal storm like IGT's `sig_ioctl`: SIGALRM every 100 us, handled without
+/// `SA_RESTART`, sent to every thread of the process, so that every blocking syscall of a
+/// test keeps being interrupted (EINTR) and every retry loop and timed wait is exercised.
+///
+/// `KERNEL_TESTS_SIGNAL_STORM=1` starts it in every kernel test process before `main` (see
+/// `raw`); a test can also [`storm::start`] it itself. The count of delivered signals is
+/// printed at exit as `signal-storm: N signals ...`.
+///
+/// A process-directed timer (`setitimer(ITIMER_REAL)`) is not enough: the kernel delivers
+/// it to the main thread whenever that thread can take it, and libtest's main thread only
+/// waits for the test thread, which would never see EINTR. So a storm thread paces itself
+/// with a 100 us sleep and `tgkill`s each thread (the list re-read from `/proc/self/task`
+/// every 10 ms).
+pub mod storm {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// The interval between two rounds of signals.
+    pub const INTERVAL: Duration = Duration::from_micros(100);
+
+    static DELIVERED: AtomicU64 = AtomicU64::new(0);
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+    extern "C" fn on_alarm(_: core::ffi::c_int) {
+        // Async-signal-safe: one atomic add.
+        DELIVERED.fetch_add(1, Ordering::Relaxed);
+    }
+
+    extern "C" fn report() {
+        if let Some(t0) = STARTED.get() {
+            eprintln!(
+                "signal-storm: {} signals delivered ({} sent) in {:.1} s",
+                delivered(),
+                SENT.load(Ordering::Relaxed),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    /// Whether `KERNEL_TESTS_SIGNAL_STORM` asks for the storm (set and not `0`).
+    pub fn requested() -> bool {
+        std::env::var_os("KERNEL_TESTS_SIGNAL_STORM").is_some_and(|v| !v.is_empty() && v != "0")
+    }
+
+    /// Starts the storm when [`requested`] (called before `main` in every test process).
+    pub extern "C" fn from_env() {
+        if requested() {
+            start();
+        }
+    }
+
+    /// Signals delivered to this process's handler so far.
+    pub fn delivered() -> u64 {
+        DELIVERED.load(Ordering::Relaxed)
+    }
+
+    /// Whether the storm runs in this process.
+    pub fn active() -> bool {
+        STARTED.get().is_some()
+    }
+
+    /// Starts the storm (once per process; later calls do nothing): installs the handler,
+    /// starts the storm thread and registers the exit report.
+    pub fn start() {
+        STARTED.get_or_init(|| {
+            crate::raw::sigalrm_handler_without_restart(on_alarm)
+                .expect("sigaction(SIGALRM) for the signal storm");
+            crate::raw::at_exit(report);
+            std::thread::Builder::new()
+                .name("signal-storm".into())
+                .spawn(storm_thread)
+                .expect("start the signal-storm thread");
+            Instant::now()
+        });
+    }
+
+    /// The thread ids of this process but the caller (`/proc/self/task`, parsed as hostile
+    /// text: anything but a positive number is skipped).
+    fn other_threads(me: i32) -> Vec<i32> {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                    .filter(|&t| t > 0 && t != me)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn storm_thread() {
+        crate::raw::block_sigalrm_in_this_thread();
+        let me = crate::raw::gettid();
+        let mut tids = Vec::new();
+        for round in 0u64.. {
+            if round % 100 == 0 {
+                tids = other_threads(me);
+            }
+            for &t in &tids {
+                if crate::raw::sigalrm_to_thread(t).is_ok() {
+                    SENT.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(INTERVAL);
+        }
+    }
+}
