@@ -196,7 +196,8 @@ pub fn vkms_output(
 ///
 /// `KERNEL_TESTS_SIGNAL_STORM=1` starts it in every kernel test process before `main` (see
 /// `raw`); a test can also [`storm::start`] it itself. The count of delivered signals is
-/// printed at exit as `signal-storm: N signals ...`.
+/// printed at exit as `signal-storm: N signals ...` (and appended to
+/// `$KERNEL_TESTS_STORM_LOG` when set).
 ///
 /// A process-directed timer (`setitimer(ITIMER_REAL)`) is not enough: the kernel delivers
 /// it to the main thread whenever that thread can take it, and libtest's main thread only
@@ -220,13 +221,24 @@ pub mod storm {
     }
 
     extern "C" fn report() {
+        use std::io::Write;
         if let Some(t0) = STARTED.get() {
-            eprintln!(
+            let line = format!(
                 "signal-storm: {} signals delivered ({} sent) in {:.1} s",
                 delivered(),
                 SENT.load(Ordering::Relaxed),
                 t0.elapsed().as_secs_f64()
             );
+            eprintln!("{line}");
+            // One line per test process, for a runner that hides passing tests' output.
+            if let Some(p) = std::env::var_os("KERNEL_TESTS_STORM_LOG")
+                && let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+            {
+                let _ = writeln!(f, "{line}");
+            }
         }
     }
 

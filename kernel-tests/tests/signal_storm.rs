@@ -153,7 +153,9 @@ fn waits_on_an_fd_that_never_becomes_ready_time_out_under_the_storm() {
     let r = rustix::fd::OwnedFd::from(r);
     let r2 = r.try_clone().expect("dup");
     let f = SyncFile::from_fd(r);
-    times_out_under_storm("SyncFile::wait(50 ms) on a pipe", move || f.wait(Some(TIMEOUT)));
+    times_out_under_storm("SyncFile::wait(50 ms) on a pipe", move || {
+        f.wait(Some(TIMEOUT))
+    });
     let d = DmaBuf::from_fd(r2);
     times_out_under_storm("DmaBuf::wait_fences(READ, 50 ms) on a pipe", move || {
         d.wait_fences(DmaBufSync::READ, Some(TIMEOUT))
