@@ -346,3 +346,38 @@ drm_ioctl!(safe
 drm_ioctl!(safe
     /// Authenticates another open file by its magic (master only).
     DRM_IOCTL_AUTH_MAGIC => auth_magic(&mut sys::drm_auth));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_repeats_eintr_but_passes_eagain_on_after_its_bound() {
+        let mut calls = 0;
+        let r = retry(|| {
+            calls += 1;
+            if calls < 1000 {
+                Err(Errno::INTR)
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(
+            (r, calls),
+            (Ok(7), 1000),
+            "EINTR is retried without a bound"
+        );
+        let mut calls = 0;
+        let r: rustix::io::Result<()> = retry(|| {
+            calls += 1;
+            Err(Errno::AGAIN)
+        });
+        assert_eq!((r, calls), (Err(Errno::AGAIN), EAGAIN_RETRIES + 1));
+        let mut calls = 0;
+        let r = retry(|| {
+            calls += 1;
+            if calls < 3 { Err(Errno::AGAIN) } else { Ok(()) }
+        });
+        assert_eq!((r, calls), (Ok(()), 3));
+    }
+}
