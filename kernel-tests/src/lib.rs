@@ -203,21 +203,48 @@ pub fn vkms_output(
 /// it to the main thread whenever that thread can take it, and libtest's main thread only
 /// waits for the test thread, which would never see EINTR. So a storm thread paces itself
 /// with a 100 us sleep and `tgkill`s each thread (the list re-read from `/proc/self/task`
-/// every 10 ms).
+/// every 20 rounds, about 2 ms).
 pub mod storm {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     /// The interval between two rounds of signals.
     pub const INTERVAL: Duration = Duration::from_micros(100);
+    /// Rounds between two readings of the thread list (a new thread joins the storm within
+    /// this many rounds).
+    const REFRESH: u64 = 20;
 
     static DELIVERED: AtomicU64 = AtomicU64::new(0);
     static SENT: AtomicU64 = AtomicU64::new(0);
     static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
+    std::thread_local! {
+        static HERE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+
     extern "C" fn on_alarm(_: core::ffi::c_int) {
-        // Async-signal-safe: one atomic add.
+        // Async-signal-safe: an atomic add, and a const-initialised thread-local without a
+        // destructor (a plain TLS access, no allocation).
         DELIVERED.fetch_add(1, Ordering::Relaxed);
+        HERE.with(|n| n.set(n.get() + 1));
+    }
+
+    /// Signals delivered to the calling thread so far.
+    pub fn delivered_here() -> u64 {
+        HERE.with(|n| n.get())
+    }
+
+    /// Waits (sleeping) until the storm has reached the calling thread, which a new thread
+    /// joins within a few list refreshes; false if it has not after `limit`.
+    pub fn wait_until_hit(limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while delivered_here() == 0 {
+            if t0.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     extern "C" fn report() {
@@ -297,7 +324,7 @@ pub mod storm {
         let me = crate::raw::gettid();
         let mut tids = Vec::new();
         for round in 0u64.. {
-            if round % 100 == 0 {
+            if round % REFRESH == 0 {
                 tids = other_threads(me);
             }
             for &t in &tids {

@@ -229,6 +229,8 @@ fn lit_vkms(nonblocking: bool) -> Option<&'static Device> {
     };
     let dev: &'static Device = Box::leak(Box::new(dev));
     dev.set_client_cap(ClientCap::UniversalPlanes, 1).ok()?;
+    // Atomic, for kms_all_off (legacy SETCRTC still works with it).
+    dev.set_client_cap(ClientCap::Atomic, 1).ok()?;
     dev.set_master().ok();
     kernel_tests::kms_all_off(dev).ok();
     let snap = Snapshot::take(dev).unwrap();
@@ -344,6 +346,10 @@ fn two_readers_drain(nonblocking: bool) {
         total_calls <= bound,
         "{total_calls} read_events calls in {took:?}: spinning?"
     );
+    // Leave the device as found for a later test in this process (the Device is leaked
+    // for the readers): everything off, no master.
+    kernel_tests::kms_all_off(dev).ok();
+    dev.drop_master().ok();
     eprintln!(
         "{EVENTS} events, reader 0 got {by_reader}, {total_calls} calls in {took:?} \
          (nonblocking fd: {nonblocking})"

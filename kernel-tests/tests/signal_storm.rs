@@ -30,20 +30,27 @@ fn times_out_under_storm(
     storm::start();
     let before = storm::delivered();
     let (tx, rx) = std::sync::mpsc::channel();
-    let t0 = Instant::now();
     std::thread::spawn(move || {
-        let r = wait();
-        let _ = tx.send((r, t0.elapsed()));
-    });
-    match rx.recv_timeout(TIMEOUT + SLACK) {
-        Ok((Ok(false), took)) => {
-            let hits = storm::delivered() - before;
-            eprintln!("{what}: timed out after {took:?} under {hits} signals");
-            assert!(took >= TIMEOUT, "{what} came back early: {took:?}");
-            assert!(hits > 0, "the storm delivered no signals during {what}");
+        // The storm must be hitting this very thread before the wait starts.
+        if !storm::wait_until_hit(SLACK) {
+            return;
         }
-        Ok((other, took)) => panic!("{what}: expected a timeout, got {other:?} after {took:?}"),
-        Err(_) => panic!(
+        let (here, t0) = (storm::delivered_here(), Instant::now());
+        let r = wait();
+        let _ = tx.send((r, t0.elapsed(), storm::delivered_here() - here));
+    });
+    match rx.recv_timeout(TIMEOUT + SLACK + SLACK) {
+        Ok((Ok(false), took, hits)) => {
+            eprintln!("{what}: timed out after {took:?}, interrupted by {hits} signals");
+            assert!(took >= TIMEOUT, "{what} came back early: {took:?}");
+            assert!(took <= TIMEOUT + SLACK, "{what} took {took:?}");
+            assert!(hits > 0, "the storm did not hit the thread during {what}");
+        }
+        Ok((other, took, _)) => panic!("{what}: expected a timeout, got {other:?} after {took:?}"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the storm did not reach the waiting thread within {SLACK:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
             "{what} did not return within {:?} (timeout {TIMEOUT:?}) under the signal storm \
              ({} signals so far)",
             TIMEOUT + SLACK,
