@@ -79,7 +79,7 @@ impl Device {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|errno| Error::Open {
+        let fd = sys_call::open(path, flags, Mode::empty()).map_err(|errno| Error::Open {
             path: path.to_path_buf(),
             errno,
         })?;

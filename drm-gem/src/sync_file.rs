@@ -163,7 +163,7 @@ impl SwSyncTimeline {
     /// is not mounted.
     pub fn open() -> Result<Self> {
         use rustix::fs::{Mode, OFlags};
-        match rustix::fs::open(Self::PATH, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        match sys_call::open(Self::PATH, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => Ok(Self(fd)),
             Err(rustix::io::Errno::NOENT) => Err(Error::Unsupported {
                 feature: "sw_sync",

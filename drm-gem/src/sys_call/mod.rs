@@ -37,6 +37,20 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<
     }
 }
 
+/// `open(2)`, repeated while a signal interrupts it (EINTR).
+pub(crate) fn open(
+    path: impl rustix::path::Arg + Copy,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> rustix::io::Result<rustix::fd::OwnedFd> {
+    loop {
+        match rustix::fs::open(path, flags, mode) {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
 macro_rules! drm_ioctl {
     // Plain-data argument: any value of the type is harmless to pass.
     (safe $(#[$m:meta])* $cname:ident => $fname:ident(&mut $ty:ty)) => {
