@@ -63,22 +63,33 @@ pub struct Device {
     pub(crate) pointer_props: std::sync::Mutex<std::collections::HashMap<u32, bool>>,
     /// Release calls of this device's objects that failed in `Drop`.
     pub(crate) releases: crate::release::ReleaseCounter,
+    /// Held by the one thread that reads events at a time (`read_events`), so that a
+    /// reader that lost the race finds the queue empty instead of blocking in `read`.
+    pub(crate) event_reader: std::sync::Mutex<()>,
 }
 
 impl Device {
     /// Opens `path` read-write and close-on-exec, and checks that it is a DRM node.
     ///
+    /// The open itself cannot block or take a controlling terminal whatever the path names
+    /// (a FIFO, a tty, a device that waits for a carrier): it is O_NONBLOCK | O_NOCTTY, and
+    /// O_NONBLOCK is cleared once the file is known to be a DRM node, so that reads of
+    /// events block as on any DRM fd.
+    ///
     /// # Errors
     /// [`Error::Open`] if the open fails; [`Error::NotDrm`] if it is not a DRM node.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(
-            |errno| Error::Open {
-                path: path.to_path_buf(),
-                errno,
-            },
-        )?;
-        Self::from_fd(fd)
+        let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = sys_call::open(path, flags, Mode::empty()).map_err(|errno| Error::Open {
+            path: path.to_path_buf(),
+            errno,
+        })?;
+        let dev = Self::from_fd(fd)?;
+        let fl = rustix::fs::fcntl_getfl(&dev.fd).map_err(|e| Error::syscall("fcntl", e))?;
+        rustix::fs::fcntl_setfl(&dev.fd, fl - OFlags::NONBLOCK)
+            .map_err(|e| Error::syscall("fcntl", e))?;
+        Ok(dev)
     }
 
     /// Adopts an open fd (from a compositor, a test fixture, fd passing).
@@ -94,6 +105,7 @@ impl Device {
             handles: Default::default(),
             pointer_props: Default::default(),
             releases: Default::default(),
+            event_reader: Default::default(),
         })
     }
 
@@ -414,6 +426,27 @@ mod tests {
     fn regular_file_is_not_drm() {
         let fd = rustix::fs::open("/proc/self/status", OFlags::RDONLY, Mode::empty()).unwrap();
         assert!(matches!(Device::from_fd(fd), Err(Error::NotDrm { .. })));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        // Nobody opens the other end: an open that could block would hang here.
+        let dir = std::env::temp_dir().join(format!("drm-gem-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &dir,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let r = Device::open(&dir);
+        let _ = std::fs::remove_file(&dir);
+        match r {
+            Err(Error::NotDrm { why }) => assert!(why.contains("not a character device"), "{why}"),
+            other => panic!("expected NotDrm, got {other:?}"),
+        }
     }
 
     #[test]

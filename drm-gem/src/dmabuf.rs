@@ -201,9 +201,10 @@ impl DmaBuf {
 
     /// Waits (`poll`) until the fences a reader (`POLLIN`) or a writer (`POLLOUT`, when
     /// `access` has [`DmaBufSync::WRITE`]) must wait for have signalled. `None` waits
-    /// forever; false on timeout.
+    /// forever; false once `timeout` (measured from the call, whatever signals interrupt
+    /// the wait) has passed.
     pub fn wait_fences(&self, access: DmaBufSync, timeout: Option<Duration>) -> Result<bool> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        use rustix::event::{PollFd, PollFlags};
         let events = if access.contains(DmaBufSync::WRITE) {
             PollFlags::OUT
         } else if access.contains(DmaBufSync::READ) {
@@ -213,18 +214,10 @@ impl DmaBuf {
                 what: "wait for the reader side, the writer side, or both".into(),
             });
         };
-        let ts = timeout.map(|d| Timespec {
-            tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: d.subsec_nanos().into(),
-        });
+        let deadline = crate::deadline::Deadline::after(timeout);
         let mut fds = [PollFd::new(&self.0, events)];
-        loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(_) => return Ok(fds[0].revents().contains(events)),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(Error::syscall("poll", e)),
-            }
-        }
+        crate::deadline::poll(&mut fds, deadline)?;
+        Ok(fds[0].revents().contains(events))
     }
 }
 
@@ -307,13 +300,14 @@ impl Device {
             flags: 0,
             fd: buf.as_raw_fd(),
         };
-        sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
-        GemObject::adopt(
-            self,
-            "DRM_IOCTL_PRIME_FD_TO_HANDLE",
-            a.handle,
-            Release::Close,
-        )
+        // The kernel answers with the handle this open file already has for the buffer, if
+        // any: import and adopt under the handle lock, so that its last owner cannot close
+        // the number in between (see `GemObject`'s Drop).
+        self.with_handles(|t| {
+            sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
+            let h = crate::gem::nonzero_handle("DRM_IOCTL_PRIME_FD_TO_HANDLE", a.handle)?;
+            Ok(GemObject::adopt_in(self, t, h, Release::Close))
+        })
     }
 }
 

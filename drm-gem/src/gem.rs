@@ -119,26 +119,34 @@ pub struct GemObject<'d> {
 }
 
 impl<'d> GemObject<'d> {
-    /// Takes one ownership of `raw`, a handle the ioctl `ioctl` just returned on `dev`.
+    /// Takes one ownership of `raw`, a handle the ioctl `ioctl` just created on `dev` (a new number:
+    /// creation ioctls never answer with a handle the file already has). Ioctls that can
+    /// answer with an existing handle adopt with [`GemObject::adopt_in`] instead.
     pub(crate) fn adopt(
         dev: &'d Device,
         ioctl: &'static str,
         raw: u32,
         release: Release,
     ) -> Result<Self> {
-        let handle = GemHandle::new(raw).ok_or(Error::BadReply {
-            ioctl,
-            what: "GEM handle 0",
-        })?;
-        dev.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .acquire(raw);
-        Ok(Self {
+        let handle = nonzero_handle(ioctl, raw)?;
+        let mut t = dev.handles.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Self::adopt_in(dev, &mut t, handle, release))
+    }
+
+    /// Takes one ownership of `handle` in `table`, the locked handle table of `dev`, inside
+    /// [`Device::with_handles`] around the ioctl that returned it.
+    pub(crate) fn adopt_in(
+        dev: &'d Device,
+        table: &mut HandleTable,
+        handle: GemHandle,
+        release: Release,
+    ) -> Self {
+        table.acquire(handle.get());
+        Self {
             dev,
             handle,
             release,
-        })
+        }
     }
 
     /// The handle, for building ioctl arguments. Does not transfer ownership.
@@ -202,13 +210,10 @@ impl<'d> GemObject<'d> {
 impl Drop for GemObject<'_> {
     fn drop(&mut self) {
         let raw = self.handle.get();
-        let left = self
-            .dev
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .release(raw);
-        if left > 0 {
+        // The lock is held across the release ioctl: an import that answers with this number
+        // (Device::with_handles) must not adopt it between the count reaching 0 and the close.
+        let mut handles = self.dev.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if handles.release(raw) > 0 {
             return;
         }
         // Drop cannot return an error and never panics: a failure (ENODEV after the driver
@@ -232,11 +237,33 @@ impl Drop for GemObject<'_> {
                 )
             }
         };
+        drop(handles);
         self.dev.releases.check(call, r);
     }
 }
 
+/// `raw` as a handle; the kernel never returns handle 0 for an object, so 0 from `ioctl`
+/// is [`Error::BadReply`].
+pub(crate) fn nonzero_handle(ioctl: &'static str, raw: u32) -> Result<GemHandle> {
+    GemHandle::new(raw).ok_or(Error::BadReply {
+        ioctl,
+        what: "GEM handle 0",
+    })
+}
+
 impl Device {
+    /// Runs `f` with this device's GEM handle table locked: for an ioctl whose answer may
+    /// be a handle this open file already has (PRIME import, `GEM_OPEN`, `GETFB2`), which
+    /// must run and be adopted ([`GemObject::adopt_in`]) before a last owner elsewhere can
+    /// close the number. `f` must not drop a [`GemObject`] of this device (that locks too).
+    pub(crate) fn with_handles<T>(
+        &self,
+        f: impl FnOnce(&mut HandleTable) -> Result<T>,
+    ) -> Result<T> {
+        let mut t = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut t)
+    }
+
     /// `DRM_IOCTL_GEM_CLOSE` of a handle nobody owns any more: one given up with
     /// [`GemObject::into_raw`], or received from elsewhere on this open file.
     ///
@@ -269,11 +296,13 @@ impl Device {
             handle: 0,
             size: 0,
         };
-        sys_call::gem_open(self.as_fd(), &mut a)?;
-        Ok((
-            GemObject::adopt(self, "DRM_IOCTL_GEM_OPEN", a.handle, Release::Close)?,
-            a.size,
-        ))
+        // GEM_OPEN makes a new handle today, but under the lock like every ioctl that hands
+        // a number to an owner of an object that may already have one here.
+        self.with_handles(|t| {
+            sys_call::gem_open(self.as_fd(), &mut a)?;
+            let h = nonzero_handle("DRM_IOCTL_GEM_OPEN", a.handle)?;
+            Ok((GemObject::adopt_in(self, t, h, Release::Close), a.size))
+        })
     }
 }
 

@@ -28,6 +28,7 @@
 #![deny(unsafe_code)]
 
 mod caps;
+mod deadline;
 mod device;
 mod dmabuf;
 pub mod driver;

@@ -128,21 +128,13 @@ impl SyncFile {
     }
 
     /// Waits until every fence signalled (`poll` for POLLIN). `None` waits forever;
-    /// returns false on timeout.
+    /// returns false once `timeout` (measured from the call, however many signals interrupt
+    /// the wait) has passed.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let ts = timeout.map(|d| Timespec {
-            tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: d.subsec_nanos().into(),
-        });
+        use rustix::event::{PollFd, PollFlags};
+        let deadline = crate::deadline::Deadline::after(timeout);
         let mut fds = [PollFd::new(&self.0, PollFlags::IN)];
-        loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(n) => return Ok(n > 0),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(Error::syscall("poll", e)),
-            }
-        }
+        Ok(crate::deadline::poll(&mut fds, deadline)? > 0)
     }
 }
 
@@ -171,7 +163,7 @@ impl SwSyncTimeline {
     /// is not mounted.
     pub fn open() -> Result<Self> {
         use rustix::fs::{Mode, OFlags};
-        match rustix::fs::open(Self::PATH, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        match sys_call::open(Self::PATH, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => Ok(Self(fd)),
             Err(rustix::io::Errno::NOENT) => Err(Error::Unsupported {
                 feature: "sw_sync",

@@ -23,12 +23,11 @@ impl DevDax {
     /// character device of the dax bus.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(
-            |errno| Error::Open {
+        let fd = crate::sys_call::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|errno| Error::Open {
                 path: path.to_path_buf(),
                 errno,
-            },
-        )?;
+            })?;
         let st = rustix::fs::fstat(&fd).map_err(|errno| Error::Syscall {
             name: "fstat",
             errno,

@@ -291,9 +291,9 @@ impl Dmirror {
 
     /// Opens a mirror device node by path (see [`Dmirror::open`]).
     pub fn open_path(path: impl AsRef<Path>) -> Result<Self> {
-        use rustix::fs::{Mode, OFlags, open};
+        use rustix::fs::{Mode, OFlags};
         let path = path.as_ref();
-        let fd = match open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        let fd = match sys_call::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) if sys_call::dmirror_major().is_some() => {
                 return Err(Error::NotFound {

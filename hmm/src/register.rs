@@ -401,7 +401,7 @@ fn udmabuf_of(addr: usize, len: usize, memfd: Option<&SealedMemfd>) -> Result<Dm
         }
         None => {
             let path = format!("/proc/self/map_files/{:x}-{:x}", m.start, m.end);
-            let fd = rustix::fs::open(
+            let fd = crate::sys_call::open(
                 path.as_str(),
                 rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
                 rustix::fs::Mode::empty(),

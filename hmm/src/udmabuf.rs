@@ -262,14 +262,13 @@ impl Udmabuf {
 
     /// Opens a udmabuf node by path.
     pub fn open_path(path: impl AsRef<Path>) -> Result<Self> {
-        use rustix::fs::{Mode, OFlags, open};
+        use rustix::fs::{Mode, OFlags};
         let path = path.as_ref();
-        let fd = open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(|errno| {
-            Error::Open {
+        let fd = crate::sys_call::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|errno| Error::Open {
                 path: path.to_path_buf(),
                 errno,
-            }
-        })?;
+            })?;
         Ok(Self { fd })
     }
 

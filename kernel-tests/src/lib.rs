@@ -193,3 +193,171 @@ pub fn vkms_output(
         .expect("vkms offers 1024x768");
     (conn, mode)
 }
+
+/// A signal storm like IGT's `sig_ioctl`: SIGALRM every 100 us, handled without
+/// `SA_RESTART`, sent to every thread of the process, so that every blocking syscall of a
+/// test keeps being interrupted (EINTR) and every retry loop and timed wait is exercised.
+///
+/// `KERNEL_TESTS_SIGNAL_STORM=1` starts it in every kernel test process before `main` (see
+/// `raw`); a test can also [`storm::start`] it itself. The count of delivered signals is
+/// printed at exit as `signal-storm: N signals ...` (and appended to
+/// `$KERNEL_TESTS_STORM_LOG` when set).
+///
+/// A process-directed timer (`setitimer(ITIMER_REAL)`) is not enough: the kernel delivers
+/// it to the main thread whenever that thread can take it, and libtest's main thread only
+/// waits for the test thread, which would never see EINTR. So a storm thread paces itself
+/// with a 100 us sleep and `tgkill`s each thread (the list re-read from `/proc/self/task`
+/// every 20 rounds, about 2 ms).
+pub mod storm {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// The interval between two rounds of signals.
+    pub const INTERVAL: Duration = Duration::from_micros(100);
+    /// Rounds between two readings of the thread list (a new thread joins the storm within
+    /// this many rounds).
+    const REFRESH: u64 = 20;
+
+    static DELIVERED: AtomicU64 = AtomicU64::new(0);
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+    std::thread_local! {
+        static HERE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+
+    extern "C" fn on_alarm(_: core::ffi::c_int) {
+        // Async-signal-safe: an atomic add, and a const-initialised thread-local without a
+        // destructor (a plain TLS access, no allocation).
+        DELIVERED.fetch_add(1, Ordering::Relaxed);
+        HERE.with(|n| n.set(n.get() + 1));
+    }
+
+    /// Signals delivered to the calling thread so far.
+    pub fn delivered_here() -> u64 {
+        HERE.with(|n| n.get())
+    }
+
+    /// Waits (sleeping) until the storm has reached the calling thread, which a new thread
+    /// joins within a few list refreshes; false if it has not after `limit`.
+    pub fn wait_until_hit(limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while delivered_here() == 0 {
+            if t0.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    extern "C" fn report() {
+        use std::io::Write;
+        if let Some(t0) = STARTED.get() {
+            let line = format!(
+                "signal-storm: {} signals delivered ({} sent) in {:.1} s",
+                delivered(),
+                SENT.load(Ordering::Relaxed),
+                t0.elapsed().as_secs_f64()
+            );
+            eprintln!("{line}");
+            // One line per test process, for a runner that hides passing tests' output.
+            if let Some(p) = std::env::var_os("KERNEL_TESTS_STORM_LOG")
+                && let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+            {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    }
+
+    /// Whether `KERNEL_TESTS_SIGNAL_STORM` asks for the storm (set and not `0`).
+    pub fn requested() -> bool {
+        std::env::var_os("KERNEL_TESTS_SIGNAL_STORM").is_some_and(|v| !v.is_empty() && v != "0")
+    }
+
+    /// Starts the storm when [`requested`] (called before `main` in every test process).
+    pub extern "C" fn from_env() {
+        if requested() {
+            start();
+        }
+    }
+
+    /// Signals delivered to this process's handler so far.
+    pub fn delivered() -> u64 {
+        DELIVERED.load(Ordering::Relaxed)
+    }
+
+    /// Whether the storm runs in this process.
+    pub fn active() -> bool {
+        STARTED.get().is_some()
+    }
+
+    /// Starts the storm (once per process; later calls do nothing): installs the handler,
+    /// starts the storm thread and registers the exit report.
+    pub fn start() {
+        STARTED.get_or_init(|| {
+            crate::raw::sigalrm_handler_without_restart(on_alarm)
+                .expect("sigaction(SIGALRM) for the signal storm");
+            crate::raw::at_exit(report);
+            // Opened here, before any test counts its fds, and kept for the process's life.
+            let dir = rustix::fs::open(
+                "/proc/self/task",
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .and_then(rustix::fs::Dir::new)
+            .ok();
+            std::thread::Builder::new()
+                .name("signal-storm".into())
+                .spawn(move || storm_thread(dir))
+                .expect("start the signal-storm thread");
+            Instant::now()
+        });
+    }
+
+    /// The thread ids of this process but the caller, from `dir` (`/proc/self/task`, kept
+    /// open so that the storm never adds an fd for a leak check to see; parsed as hostile
+    /// text: anything but a positive number is skipped).
+    fn other_threads(dir: &mut Option<rustix::fs::Dir>, me: i32) -> Vec<i32> {
+        let Some(d) = dir else {
+            return Vec::new();
+        };
+        d.rewind();
+        let mut out = Vec::new();
+        while let Some(Ok(e)) = d.read() {
+            if let Some(t) = e
+                .file_name()
+                .to_str()
+                .ok()
+                .and_then(|n| n.parse::<i32>().ok())
+                && t > 0
+                && t != me
+            {
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    fn storm_thread(mut dir: Option<rustix::fs::Dir>) {
+        crate::raw::block_sigalrm_in_this_thread();
+        let me = crate::raw::gettid();
+        let mut tids = Vec::new();
+        for round in 0u64.. {
+            if round % REFRESH == 0 {
+                tids = other_threads(&mut dir, me);
+            }
+            for &t in &tids {
+                if crate::raw::sigalrm_to_thread(t).is_ok() {
+                    SENT.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(INTERVAL);
+        }
+    }
+}

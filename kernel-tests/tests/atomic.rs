@@ -472,11 +472,20 @@ fn crc_is_stable_for_one_frame_and_changes_with_one_pixel() {
                 reader.get_ref(),
                 rustix::event::PollFlags::IN,
             )];
-            let ten = rustix::event::Timespec {
-                tv_sec: 10,
-                tv_nsec: 0,
+            // EINTR (a signal storm) polls again with what is left of the 10 s.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let n = loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let ts = rustix::event::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                match rustix::event::poll(&mut fds, Some(&ts)) {
+                    Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+                    Err(rustix::io::Errno::INTR) => break 0,
+                    r => break r.expect("poll crc/data"),
+                }
             };
-            let n = rustix::event::poll(&mut fds, Some(&ten)).expect("poll crc/data");
             assert!(
                 n == 1,
                 "no CRC line in 10 s (vblank sequence now {:?})",

@@ -69,20 +69,20 @@ fn drm_gem_device_through_drm_control() {
     );
     let res = via.resource_handles().expect("drm: GETRESOURCES");
     assert_eq!(
-        [
-            ids(res.crtcs()),
-            ids(res.connectors()),
-            ids(res.encoders())
-        ],
+        [ids(res.crtcs()), ids(res.connectors()), ids(res.encoders())],
         gem_view(&dev)
     );
 
     // A framebuffer made by drm-gem, read back by drm.
-    let buf = DumbBuffer::create(&dev, DumbSpec {
+    let buf = DumbBuffer::create(
+        &dev,
+        DumbSpec {
             width: 64,
             height: 48,
             bpp: 32,
-        }).expect("dumb buffer");
+        },
+    )
+    .expect("dumb buffer");
     let fb = xrgb_fb(&dev, &buf).expect("ADDFB2");
     let handle: drm::control::framebuffer::Handle =
         drm::control::from_u32(fb.id().get()).expect("nonzero id");
@@ -119,11 +119,7 @@ fn drm_opened_card_adopted_by_drm_gem() {
         .expect("open vkms as drm-rs does");
     let card = Card(file);
     let res = card.resource_handles().expect("drm: GETRESOURCES");
-    let seen = [
-        ids(res.crtcs()),
-        ids(res.connectors()),
-        ids(res.encoders()),
-    ];
+    let seen = [ids(res.crtcs()), ids(res.connectors()), ids(res.encoders())];
     let dumb = card
         .create_dumb_buffer((32, 32), drm::buffer::DrmFourcc::Xrgb8888, 32)
         .expect("drm: CREATE_DUMB");

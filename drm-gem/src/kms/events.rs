@@ -114,39 +114,57 @@ pub fn parse_events(buf: &[u8]) -> Result<Vec<Event>> {
 
 impl Device {
     /// Reads the events queued on this file, waiting up to `timeout` for the first
-    /// (`None`: wait for ever). An empty list means the timeout passed.
+    /// (`None`: wait for ever). An empty list means the timeout passed: it is measured from
+    /// the call, however many signals interrupt the wait.
+    ///
+    /// Threads sharing this `Device` may read concurrently: one of them reads what is
+    /// queued, the others keep waiting (in `poll`, not spinning) for later events; no event
+    /// is read twice or lost. A reader outside this `Device` (another process sharing the
+    /// open file, a raw `read`) can drain the queue between the poll and the read: on an
+    /// O_NONBLOCK fd that EAGAIN sends the call back to waiting until the deadline, while a
+    /// blocking fd's read waits for the next event (or a signal) as `read` does.
     ///
     /// The buffer starts at 4 KiB, the kernel's per-file event budget, and doubles if the
     /// kernel ever reports that the next event does not fit (a read of 0 bytes).
     pub fn read_events(&self, timeout: Option<std::time::Duration>) -> Result<Vec<Event>> {
-        use rustix::event::{PollFd, PollFlags, poll};
-        let ts = timeout.map(|t| rustix::event::Timespec {
-            tv_sec: t.as_secs() as i64,
-            tv_nsec: i64::from(t.subsec_nanos()),
-        });
+        use crate::deadline::{Deadline, poll};
+        use rustix::event::{PollFd, PollFlags};
+        use rustix::io::Errno;
+        let deadline = Deadline::after(timeout);
+        let now = Deadline::after(Some(std::time::Duration::ZERO));
         let fd = self.as_fd();
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let mut buf = Vec::new();
         loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(0) => return Ok(Vec::new()),
-                Ok(_) => break,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(Error::syscall("poll", e)),
+            if poll(&mut fds, deadline)? == 0 {
+                return Ok(Vec::new());
             }
-        }
-        let mut buf = vec![0u8; 4096];
-        loop {
-            let n = sys_call::read_events(self.as_fd(), &mut buf)?;
-            if n > 0 {
-                buf.truncate(n);
-                return parse_events(&buf);
+            // One reader at a time; the others find the queue empty below and wait again.
+            let _reader = self.event_reader.lock().unwrap_or_else(|p| p.into_inner());
+            if poll(&mut fds, now)? == 0 {
+                continue;
             }
-            if buf.len() >= 1 << 20 {
-                return Err(Error::InvalidArgument {
-                    what: "a DRM event larger than 1 MiB".into(),
-                });
+            if buf.is_empty() {
+                buf.resize(4096, 0);
             }
-            buf.resize(buf.len() * 2, 0);
+            loop {
+                match sys_call::read_events(fd, &mut buf) {
+                    Ok(0) if buf.len() >= 1 << 20 => {
+                        return Err(Error::InvalidArgument {
+                            what: "a DRM event larger than 1 MiB".into(),
+                        });
+                    }
+                    Ok(0) => buf.resize(buf.len() * 2, 0),
+                    Ok(n) => {
+                        buf.truncate(n);
+                        return parse_events(&buf);
+                    }
+                    // Drained by another reader, or interrupted: wait again with what is
+                    // left of the timeout.
+                    Err(Errno::AGAIN | Errno::INTR) => break,
+                    Err(e) => return Err(Error::syscall("read", e)),
+                }
+            }
         }
     }
 }

@@ -158,19 +158,17 @@ impl Device {
             fb_id: id.get(),
             ..Default::default()
         };
-        sys_call::mode_getfb2(self.as_fd(), &mut a)?;
-        // Adopt every handle first, so that an error below still closes them all.
+        // GETFB2 hands out handles of objects this file may already hold (one per object,
+        // shared between its planes): ioctl and adoption under the handle lock. Every
+        // handle is adopted before anything can fail, so an error below still closes them.
+        let objects = self.with_handles(|t| {
+            sys_call::mode_getfb2(self.as_fd(), &mut a)?;
+            Ok(a.handles.map(|h| {
+                GemHandle::new(h).map(|h| GemObject::adopt_in(self, t, h, Release::Close))
+            }))
+        })?;
         let mut planes = Vec::new();
-        for i in 0..4 {
-            let object = match a.handles[i] {
-                0 => None,
-                h => Some(GemObject::adopt(
-                    self,
-                    "DRM_IOCTL_MODE_GETFB2",
-                    h,
-                    Release::Close,
-                )?),
-            };
+        for (i, object) in objects.into_iter().enumerate() {
             if object.is_none() && a.pitches[i] == 0 {
                 continue;
             }

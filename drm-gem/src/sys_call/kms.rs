@@ -422,9 +422,10 @@ pub(crate) fn mode_atomic(
 }
 
 /// Reads whatever events are queued on a DRM fd into `buf` (blocking until at least one
-/// arrives unless the caller polled first). Returns the bytes read.
-pub(crate) fn read_events(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Error> {
-    retry(|| rustix::io::read(fd, &mut *buf)).map_err(|e| Error::syscall("read", e))
+/// arrives unless the caller polled first, or the fd is O_NONBLOCK). Returns the bytes read.
+/// One read, no retry: the caller handles EINTR and EAGAIN against its deadline.
+pub(crate) fn read_events(fd: BorrowedFd<'_>, buf: &mut [u8]) -> rustix::io::Result<usize> {
+    rustix::io::read(fd, buf)
 }
 
 drm_ioctl!(unsafe

@@ -17,11 +17,35 @@ use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, ioctl};
 use std::ptr::NonNull;
 
-/// Retries `f` while it fails with EINTR or EAGAIN, as libdrm's `drmIoctl` does.
+/// How many times [`retry`] repeats an ioctl that answers EAGAIN before passing it on.
+const EAGAIN_RETRIES: u32 = 100;
+
+/// Retries `f` while it fails with EINTR, as libdrm's `drmIoctl` does; EAGAIN too, but at
+/// most [`EAGAIN_RETRIES`] times (yielding the CPU in between), after which the caller gets
+/// it: libdrm's unbounded EAGAIN loop spins for ever on a request that keeps answering it.
 fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    let mut again = 0;
     loop {
         match f() {
-            Err(Errno::INTR | Errno::AGAIN) => continue,
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) if again < EAGAIN_RETRIES => {
+                again += 1;
+                std::thread::yield_now();
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `open(2)`, repeated while a signal interrupts it (EINTR).
+pub(crate) fn open(
+    path: impl rustix::path::Arg + Copy,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> rustix::io::Result<rustix::fd::OwnedFd> {
+    loop {
+        match rustix::fs::open(path, flags, mode) {
+            Err(Errno::INTR) => continue,
             other => return other,
         }
     }
@@ -34,7 +58,7 @@ macro_rules! drm_ioctl {
     };
     (safe $(#[$m:meta])* $module:ident::$cname:ident => $fname:ident(&mut $ty:ty)) => {
         $(#[$m])*
-        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
+        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR, and a bounded number of times on EAGAIN).")]
         pub(crate) fn $fname(fd: BorrowedFd<'_>, arg: &mut $ty) -> Result<(), Error> {
             retry(|| {
                 // SAFETY: `$cname` is an ioctl over exactly one `$ty` (checked by
@@ -56,7 +80,7 @@ macro_rules! drm_ioctl {
     };
     (unsafe $(#[$m:meta])* $module:ident::$cname:ident => $fname:ident(&mut $ty:ty)) => {
         $(#[$m])*
-        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
+        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR, and a bounded number of times on EAGAIN).")]
         ///
         /// # Safety
         /// Every pointer/length pair in `arg` must describe memory that the kernel may read
@@ -81,7 +105,7 @@ macro_rules! drm_ioctl {
 macro_rules! drm_ioctl_noarg {
     ($(#[$m:meta])* $cname:ident => $fname:ident) => {
         $(#[$m])*
-        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR/EAGAIN).")]
+        #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR, and a bounded number of times on EAGAIN).")]
         pub(crate) fn $fname(fd: BorrowedFd<'_>) -> Result<(), Error> {
             retry(|| {
                 // SAFETY: `$cname` is an `_IO` request: the kernel reads and writes no
@@ -368,3 +392,38 @@ drm_ioctl!(safe
 drm_ioctl!(safe
     /// Authenticates another open file by its magic (master only).
     DRM_IOCTL_AUTH_MAGIC => auth_magic(&mut sys::drm_auth));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_repeats_eintr_but_passes_eagain_on_after_its_bound() {
+        let mut calls = 0;
+        let r = retry(|| {
+            calls += 1;
+            if calls < 1000 {
+                Err(Errno::INTR)
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(
+            (r, calls),
+            (Ok(7), 1000),
+            "EINTR is retried without a bound"
+        );
+        let mut calls = 0;
+        let r: rustix::io::Result<()> = retry(|| {
+            calls += 1;
+            Err(Errno::AGAIN)
+        });
+        assert_eq!((r, calls), (Err(Errno::AGAIN), EAGAIN_RETRIES + 1));
+        let mut calls = 0;
+        let r = retry(|| {
+            calls += 1;
+            if calls < 3 { Err(Errno::AGAIN) } else { Ok(()) }
+        });
+        assert_eq!((r, calls), (Ok(()), 3));
+    }
+}

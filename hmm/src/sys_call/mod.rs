@@ -42,6 +42,16 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<
     }
 }
 
+/// `open(2)`, repeated while a signal interrupts it (EINTR: device opens that sleep
+/// interruptibly, such as test_hmm's, under a signal storm).
+pub(crate) fn open(
+    path: impl rustix::path::Arg + Copy,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> rustix::io::Result<rustix::fd::OwnedFd> {
+    retry(|| rustix::fs::open(path, flags, mode))
+}
+
 /// The error of a failed ioctl, named by its C macro.
 fn ioctl_error(name: &'static str, errno: Errno) -> Error {
     Error::Ioctl { name, errno }

@@ -434,8 +434,15 @@ pub fn in_child(child: impl FnOnce() -> bool) -> i32 {
         unsafe { libc::_exit(code) };
     }
     let mut status = 0;
-    // SAFETY: waits for our own child, writing its status into a local.
-    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    let r = loop {
+        // SAFETY: waits for our own child, writing its status into a local.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        // A signal (the signal storm's, say) interrupts the wait; the child runs on.
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        break r;
+    };
     assert_eq!(r, pid, "waitpid");
     assert!(
         libc::WIFEXITED(status),

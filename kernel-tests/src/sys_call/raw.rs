@@ -215,3 +215,76 @@ pub fn udmabuf_create_list(
     // `words` (count <= items, asserted), which lives for the whole call; no pointers.
     unsafe { ioctl(fd, req) }.map(own)
 }
+
+/// Installs `handler` for SIGALRM without `SA_RESTART`, so that a blocking call the signal
+/// interrupts fails with EINTR instead of being restarted by the kernel (the point of a
+/// signal storm).
+pub fn sigalrm_handler_without_restart(handler: extern "C" fn(libc::c_int)) -> Result<(), Errno> {
+    // SAFETY: sigaction is plain data; zeroed is a valid value (empty mask, no flags).
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = handler as usize;
+    sa.sa_flags = 0;
+    // SAFETY: `sa.sa_mask` is a valid sigset_t owned by this frame.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    // SAFETY: `sa` is a fully initialised sigaction whose handler is an `extern "C"` fn
+    // taking the signal number (no SA_SIGINFO), and the old action is not asked for.
+    let r = unsafe { libc::sigaction(libc::SIGALRM, &sa, core::ptr::null_mut()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(errno()))
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// Blocks SIGALRM in the calling thread only (`pthread_sigmask`).
+pub fn block_sigalrm_in_this_thread() {
+    // SAFETY: `set` is a valid sigset_t owned by this frame; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above; `set` is initialised before pthread_sigmask reads it, and the old
+    // mask is not asked for.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGALRM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+/// `tgkill(getpid(), tid, SIGALRM)`: SIGALRM to one thread of this process (ESRCH once it
+/// has exited; the thread group id keeps a reused tid of another process out of reach).
+pub fn sigalrm_to_thread(tid: i32) -> Result<(), Errno> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: tgkill takes three integers and touches no memory of ours.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGALRM) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(errno()))
+    }
+}
+
+/// Runs `f` when the process exits normally (`atexit`).
+pub fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is an `extern "C" fn()` with static lifetime, as atexit requires.
+    unsafe { libc::atexit(f) };
+}
+
+/// Runs [`crate::storm::from_env`] in every process that links this crate (every kernel
+/// test binary), before `main`: the storm covers each test from its first instruction.
+// SAFETY: an `.init_array` entry is called once by the dynamic loader with (argc, argv,
+// envp), which an `extern "C" fn()` may ignore on x86-64 and aarch64; `from_env` only reads
+// the environment and, when asked, installs a handler and starts a thread.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static STORM_FROM_ENV: extern "C" fn() = crate::storm::from_env;
+
+/// The calling thread's id (`gettid`).
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
