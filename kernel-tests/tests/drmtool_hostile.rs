@@ -349,3 +349,49 @@ fn a_fuse_file_that_never_answers_does_not_stop_the_scan() {
     assert_eq!(fds, vec![4], "the holder's DRM fd: {out}");
     assert_eq!(p["drm_fds"][0]["node"], node_path.as_str());
 }
+
+#[test]
+fn a_panic_while_the_pattern_shows_still_restores_the_crtc() {
+    use drm_gem::ClientCap;
+    use drm_gem::kms::Snapshot;
+    let Some(node) = kernel_tests::node_of_driver(&["vkms"]) else {
+        skip!("no vkms node");
+    };
+    // This fd turns everything off, then stays open without master (see drmtool_cli).
+    let watch = Device::open(&node.path).expect("open");
+    watch.set_client_cap(ClientCap::UniversalPlanes, 1).unwrap();
+    watch.set_client_cap(ClientCap::Atomic, 1).unwrap();
+    watch.set_master().expect("master");
+    kernel_tests::kms_all_off(&watch).expect("all off");
+    let snap = Snapshot::take(&watch).unwrap();
+    let (conn, _) = kernel_tests::vkms_output(&watch, &snap);
+    watch.drop_master().unwrap();
+    let name = snap
+        .connectors
+        .iter()
+        .find(|c| c.connector.id == conn)
+        .unwrap()
+        .connector
+        .name();
+    let dev = Device::open(&node.path).expect("open");
+    let mut lit_crtc = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = drmtool::kms::modeset(&dev, &name, None, &mut |lit| {
+            lit_crtc = Some(lit.crtc);
+            panic!("a panic while the pattern shows");
+        });
+    }));
+    assert!(r.is_err(), "the hold callback panicked");
+    let crtc = lit_crtc.expect("the pattern was shown");
+    let after = Snapshot::take(&watch).unwrap();
+    let c = after
+        .crtcs
+        .iter()
+        .find(|c| c.crtc.id.get() == crtc)
+        .expect("the CRTC");
+    assert!(
+        c.crtc.mode.is_none() && c.crtc.framebuffer.is_none(),
+        "the CRTC still shows the pattern after the panic: {:?}",
+        c.crtc
+    );
+}
