@@ -12,7 +12,7 @@
 
 use crate::caps::Probe;
 use crate::select::error_class;
-use crate::sys_call::{Mapping, SharedMapping};
+use crate::sys_call::Mapping;
 use hmm::{Backend, Dmirror, HmmLayout, HostRegistration, PageRange, SealedMemfd, Udmabuf};
 use rustix::fd::AsFd;
 use serde::Serialize;
@@ -571,7 +571,7 @@ fn host_registration() -> BTreeMap<String, Probe> {
     );
     const UCALL: &str = "HostRegistration::new(Backend::Udmabuf) on a memfd page";
     let u = match SealedMemfd::new("drmtool-probe", page as u64) {
-        Ok(mfd) => match SharedMapping::new(mfd.as_fd(), page) {
+        Ok(mfd) => match crate::sys_call::SharedMapping::new(mfd.as_fd(), page) {
             Ok(mut map) => match map.write_at(0, &vec![1; page]) {
                 Ok(()) => registration(UCALL, &crate::sys_call::register_udmabuf(&mut map)),
                 Err(_) => Probe::skipped(UCALL, "the memfd mapping is shorter than a page"),
