@@ -398,3 +398,29 @@ fn a_panic_while_the_pattern_shows_still_restores_the_crtc() {
         c.crtc
     );
 }
+
+/// A writer that fails like `/dev/full`.
+struct Full;
+
+impl Write for Full {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::from_raw_os_error(28)) // ENOSPC
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn devices_to_a_full_output_exits_1() {
+    if drm_gem::enumerate().is_err() {
+        skip!("no DRM devices");
+    }
+    for args in [
+        &["drmtool", "devices"][..],
+        &["drmtool", "devices", "--json"],
+    ] {
+        let code = drmtool::cli::main_with(args.iter().map(Into::into), &mut Full);
+        assert_eq!(code, ExitCode::FAILURE, "{args:?}");
+    }
+}

@@ -668,7 +668,10 @@ enum FdKind {
 /// answers. So: the link text first, which rules out sockets, pipes and anon inodes (but
 /// `anon_inode:dmabuf`, before 5.3); a path (a DRM node is a char device anywhere: `/dev`,
 /// a container's `/dev`, a chroot) gets one `statx` with `AT_STATX_DONT_SYNC`, which
-/// filesystems that cache attributes (FUSE, NFS, CIFS) answer from the cache.
+/// filesystems that cache attributes (FUSE, NFS, CIFS) answer from the cache. A file system
+/// that ignores the flag and always asks its server (9p without a cache) could still hold
+/// the scan up; and reading `maps` takes the process's mmap lock, which a thread of it
+/// stuck in a page fault on such a file system can hold: both are known limits.
 #[derive(Default)]
 struct FdKinds {
     /// Char devices found not to be DRM nodes.
