@@ -544,6 +544,8 @@ struct RawProcess {
     maps: maps::Maps,
     drm: Vec<RawDrmFd>,
     dmabuf: Vec<RawDmaBufFd>,
+    /// `maps` was longer than [`MAPS_MAX`]: the rest was not read.
+    maps_truncated: bool,
 }
 
 enum ProcResult {
@@ -858,6 +860,7 @@ fn read_process(
         maps: maps::Maps::default(),
         drm: Vec::new(),
         dmabuf: Vec::new(),
+        maps_truncated: false,
     };
     // Opened at the first DRM or dma-buf fd.
     let mut fdinfo_dir: Option<OwnedFd> = None;
@@ -918,7 +921,10 @@ fn read_process(
     if read_maps {
         sub(path, "maps");
         match reader.bytes(proc_fd, path.as_str(), false, MAPS_MAX) {
-            Some((t, _)) => p.maps = maps::parse_bytes(t),
+            Some((t, truncated)) => {
+                p.maps = maps::parse_bytes(t);
+                p.maps_truncated = truncated;
+            }
             None if gone(path) => return ProcResult::Vanished,
             None => {}
         }
@@ -1089,6 +1095,12 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     }
     stats.unreadable = unreadable.len();
     let mut warnings = Vec::new();
+    for p in procs.iter().filter(|p| p.maps_truncated) {
+        warnings.push(format!(
+            "maps of pid {} is longer than drmtool reads ({MAPS_MAX} bytes): the rest was not read",
+            p.pid
+        ));
+    }
 
     // Devices: one per parent, from the node table plus any node only seen in an fd (one
     // per minor).
