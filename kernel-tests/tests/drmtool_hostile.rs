@@ -22,8 +22,9 @@ fn set_comm(name: &[u8]) {
 
 #[test]
 fn injected_dmabuf_name_and_escaped_comm_change_nothing() {
-    let Some(node) = kernel_tests::node_of_driver(&["vgem", "vkms"]) else {
-        skip!("no vgem or vkms node");
+    // vgem exports on every kernel; vkms answers ENOSYS to a PRIME export on 5.10.
+    let Some(node) = kernel_tests::node_of_driver(&["vgem"]) else {
+        skip!("no vgem node");
     };
     let dev = Device::open(&node.path).expect("open");
     let buf = DumbBuffer::create(
