@@ -42,23 +42,34 @@ pub struct DmaBufInfo {
 
 impl DmaBufInfo {
     /// Parses fdinfo text. `None` when it has no `size:` line (not a dma-buf).
+    ///
+    /// The kernel prints `size`, `count`, `exp_name` and last, when set, `name:\t<name>`
+    /// with whatever bytes `DMA_BUF_SET_NAME` gave (newlines included): so the name is the
+    /// rest of the text, never more keys, and a key seen twice keeps its first value.
     pub fn parse(text: &str) -> Option<Self> {
         let mut info = Self::default();
         let mut size = None;
-        for line in text.lines() {
+        let mut rest = text;
+        while !rest.is_empty() {
+            if let Some(name) = rest.strip_prefix("name:") {
+                let name = name.strip_prefix('\t').unwrap_or(name);
+                info.name = Some(name.strip_suffix('\n').unwrap_or(name).to_string());
+                break;
+            }
+            let (line, next) = rest.split_once('\n').unwrap_or((rest, ""));
+            rest = next;
             let Some((key, value)) = line.split_once(':') else {
                 continue;
             };
             let value = value.trim();
             match key {
-                "size" => size = value.parse().ok(),
-                "count" => info.count = value.parse().ok(),
-                "exp_name" => info.exp_name = Some(value.to_string()),
-                "name" => info.name = Some(value.to_string()),
+                "size" if size.is_none() => size = Some(value.parse().ok()),
+                "count" if info.count.is_none() => info.count = value.parse().ok(),
+                "exp_name" if info.exp_name.is_none() => info.exp_name = Some(value.to_string()),
                 _ => {}
             }
         }
-        info.size = size?;
+        info.size = size??;
         Some(info)
     }
 }
@@ -330,5 +341,15 @@ mod tests {
         assert_eq!(DmaBufInfo::parse("pos:\t0\nflags:\t02\n"), None);
         assert_eq!(DmaBufSync::READ.bits(), 1);
         assert_eq!(DmaBufSync::WRITE.bits(), 2);
+    }
+
+    #[test]
+    fn a_name_cannot_add_keys() {
+        let text = "size:\t8192\ncount:\t1\nexp_name:\tdrm\nname:\tx\nsize:\t1099511627776\n";
+        let i = DmaBufInfo::parse(text).unwrap();
+        assert_eq!(i.size, 8192);
+        assert_eq!(i.name.as_deref(), Some("x\nsize:\t1099511627776"));
+        let twice = DmaBufInfo::parse("size:\t4096\nsize:\t1\n").unwrap();
+        assert_eq!(twice.size, 4096, "the first value is kept");
     }
 }

@@ -7,8 +7,13 @@
 //!   could not be written).
 //! - 2: bad usage (unknown option, bad value).
 //! - 3: `--pid`, `DEVICE`/`--device`, a connector, mode or CRTC matched nothing.
-//! - 4: this machine has no DRM devices at all (`info`, `caps`, `kms`), or no persistent
-//!   memory (`pmem list`; with `--json` the document is printed too, with its `reason`).
+//! - 4: this machine has no DRM devices at all (`devices`, `info`, `caps`, `kms`), or no
+//!   persistent memory (`pmem list`); with `--json`, `devices` and `pmem list` print the
+//!   document too, with its `reason`.
+//!
+//! `buffers --watch SECS --count N` refuses `--count 0` (exit 2) rather than print nothing:
+//! a count of no frames is a mistake, not a request. Every write is checked, the final flush
+//! included: output that could not be written (a full disk, `>/dev/full`) exits 1.
 //!
 //! `hmm probe` exits 0 whatever the kernel has: a missing test_hmm or udmabuf is a finding,
 //! reported as `no` with the reason.
@@ -208,7 +213,7 @@ struct BuffersArgs {
     /// Refresh every SECS seconds in place; engine busy % needs two samples.
     #[arg(long, value_name = "SECS")]
     watch: Option<f64>,
-    /// With --watch: stop after N refreshes (default: until interrupted).
+    /// With --watch: stop after N refreshes, N >= 1 (default: until interrupted).
     #[arg(long, value_name = "N", requires = "watch")]
     count: Option<u64>,
     /// Colour: auto (on a TTY without NO_COLOR), always, never.
@@ -265,7 +270,7 @@ pub fn main_with(
             };
         }
     };
-    match cli.cmd {
+    let code = match cli.cmd {
         Cmd::Devices => devices(cli.json, out),
         Cmd::Buffers(a) => buffers(&a, cli.json, out),
         Cmd::Info { device, probe } => info(device.as_deref(), probe, cli.json, out),
@@ -281,9 +286,17 @@ pub fn main_with(
         }
         Cmd::Pmem(PmemCmd::List) => pmem_list(cli.json, out),
         Cmd::Completions { shell } => {
+            // clap_complete panics when its writer fails: generate into memory first.
             let mut cmd = command();
-            clap_complete::generate(shell, &mut cmd, "drmtool", out);
-            ExitCode::SUCCESS
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "drmtool", &mut script);
+            match out.write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("drmtool: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Cmd::Man => match clap_mangen::Man::new(command()).render(out) {
             Ok(()) => ExitCode::SUCCESS,
@@ -292,7 +305,21 @@ pub fn main_with(
                 ExitCode::FAILURE
             }
         },
+    };
+    // What a buffered writer still holds must reach its file too.
+    if let Err(e) = out.flush() {
+        eprintln!("drmtool: cannot write the output: {e}");
+        if code == ExitCode::SUCCESS {
+            return ExitCode::FAILURE;
+        }
     }
+    code
+}
+
+/// The pause of `--watch SECS` or `--seconds N`: a finite number of seconds >= 0 that a
+/// [`Duration`] can hold (1e300 cannot), else `None`.
+fn seconds(s: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(s).ok()
 }
 
 /// The clap definition (for completions, the man page and tests).
@@ -465,36 +492,41 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
             device,
             seconds,
         } => {
-            if let Some(s) = seconds
-                && !(s >= 0.0 && s.is_finite())
-            {
-                eprintln!("drmtool: --seconds needs a number of seconds >= 0 (hint: --seconds 5)");
-                return ExitCode::from(2);
-            }
+            let hold_for = match seconds.map(self::seconds) {
+                None => None,
+                Some(Some(d)) => Some(d),
+                Some(None) => {
+                    eprintln!(
+                        "drmtool: --seconds needs a number of seconds >= 0 (hint: --seconds 5)"
+                    );
+                    return ExitCode::from(2);
+                }
+            };
             let (dev, path) = match open_kms(device.as_deref()) {
                 Ok(d) => d,
                 Err(c) => return c,
             };
+            let mut write_error = None;
             let mut hold = |lit: &crate::kms::Lit| {
                 let msg = format!(
                     "{path}: {} shows the test pattern in {} on CRTC {} ({})",
                     lit.connector, lit.mode, lit.crtc, lit.path
                 );
-                if json {
-                    let _ = writeln!(
-                        out,
-                        "{}",
-                        serde_json::json!({
-                            "schema_version": 1, "device": path, "connector": lit.connector,
-                            "crtc": lit.crtc, "mode": lit.mode, "path": lit.path,
-                        })
-                    );
+                let line = if json {
+                    serde_json::json!({
+                        "schema_version": 1, "device": path, "connector": lit.connector,
+                        "crtc": lit.crtc, "mode": lit.mode, "path": lit.path,
+                    })
+                    .to_string()
                 } else {
-                    let _ = writeln!(out, "{msg}");
+                    msg
+                };
+                if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+                    // Still held and restored: the pattern was shown, only the line is lost.
+                    write_error = Some(e);
                 }
-                let _ = out.flush();
-                match seconds {
-                    Some(s) => std::thread::sleep(Duration::from_secs_f64(s)),
+                match hold_for {
+                    Some(d) => std::thread::sleep(d),
                     None => {
                         eprintln!("drmtool: press Enter to restore");
                         let mut line = String::new();
@@ -502,9 +534,14 @@ fn kms(k: KmsCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                     }
                 }
             };
-            match crate::kms::modeset(&dev, &connector, mode.as_deref(), &mut hold) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => kms_error(&e),
+            let r = crate::kms::modeset(&dev, &connector, mode.as_deref(), &mut hold);
+            match (r, write_error) {
+                (Err(e), _) => kms_error(&e),
+                (Ok(_), Some(e)) => {
+                    eprintln!("drmtool: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+                (Ok(_), None) => ExitCode::SUCCESS,
             }
         }
         KmsCmd::Screenshot {
@@ -684,8 +721,15 @@ fn buffers(a: &BuffersArgs, json: bool, out: &mut dyn Write) -> ExitCode {
             }
         };
     };
-    if !(secs > 0.0 && secs.is_finite()) {
-        eprintln!("drmtool: --watch needs a positive number of seconds (hint: --watch 1)");
+    let pause = match seconds(secs) {
+        Some(d) if !d.is_zero() => d,
+        _ => {
+            eprintln!("drmtool: --watch needs a positive number of seconds (hint: --watch 1)");
+            return ExitCode::from(2);
+        }
+    };
+    if a.count == Some(0) {
+        eprintln!("drmtool: --count needs a number of refreshes >= 1 (hint: --count 1)");
         return ExitCode::from(2);
     }
     let mut prev: Option<(scan::Report, Instant)> = None;
@@ -715,7 +759,7 @@ fn buffers(a: &BuffersArgs, json: bool, out: &mut dyn Write) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         prev = Some((r, t));
-        std::thread::sleep(Duration::from_secs_f64(secs));
+        std::thread::sleep(pause);
     }
 }
 
@@ -748,8 +792,7 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
             Vec::new(),
             Some(
                 "no DRM devices: this host has no /dev/dri (no DRM driver is loaded here); \
-                 run drmtool inside a guest with real drivers: \
-                 cargo run -p vm -- run --kernel debian-6.12 -- drmtool devices"
+                 run drmtool inside a guest with real drivers: scripts/drmtool devices"
                     .to_string(),
             ),
         ),
@@ -759,25 +802,25 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
         ),
     };
     if json {
+        let none = reason.is_some();
         let doc = DevicesOut {
             schema_version: SCHEMA_VERSION,
             devices: rows,
             reason,
         };
-        match serde_json::to_string_pretty(&doc) {
-            Ok(s) => {
-                let _ = writeln!(out, "{s}");
-            }
-            Err(e) => {
-                eprintln!("drmtool: cannot encode JSON: {e}");
-                return ExitCode::FAILURE;
-            }
+        let code = emit_json(&doc, out);
+        if code != ExitCode::SUCCESS {
+            return code;
         }
-        return ExitCode::SUCCESS;
+        return if none {
+            ExitCode::from(EXIT_NO_DEVICES)
+        } else {
+            code
+        };
     }
     if let Some(r) = reason {
         eprintln!("drmtool: {r}");
-        return ExitCode::SUCCESS;
+        return ExitCode::from(EXIT_NO_DEVICES);
     }
     let header: [&str; 9] = [
         "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "BOUND TO", "PCI", "SYSFS",
@@ -808,19 +851,21 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
             *w = (*w).max(c.len());
         }
     }
+    let mut text = String::new();
     let mut line = |cells: Vec<&str>| {
         let s: Vec<String> = cells
             .iter()
             .zip(width)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        let _ = writeln!(out, "{}", s.join("  ").trim_end());
+        text.push_str(s.join("  ").trim_end());
+        text.push('\n');
     };
     line(header.to_vec());
     for r in &table {
         line(r.iter().map(String::as_str).collect());
     }
-    ExitCode::SUCCESS
+    emit_text(&text, out)
 }
 
 fn row(n: drm_gem::NodeInfo) -> DeviceRow {

@@ -11,9 +11,27 @@
 //!
 //! The parsers never fail: a line they cannot read goes to `malformed`, a key they do not
 //! know goes to `unknown`, and a value that does not fit stays unknown rather than guessed.
+//!
+//! # Hostile text
+//! Some lines carry text another user chose, printed unescaped. The kernel's line order
+//! (`seq_show` in fs/proc/fd.c, then the file's `show_fdinfo`) decides what can be trusted:
+//! - dma-buf (`dma_buf_show_fdinfo`, the same in 5.10, 6.1 and 6.12): `pos`, `flags`,
+//!   `mnt_id`, `ino` (5.15+), then `size`, `count`, `exp_name` (the exporter's own name, a
+//!   kernel string) and last, only when one is set, `name:\t<name>` with the bytes
+//!   `DMA_BUF_SET_NAME` gave, newlines included. So everything from the `name:` line to
+//!   the end of the file is the name ([`Untrusted`]), never more keys: a name
+//!   `x\nsize:\t1099511627776` is a name, not a size.
+//! - DRM (`drm_show_fdinfo`): `drm-driver`, `drm-client-id`, `drm-pdev`, (6.13+)
+//!   `drm-client-name` — set by the client, but the kernel accepts only printable
+//!   characters without spaces, so it cannot start a line — then the driver's keys. The
+//!   client name is kept as [`Untrusted`] all the same.
+//!
+//! In both, a key the kernel prints once that appears again is an anomaly: it goes to
+//! `malformed` ("repeated key") and the first value is kept, never overridden.
 
+use crate::untrusted::Untrusted;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Usage figures of one engine (`drm-engine-*`, `drm-cycles-*`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -89,7 +107,7 @@ pub struct DrmFdinfo {
     /// `drm-client-id`: unique per open file on the system.
     pub client_id: Option<u64>,
     /// `drm-client-name` (6.13+, set by the client).
-    pub client_name: Option<String>,
+    pub client_name: Option<Untrusted>,
     /// Engines by name.
     pub engines: BTreeMap<String, EngineStats>,
     /// Memory regions by name.
@@ -170,6 +188,9 @@ fn split_kv(line: &str) -> Option<(&str, &str)> {
     let (k, v) = line.split_once(':')?;
     Some((k.trim(), v.trim()))
 }
+
+/// Why a repeated key is in `malformed`.
+pub const REPEATED: &str = "repeated key: the kernel prints it once; the first value is kept";
 
 /// Parses a plain decimal `u64`.
 fn uint(v: &str) -> Result<u64, String> {
@@ -258,6 +279,7 @@ const AMDGPU_RINGS: [&str; 7] = ["gfx", "compute", "dma", "dec", "enc_1", "enc",
 /// Parses the text of a DRM fd's fdinfo.
 pub fn parse_drm(text: &str) -> DrmFdinfo {
     let mut out = DrmFdinfo::default();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {
@@ -270,6 +292,10 @@ pub fn parse_drm(text: &str) -> DrmFdinfo {
         };
         if key.is_empty() {
             out.malformed.push(Malformed::new(n, line, "empty key"));
+            continue;
+        }
+        if !seen.insert(key) {
+            out.malformed.push(Malformed::new(n, line, REPEATED));
             continue;
         }
         let r = if let Some(r) = parse_common(&mut out.common, key, v) {
@@ -314,7 +340,7 @@ fn drm_key(out: &mut DrmFdinfo, rest: &str, v: &str) -> Result<(), String> {
             return Ok(());
         }
         "client-name" => {
-            out.client_name = Some(v.to_string());
+            out.client_name = Some(Untrusted::from(v));
             return Ok(());
         }
         _ => {}
@@ -397,19 +423,44 @@ pub struct DmaBufFdinfo {
     pub count: Option<u64>,
     /// `exp_name`: the exporter (`drm` for PRIME, `udmabuf`, `system` for heaps).
     pub exp_name: Option<String>,
-    /// `name`: set by `DMA_BUF_SET_NAME`, or by the exporter.
-    pub name: Option<String>,
+    /// `name`: set by `DMA_BUF_SET_NAME`, or by the exporter: the rest of the file after
+    /// `name:\t` (newlines included, the final one left out).
+    pub name: Option<Untrusted>,
     /// Keys this parser does not know.
     pub unknown: Vec<(String, String)>,
-    /// Lines it could not read.
+    /// Lines it could not read, and repeated keys.
     pub malformed: Vec<Malformed>,
 }
 
 /// Parses the text of a dma-buf fd's fdinfo.
 pub fn parse_dmabuf(text: &str) -> DmaBufFdinfo {
+    parse_dmabuf_bytes(text.as_bytes())
+}
+
+/// Parses the bytes of a dma-buf fd's fdinfo (the name is kept byte for byte).
+pub fn parse_dmabuf_bytes(bytes: &[u8]) -> DmaBufFdinfo {
     let mut out = DmaBufFdinfo::default();
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut rest = bytes;
+    let mut n = 0;
+    while !rest.is_empty() {
+        n += 1;
+        // The name is the last thing the kernel prints: all that follows is its text.
+        if let Some(name) = rest.strip_prefix(b"name:") {
+            let name = name.strip_prefix(b"\t").unwrap_or(name);
+            let name = name.strip_suffix(b"\n").unwrap_or(name);
+            // The kernel prints `name:\t<name>` only when one is set; keep an empty one as
+            // none.
+            out.name = (!name.is_empty()).then(|| Untrusted::new(name));
+            break;
+        }
+        let (raw, next) = match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, &[][..]),
+        };
+        rest = next;
+        let line = String::from_utf8_lossy(raw);
+        let line = line.strip_suffix('\r').unwrap_or(&line);
         if line.trim().is_empty() {
             continue;
         }
@@ -418,6 +469,10 @@ pub fn parse_dmabuf(text: &str) -> DmaBufFdinfo {
                 .push(Malformed::new(n, line, "no `key:` separator"));
             continue;
         };
+        if !seen.insert(key.to_string()) {
+            out.malformed.push(Malformed::new(n, line, REPEATED));
+            continue;
+        }
         let r = if let Some(r) = parse_common(&mut out.common, key, v) {
             r
         } else {
@@ -426,12 +481,6 @@ pub fn parse_dmabuf(text: &str) -> DmaBufFdinfo {
                 "count" => uint(v).map(|x| out.count = Some(x)),
                 "exp_name" => {
                     out.exp_name = Some(v.to_string());
-                    Ok(())
-                }
-                "name" => {
-                    // The kernel prints `name:\t<name>` only when one is set; keep an
-                    // empty one as none.
-                    out.name = (!v.is_empty()).then(|| v.to_string());
                     Ok(())
                 }
                 _ => {
@@ -476,5 +525,51 @@ mod tests {
         assert_eq!(f.engines["gfx"].busy_ns, Some(5));
         assert_eq!(f.regions["vram"].total, Some(1024));
         assert!(f.malformed.is_empty() && f.unknown.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn dmabuf_name_cannot_inject_a_size() {
+        let f = parse_dmabuf_bytes(
+            b"pos:\t0\nflags:\t02\nmnt_id:\t9\nino:\t5\nsize:\t8192\ncount:\t1\n\
+              exp_name:\tudmabuf\nname:\tx\nsize:\t1099511627776\n",
+        );
+        assert_eq!(f.size, Some(8192));
+        assert_eq!(f.exp_name.as_deref(), Some("udmabuf"));
+        assert_eq!(
+            f.name.as_ref().map(Untrusted::as_bytes),
+            Some(&b"x\nsize:\t1099511627776"[..])
+        );
+        assert!(f.malformed.is_empty() && f.unknown.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn dmabuf_name_keeps_escapes_and_invalid_utf8() {
+        let f = parse_dmabuf_bytes(b"size:\t4096\nname:\t\x1b]2;owned\x07\xff\xfe\n");
+        let name = f.name.unwrap();
+        assert_eq!(name.as_bytes(), b"\x1b]2;owned\x07\xff\xfe");
+        assert_eq!(name.to_string(), "\\x1b]2;owned\\x07\\xff\\xfe");
+    }
+
+    #[test]
+    fn repeated_keys_are_flagged_and_never_override() {
+        let f = parse_dmabuf("size:\t8192\ncount:\t1\nsize:\t1099511627776\n");
+        assert_eq!(f.size, Some(8192));
+        assert_eq!(f.malformed.len(), 1);
+        assert_eq!(f.malformed[0].why, REPEATED);
+        assert_eq!(f.malformed[0].line, 3);
+        let d = parse_drm(
+            "drm-driver:\tvkms\ndrm-total-system:\t4 KiB\ndrm-total-system:\t1 GiB\n\
+             drm-driver:\tevil\n",
+        );
+        assert_eq!(d.driver.as_deref(), Some("vkms"));
+        assert_eq!(d.regions["system"].total, Some(4096));
+        assert_eq!(d.malformed.len(), 2);
+        assert!(d.malformed.iter().all(|m| m.why == REPEATED));
+    }
+
+    #[test]
+    fn drm_client_name_is_untrusted() {
+        let d = parse_drm("drm-driver:\tx\ndrm-client-name:\t\x1b[2Jhi\n");
+        assert_eq!(d.client_name.unwrap().to_string(), "\\x1b[2Jhi");
     }
 }

@@ -571,14 +571,11 @@ fn host_registration() -> BTreeMap<String, Probe> {
     );
     const UCALL: &str = "HostRegistration::new(Backend::Udmabuf) on a memfd page";
     let u = match SealedMemfd::new("drmtool-probe", page as u64) {
-        Ok(mfd) => match Mapping::shared(mfd.as_fd(), page) {
-            Ok(mut map) => {
-                map.as_mut_slice().fill(1);
-                registration(
-                    UCALL,
-                    &HostRegistration::new(map.as_mut_slice(), Backend::Udmabuf),
-                )
-            }
+        Ok(mfd) => match crate::sys_call::SharedMapping::new(mfd.as_fd(), page) {
+            Ok(mut map) => match map.write_at(0, &vec![1; page]) {
+                Ok(()) => registration(UCALL, &crate::sys_call::register_udmabuf(&mut map)),
+                Err(_) => Probe::skipped(UCALL, "the memfd mapping is shorter than a page"),
+            },
             Err(e) => Probe::skipped(
                 UCALL,
                 &format!("mmap of the memfd failed: {}", crate::select::errno_name(e)),

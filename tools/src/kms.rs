@@ -168,7 +168,6 @@ pub fn modeset(
         .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
         .ok_or("no CRTC can drive that connector")?;
     let crtc = &snap.crtcs[idx];
-    let before = crtc.crtc;
     let before_conns: Vec<_> = snap
         .connectors
         .iter()
@@ -243,20 +242,64 @@ pub fn modeset(
             .set(pid, pp("CRTC_H")?, u64::from(h));
         dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
             .map_err(e("the atomic commit"))?;
-        hold(&lit);
     } else {
         dev.set_crtc(crtc.crtc.id, fb.id(), (0, 0), &[conn.connector.id], &m)
             .map_err(e("DRM_IOCTL_MODE_SETCRTC"))?;
-        hold(&lit);
     }
-    // Restore: what the CRTC showed before, else off. Legacy SETCRTC works for both paths.
-    let restored = match (before.framebuffer, before.mode) {
-        (Some(f), Some(mode)) => dev.set_crtc(before.id, f, before.position, &before_conns, &mode),
-        _ => restore_off(dev, &snap, idx, atomic),
+    // From here on the pattern shows; the guard (dropped before `fb`, declared after it)
+    // puts back what was there however this function is left, a panic in `hold` included.
+    let guard = Restore {
+        dev,
+        snap: &snap,
+        idx,
+        atomic,
+        before_conns,
+        armed: true,
     };
-    restored.map_err(e("restoring the previous state"))?;
+    hold(&lit);
+    guard.finish().map_err(e("restoring the previous state"))?;
     drop(fb);
     Ok(lit)
+}
+
+/// Puts back what a CRTC showed before [`modeset`] (its framebuffer and mode, else off):
+/// by [`Restore::finish`], which reports an error, or on drop (a panic, an early return),
+/// which cannot.
+struct Restore<'a> {
+    dev: &'a Device,
+    snap: &'a Snapshot,
+    idx: usize,
+    atomic: bool,
+    before_conns: Vec<drm_gem::kms::ConnectorId>,
+    armed: bool,
+}
+
+impl Restore<'_> {
+    fn restore(&mut self) -> drm_gem::Result<()> {
+        self.armed = false;
+        let before = &self.snap.crtcs[self.idx].crtc;
+        // Legacy SETCRTC works for both paths.
+        match (before.framebuffer, before.mode) {
+            (Some(f), Some(mode)) => {
+                self.dev
+                    .set_crtc(before.id, f, before.position, &self.before_conns, &mode)
+            }
+            _ => restore_off(self.dev, self.snap, self.idx, self.atomic),
+        }
+    }
+
+    fn finish(mut self) -> drm_gem::Result<()> {
+        self.restore()
+    }
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Nothing to report to from a drop; the explicit path is `finish`.
+            let _ = self.restore();
+        }
+    }
 }
 
 fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_gem::Result<()> {
@@ -740,16 +783,56 @@ fn writeback(
 
 /// Writes `img` as an 8-bit RGB PNG.
 pub fn write_png(img: &Image, path: &Path) -> KmsResult<()> {
-    let f = std::fs::File::create(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    // A symlink at the target is refused: `-o` names the file to write, and following a
+    // link (a root-run screenshot into a directory others can write) would truncate
+    // whatever it points at. The PNG goes to a new file beside the target, renamed over it
+    // once complete: rename replaces a name, it never writes through one, so neither a
+    // link made meanwhile nor an interrupted run leaves a truncated file.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!(
+                "{} is a symlink; refusing to write through it (hint: name the file itself)",
+                path.display()
+            ));
+        }
+        Ok(m) if m.is_dir() => {
+            return Err(format!(
+                "{} is a directory (hint: -o DIR/crtc.png)",
+                path.display()
+            ));
+        }
+        _ => {}
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let written = encode_png(img, f).and_then(|()| {
+        std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename to it: {e}"))
+    });
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("writing {}: {e}", path.display())
+    })
+}
+
+fn encode_png(img: &Image, f: std::fs::File) -> KmsResult<()> {
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), img.width, img.height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc
-        .write_header()
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    w.write_image_data(&img.rgb)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    w.finish()
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+    let mut w = enc.write_header().map_err(|e| e.to_string())?;
+    w.write_image_data(&img.rgb).map_err(|e| e.to_string())?;
+    w.finish().map_err(|e| e.to_string())
 }

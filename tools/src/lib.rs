@@ -24,8 +24,10 @@ pub mod sample;
 pub mod scan;
 pub mod select;
 mod sys_call;
+pub mod untrusted;
 
 pub use scan::{Options, Report, SCHEMA_VERSION, scan};
+pub use untrusted::Untrusted;
 
 /// Whether fds `fd1` of `pid1` and `fd2` of `pid2` are one open file (`kcmp(KCMP_FILE)`).
 ///

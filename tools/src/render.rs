@@ -2,7 +2,14 @@
 //! `NO_COLOR`), every figure followed by its source, unknown figures spelled `unknown`.
 
 use crate::scan::{Figure, Report, Source};
+use crate::untrusted::Untrusted;
 use std::fmt::Write;
+
+/// A path or name the scan found (a node path from an fd's link or a maps line), escaped
+/// like every other [`Untrusted`] text.
+fn esc(s: &str) -> String {
+    Untrusted::from(s).escaped()
+}
 
 /// How to group the main table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -131,7 +138,7 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
             vec![
                 d.nodes
                     .iter()
-                    .map(|n| n.path.trim_start_matches("/dev/dri/").to_string())
+                    .map(|n| esc(n.path.trim_start_matches("/dev/dri/")))
                     .collect::<Vec<_>>()
                     .join(","),
                 d.driver.clone().unwrap_or_else(|| "unknown".into()),
@@ -181,7 +188,9 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                 .map(|p| {
                     vec![
                         p.pid.to_string(),
-                        p.comm.clone().unwrap_or_else(|| "?".into()),
+                        p.comm
+                            .as_ref()
+                            .map_or_else(|| "?".into(), Untrusted::escaped),
                         p.uid.map_or_else(|| "?".into(), |u| u.to_string()),
                         p.drm_fds.len().to_string(),
                         p.dmabuf_fds.len().to_string(),
@@ -229,7 +238,7 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                         .collect::<Vec<_>>()
                         .join(" ");
                     vec![
-                        c.node.clone(),
+                        esc(&c.node),
                         c.client_id.map_or_else(|| "-".into(), |i| i.to_string()),
                         c.holders
                             .iter()
@@ -271,10 +280,14 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                         m.bytes.value.unwrap_or(0),
                         vec![
                             "drm mmap".into(),
-                            m.node.clone(),
+                            esc(&m.node),
                             format!("{} buffer(s)", m.buffers),
                             fig(&m.bytes),
-                            format!("{} ({})", p.pid, p.comm.clone().unwrap_or_default()),
+                            format!(
+                                "{} ({})",
+                                p.pid,
+                                p.comm.as_ref().map(Untrusted::escaped).unwrap_or_default()
+                            ),
                         ],
                     ));
                 }
@@ -287,10 +300,10 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                         format!(
                             "ino {} {}{}",
                             b.inode,
-                            b.exp_name.clone().unwrap_or_default(),
+                            esc(b.exp_name.as_deref().unwrap_or_default()),
                             b.name
                                 .as_ref()
-                                .map(|n| format!(" {n:?}"))
+                                .map(|n| format!(" \"{n}\""))
                                 .unwrap_or_default()
                         ),
                         format!("{} holder(s)", b.holders.len()),
@@ -326,8 +339,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                         .processes
                         .iter()
                         .find(|p| p.pid == *pid)
-                        .and_then(|p| p.comm.clone())
-                        .unwrap_or_else(|| "?".into());
+                        .and_then(|p| p.comm.as_ref())
+                        .map_or_else(|| "?".into(), Untrusted::escaped);
                     format!("{pid} ({comm})")
                 })
                 .collect();
@@ -345,7 +358,9 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
             out,
             "  unreadable: pid {} ({}): {}: {}",
             u.pid,
-            u.comm.clone().unwrap_or_else(|| "?".into()),
+            u.comm
+                .as_ref()
+                .map_or_else(|| "?".into(), Untrusted::escaped),
             u.path,
             u.reason
         );

@@ -6,6 +6,7 @@
 //! a process whose files this user may not read is listed with the reason. Every figure
 //! carries its [`Source`]; what no source exposes is [`Source::Unknown`], never guessed.
 
+use crate::untrusted::Untrusted;
 use crate::{debugfs, fdinfo, maps, sys_call};
 use rustc_hash::FxHashMap as HashMap;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -191,7 +192,7 @@ pub struct ClientReport {
     /// `drm-client-id`, when printed.
     pub client_id: Option<u64>,
     /// `drm-client-name`, when printed.
-    pub client_name: Option<String>,
+    pub client_name: Option<Untrusted>,
     /// `drm-driver`, when printed.
     pub driver: Option<String>,
     /// `drm-pdev`, when printed.
@@ -255,7 +256,7 @@ pub struct ProcessReport {
     /// Process id.
     pub pid: u32,
     /// `comm`.
-    pub comm: Option<String>,
+    pub comm: Option<Untrusted>,
     /// Owner uid.
     pub uid: Option<u32>,
     /// DRM fds.
@@ -290,7 +291,7 @@ pub struct DmaBufReport {
     /// Exporter (`drm` for PRIME, `udmabuf`, ...).
     pub exp_name: Option<String>,
     /// Name, when set.
-    pub name: Option<String>,
+    pub name: Option<Untrusted>,
     /// `count` from fdinfo.
     pub count: Option<u64>,
     /// fds that refer to it.
@@ -318,7 +319,7 @@ pub struct Unreadable {
     /// Process id.
     pub pid: u32,
     /// `comm` (readable by everyone), when it could be read.
-    pub comm: Option<String>,
+    pub comm: Option<Untrusted>,
     /// What could not be read.
     pub path: String,
     /// Why, e.g. `permission denied (EACCES)`.
@@ -529,11 +530,13 @@ struct RawDmaBufFd {
 
 struct RawProcess {
     pid: u32,
-    comm: Option<String>,
+    comm: Option<Untrusted>,
     uid: Option<u32>,
     maps: maps::Maps,
     drm: Vec<RawDrmFd>,
     dmabuf: Vec<RawDmaBufFd>,
+    /// `maps` was longer than [`MAPS_MAX`]: the rest was not read.
+    maps_truncated: bool,
 }
 
 enum ProcResult {
@@ -552,50 +555,55 @@ fn open_dir_at(dir: impl AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
     )
 }
 
+/// The most bytes read of one fdinfo file (a real one is a few KiB; the rest of a longer
+/// one is left unread and the parse says so).
+pub const FDINFO_MAX: usize = 64 << 10;
+/// The most bytes read of one `comm` (the kernel's is at most 16).
+const COMM_MAX: usize = 256;
+/// The most bytes read of one `maps` (65,530 mappings, the default `vm.max_map_count`, are
+/// about 10 MiB).
+const MAPS_MAX: usize = 64 << 20;
+
 /// Reads small files under a directory fd into one reused buffer, with plain `openat`,
 /// `read` and `close` (std's `read_to_string` adds an `fstat` and an `lseek` per file,
-/// which a scan of thousands of fdinfo files pays for).
+/// which a scan of thousands of fdinfo files pays for). Every read is bounded.
 #[derive(Default)]
 struct TextReader {
     buf: Vec<u8>,
 }
 
 impl TextReader {
-    /// The text of `name` under `dir`; `None` when it cannot be read.
+    /// The bytes of `name` under `dir`, at most `max` of them, and whether there were more;
+    /// `None` when it cannot be read.
     ///
     /// `one_record`: the file is a single-record seq file (`fdinfo/<fd>`, `comm`), whose
     /// whole text one `read` returns when the buffer is larger, so a short read is its end
     /// and saves the `read` that would return 0. Other files (`maps`: a short read may end
     /// one page of records) are read until `read` returns 0.
-    fn text(
-        &mut self,
-        dir: impl AsFd,
-        name: impl rustix::path::Arg,
-        one_record: bool,
-    ) -> Option<std::borrow::Cow<'_, str>> {
-        self.bytes(dir, name, one_record)
-            .map(String::from_utf8_lossy)
-    }
-
-    /// The bytes of `name` under `dir`, as [`TextReader::text`] reads them.
     fn bytes(
         &mut self,
         dir: impl AsFd,
         name: impl rustix::path::Arg,
         one_record: bool,
-    ) -> Option<&[u8]> {
+        max: usize,
+    ) -> Option<(&[u8], bool)> {
         let fd =
             rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
-        if self.buf.len() < 8192 {
-            self.buf.resize(8192, 0);
+        // One byte past `max` tells a file of exactly `max` bytes from a longer one.
+        let limit = max.saturating_add(1);
+        let first = limit.min(8192);
+        if self.buf.len() < first {
+            self.buf.resize(first, 0);
         }
         let mut n = 0;
-        loop {
+        while n < limit {
             if n == self.buf.len() {
-                self.buf.resize(self.buf.len() * 2, 0);
+                let grown = self.buf.len().saturating_mul(2).min(limit);
+                self.buf.resize(grown, 0);
             }
-            let room = self.buf.len() - n;
-            match rustix::io::read(&fd, &mut self.buf[n..]) {
+            let end = self.buf.len().min(limit);
+            let room = end - n;
+            match rustix::io::read(&fd, &mut self.buf[n..end]) {
                 Ok(0) => break,
                 Ok(k) => {
                     n += k;
@@ -607,66 +615,115 @@ impl TextReader {
                 Err(_) => return None,
             }
         }
-        Some(&self.buf[..n])
+        let truncated = n > max;
+        Some((&self.buf[..n.min(max)], truncated))
     }
+}
+
+/// Why a truncated fdinfo is in `malformed`.
+pub const TRUNCATED: &str =
+    "fdinfo longer than drmtool reads (FDINFO_MAX bytes): the rest was not read";
+
+/// Reads fdinfo `name` under `dir` (bounded) and parses it; a truncated file gets a
+/// `malformed` entry saying so.
+fn read_fdinfo<T>(
+    reader: &mut TextReader,
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
+    parse: impl FnOnce(&[u8]) -> T,
+    malformed: impl FnOnce(&mut T) -> &mut Vec<fdinfo::Malformed>,
+) -> Option<T> {
+    let (bytes, truncated) = reader.bytes(dir, name, true, FDINFO_MAX)?;
+    let lines = bytes.split(|&b| b == b'\n').count();
+    let mut t = parse(bytes);
+    if truncated {
+        malformed(&mut t).push(fdinfo::Malformed::new(lines, "", TRUNCATED));
+    }
+    Some(t)
 }
 
 /// What an fd refers to.
 enum FdKind {
     /// A DRM node: its index in [`Nodes::list`].
     Drm(usize),
-    DmaBuf,
+    /// A dma-buf, with its inode.
+    DmaBuf(u64),
     Other,
 }
 
-/// What the files of one filesystem (`st_dev`) are.
-#[derive(Clone, Copy)]
-enum FsKind {
-    /// The dma-buf filesystem (`/dmabuf:` links, Linux 5.3 and later): every file a dma-buf.
-    DmaBuf,
-    /// Files that are neither (a disk, tmpfs, pipes' and sockets' filesystems).
-    Other,
-    /// anon_inodefs: `anon_inode:dmabuf` before 5.3, eventfd, epoll...; read each link.
-    PerFile,
-}
-
-/// Classifies fds from their `stat` alone where it can, and remembers what it learned
-/// for the rest of the scan: an fd costs one `statat`, and a `readlinkat` only for the
-/// first file of each filesystem, for anon inodes and for char devices outside the node
-/// table (once each). A dma-buf's mode differs across kernels (no type bits, or a regular
-/// file), so dma-bufs are recognised by their filesystem, learned from one link.
+/// Classifies fds without touching the file systems their files are on.
+///
+/// Of what can be done with `/proc/<pid>/fd/<n>`, `readlink` prints the path the kernel
+/// keeps (`d_path`; for pseudo files `socket:[...]`, `pipe:[...]`, `anon_inode:...`,
+/// `/dmabuf:<name>`) and reading `fdinfo/<n>` prints procfs's and the file's own lines:
+/// neither calls into the file's file system. A `stat` through the link calls the file
+/// system's `getattr`, which for FUSE, NFS and the like may ask a server that never
+/// answers. So: the link text first, which rules out sockets, pipes and anon inodes (but
+/// `anon_inode:dmabuf`, before 5.3); a path (a DRM node is a char device anywhere: `/dev`,
+/// a container's `/dev`, a chroot) gets one `statx` with `AT_STATX_DONT_SYNC`, which
+/// filesystems that cache attributes (FUSE, NFS, CIFS) answer from the cache. A file system
+/// that ignores the flag and always asks its server (9p without a cache) could still hold
+/// the scan up; and reading `maps` takes the process's mmap lock, which a thread of it
+/// stuck in a page fault on such a file system can hold: both are known limits.
 #[derive(Default)]
 struct FdKinds {
-    by_fs: HashMap<u64, FsKind>,
     /// Char devices found not to be DRM nodes.
     not_drm: BTreeSet<(u32, u32)>,
     link_buf: Vec<u8>,
 }
 
-impl FdKinds {
-    fn link(&mut self, dirfd: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<String> {
-        let l = rustix::fs::readlinkat(dirfd, name, std::mem::take(&mut self.link_buf)).ok()?;
-        let s = String::from_utf8_lossy(l.to_bytes()).into_owned();
-        self.link_buf = l.into_bytes();
-        Some(s)
-    }
+/// The `statx` of a classification: type, inode and device number, never a server round
+/// trip (see [`FdKinds`]).
+fn statx_cached(dirfd: BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<rustix::fs::Statx> {
+    use rustix::fs::StatxFlags;
+    rustix::fs::statx(
+        dirfd,
+        name,
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE | StatxFlags::INO,
+    )
+    .ok()
+}
 
+impl FdKinds {
     fn classify(
         &mut self,
         dirfd: BorrowedFd<'_>,
         name: &std::ffi::CStr,
-        st: &rustix::fs::Stat,
+        nodes: &mut Nodes,
+    ) -> FdKind {
+        // A closed fd (or an exited process) just drops out.
+        let Ok(l) = rustix::fs::readlinkat(dirfd, name, std::mem::take(&mut self.link_buf)) else {
+            return FdKind::Other;
+        };
+        let kind = self.classify_link(dirfd, name, l.to_bytes(), nodes);
+        self.link_buf = l.into_bytes();
+        kind
+    }
+
+    fn classify_link(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        link: &[u8],
         nodes: &mut Nodes,
     ) -> FdKind {
         use rustix::fs::FileType;
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::Socket
-            | FileType::Fifo
-            | FileType::Directory
-            | FileType::Symlink
-            | FileType::BlockDevice => FdKind::Other,
-            FileType::CharacterDevice => {
-                let dev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        match link_class(link) {
+            LinkClass::Other => FdKind::Other,
+            // anon_inodefs and the dma-buf fs are the kernel's own: a stat asks no server.
+            LinkClass::DmaBuf => match statx_cached(dirfd, name) {
+                Some(st) => FdKind::DmaBuf(st.stx_ino),
+                None => FdKind::Other,
+            },
+            LinkClass::Path => {
+                let Some(st) = statx_cached(dirfd, name) else {
+                    return FdKind::Other;
+                };
+                if FileType::from_raw_mode(st.stx_mode.into()) != FileType::CharacterDevice {
+                    return FdKind::Other;
+                }
+                let dev = (st.stx_rdev_major, st.stx_rdev_minor);
                 if let Some(&n) = nodes.by_dev.get(&dev) {
                     return FdKind::Drm(n);
                 }
@@ -674,11 +731,8 @@ impl FdKinds {
                     return FdKind::Other;
                 }
                 // A char device not under /dev/dri (a container, a chroot): sysfs says.
-                // (A closed fd says nothing about its device: nothing is remembered.)
-                let Some(link) = self.link(dirfd, name) else {
-                    return FdKind::Other;
-                };
-                match node_from_sysfs(dev.0, dev.1, &link) {
+                let text = String::from_utf8_lossy(link);
+                match node_from_sysfs(dev.0, dev.1, &text) {
                     Some(n) => {
                         nodes.list.push(n);
                         FdKind::Drm(nodes.list.len() - 1)
@@ -689,38 +743,29 @@ impl FdKinds {
                     }
                 }
             }
-            FileType::RegularFile | FileType::Unknown => {
-                let is_dmabuf = |l: &str| l.starts_with("/dmabuf:") || l == "anon_inode:dmabuf";
-                let kind = match self.by_fs.get(&st.st_dev) {
-                    Some(FsKind::DmaBuf) => return FdKind::DmaBuf,
-                    Some(FsKind::Other) => return FdKind::Other,
-                    Some(FsKind::PerFile) => None,
-                    None => {
-                        let Some(l) = self.link(dirfd, name) else {
-                            return FdKind::Other;
-                        };
-                        let fs = if l.starts_with("anon_inode:") {
-                            FsKind::PerFile
-                        } else if l.starts_with("/dmabuf:") {
-                            FsKind::DmaBuf
-                        } else {
-                            FsKind::Other
-                        };
-                        self.by_fs.insert(st.st_dev, fs);
-                        Some(is_dmabuf(&l))
-                    }
-                };
-                let dmabuf = match kind {
-                    Some(k) => k,
-                    None => self.link(dirfd, name).is_some_and(|l| is_dmabuf(&l)),
-                };
-                if dmabuf {
-                    FdKind::DmaBuf
-                } else {
-                    FdKind::Other
-                }
-            }
         }
+    }
+}
+
+/// What the text of an fd's link says it may be.
+#[derive(Debug, PartialEq, Eq)]
+enum LinkClass {
+    /// `/dmabuf:<name>` (5.3 and later) or `anon_inode:dmabuf` (before).
+    DmaBuf,
+    /// A path: a char device (maybe a DRM node) or a file.
+    Path,
+    /// Sockets, pipes, other anon inodes, namespaces: never DRM or dma-buf.
+    Other,
+}
+
+/// Classifies the text of a `/proc/<pid>/fd/<n>` link.
+fn link_class(link: &[u8]) -> LinkClass {
+    if link.starts_with(b"/dmabuf:") || link == b"anon_inode:dmabuf" {
+        LinkClass::DmaBuf
+    } else if link.starts_with(b"/") {
+        LinkClass::Path
+    } else {
+        LinkClass::Other
     }
 }
 
@@ -739,7 +784,7 @@ struct Scratch {
 /// (`<pid>/fd`, `<pid>/maps`...) or to the process's `fd` and `fdinfo` directories, so the
 /// kernel resolves one or two path components per call, and no `/proc/<pid>` directory is
 /// opened on its own. A process that holds nothing costs: its `fd` directory listed, one
-/// `statat` per fd, its `maps` read.
+/// `readlinkat` per fd (and a `statx` per path), its `maps` read.
 fn read_process(
     proc_fd: BorrowedFd<'_>,
     proc_root: &Path,
@@ -766,7 +811,7 @@ fn read_process(
         let _ = write!(path, "{pid}");
         rustix::fs::statat(proc_fd, path.as_str(), AtFlags::empty()).is_err()
     };
-    let unreadable = |name: &str, e: Errno, comm: Option<String>| {
+    let unreadable = |name: &str, e: Errno, comm: Option<Untrusted>| {
         let (reason, errno) = describe(&e.into());
         ProcResult::Unreadable(Unreadable {
             pid,
@@ -784,8 +829,8 @@ fn read_process(
     let comm_of = |reader: &mut TextReader, path: &mut String| {
         sub(path, "comm");
         reader
-            .text(proc_fd, path.as_str(), true)
-            .map(|s| s.trim_end().to_string())
+            .bytes(proc_fd, path.as_str(), true, COMM_MAX)
+            .map(|(b, _)| Untrusted::new(b.strip_suffix(b"\n").unwrap_or(b)))
     };
     sub(path, "fd");
     let fd_dir = match open_dir_at(proc_fd, path.as_str()) {
@@ -806,27 +851,22 @@ fn read_process(
         maps: maps::Maps::default(),
         drm: Vec::new(),
         dmabuf: Vec::new(),
+        maps_truncated: false,
     };
     // Opened at the first DRM or dma-buf fd.
     let mut fdinfo_dir: Option<OwnedFd> = None;
-    // Parses fdinfo `name` in place (no copy of the text).
-    fn fdinfo_of<T>(
-        reader: &mut TextReader,
-        fdinfo_dir: &mut Option<OwnedFd>,
+    fn open_fdinfo<'a>(
+        slot: &'a mut Option<OwnedFd>,
         proc_fd: BorrowedFd<'_>,
         pid: u32,
         path: &mut String,
-        name: &std::ffi::CStr,
-        parse: impl FnOnce(&str) -> T,
-    ) -> Option<T> {
-        if fdinfo_dir.is_none() {
+    ) -> Option<BorrowedFd<'a>> {
+        if slot.is_none() {
             path.clear();
             let _ = write!(path, "{pid}/fdinfo");
-            *fdinfo_dir = open_dir_at(proc_fd, path.as_str()).ok();
+            *slot = open_dir_at(proc_fd, path.as_str()).ok();
         }
-        reader
-            .text(fdinfo_dir.as_ref()?, name, true)
-            .map(|t| parse(&t))
+        slot.as_ref().map(|d| d.as_fd())
     }
     let mut list = rustix::fs::RawDir::new(&fd_dir, dirbuf);
     while let Some(ent) = list.next() {
@@ -837,22 +877,18 @@ fn read_process(
             continue;
         };
         let dirfd = fd_dir.as_fd();
-        // A closed fd (or an exited process) just drops out.
-        let Ok(st) = rustix::fs::statat(dirfd, name, AtFlags::empty()) else {
-            continue;
-        };
         let at = FdRef { pid, fd };
-        match kinds.classify(dirfd, name, &st, nodes) {
+        match kinds.classify(dirfd, name, nodes) {
             FdKind::Drm(node) => {
-                let info = fdinfo_of(
-                    reader,
-                    &mut fdinfo_dir,
-                    proc_fd,
-                    pid,
-                    path,
-                    name,
-                    fdinfo::parse_drm,
-                );
+                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                    read_fdinfo(
+                        reader,
+                        d,
+                        name,
+                        |b| fdinfo::parse_drm(&String::from_utf8_lossy(b)),
+                        |f| &mut f.malformed,
+                    )
+                });
                 p.drm.push(RawDrmFd {
                     at,
                     node,
@@ -860,21 +896,13 @@ fn read_process(
                     client: usize::MAX,
                 });
             }
-            FdKind::DmaBuf => {
-                let info = fdinfo_of(
-                    reader,
-                    &mut fdinfo_dir,
-                    proc_fd,
-                    pid,
-                    path,
-                    name,
-                    fdinfo::parse_dmabuf,
-                );
-                p.dmabuf.push(RawDmaBufFd {
-                    at,
-                    inode: st.st_ino,
-                    info,
+            FdKind::DmaBuf(inode) => {
+                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                    read_fdinfo(reader, d, name, fdinfo::parse_dmabuf_bytes, |f| {
+                        &mut f.malformed
+                    })
                 });
+                p.dmabuf.push(RawDmaBufFd { at, inode, info });
             }
             FdKind::Other => {}
         }
@@ -883,8 +911,11 @@ fn read_process(
     // what was listed may be partial).
     if read_maps {
         sub(path, "maps");
-        match reader.bytes(proc_fd, path.as_str(), false) {
-            Some(t) => p.maps = maps::parse_bytes(t),
+        match reader.bytes(proc_fd, path.as_str(), false, MAPS_MAX) {
+            Some((t, truncated)) => {
+                p.maps = maps::parse_bytes(t);
+                p.maps_truncated = truncated;
+            }
             None if gone(path) => return ProcResult::Vanished,
             None => {}
         }
@@ -1055,6 +1086,12 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     }
     stats.unreadable = unreadable.len();
     let mut warnings = Vec::new();
+    for p in procs.iter().filter(|p| p.maps_truncated) {
+        warnings.push(format!(
+            "maps of pid {} is longer than drmtool reads ({MAPS_MAX} bytes): the rest was not read",
+            p.pid
+        ));
+    }
 
     // Devices: one per parent, from the node table plus any node only seen in an fd (one
     // per minor).
@@ -1172,6 +1209,24 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
             });
             e.holders.push(b.at);
             if let Some(i) = &b.info {
+                if !i.malformed.is_empty() {
+                    // Our own texts only: the lines themselves are the process's.
+                    let whys: Vec<&str> = i
+                        .malformed
+                        .iter()
+                        .map(|m| match m.why.as_str() {
+                            fdinfo::REPEATED => "a repeated key (the first value is kept)",
+                            TRUNCATED => "longer than drmtool reads (truncated)",
+                            _ => "a line not in the kernel's format",
+                        })
+                        .collect();
+                    warnings.push(format!(
+                        "dma-buf fdinfo of pid {} fd {}: {}",
+                        b.at.pid,
+                        b.at.fd,
+                        whys.join(", ")
+                    ));
+                }
                 if let Some(s) = i.size {
                     e.size = Figure::known(s, Source::DmabufFdinfo);
                 }
@@ -1186,7 +1241,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
                     inode: m.inode,
                     size: Figure::unknown("mapped only; the mapping length is a lower bound"),
                     exp_name: None,
-                    name: (!name.is_empty()).then(|| name.clone()),
+                    name: (!name.is_empty()).then(|| Untrusted::from(name.as_str())),
                     count: None,
                     holders: Vec::new(),
                     mapped_by: Vec::new(),
@@ -1622,5 +1677,45 @@ mod tests {
         assert_eq!(c.memory_total.value, None);
         assert_eq!(c.memory_total.source, Source::Unknown);
         assert!(c.memory_total.note.is_some());
+    }
+
+    #[test]
+    fn link_text_rules_out_pseudo_files_without_a_stat() {
+        assert_eq!(link_class(b"socket:[1234]"), LinkClass::Other);
+        assert_eq!(link_class(b"pipe:[99]"), LinkClass::Other);
+        assert_eq!(link_class(b"anon_inode:[eventfd]"), LinkClass::Other);
+        assert_eq!(link_class(b"anon_inode:dmabuf"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dmabuf:x\nsize:\t1"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dmabuf:"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dev/dri/card0"), LinkClass::Path);
+        assert_eq!(link_class(b"/mnt/fuse/file (deleted)"), LinkClass::Path);
+    }
+
+    #[test]
+    fn fdinfo_reads_are_bounded_and_say_so() {
+        let dir = std::env::temp_dir().join(format!("drmtool-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A 1 MiB "fdinfo" whose last line would override the size.
+        let mut text = b"size:\t8192\ncount:\t1\nexp_name:\tudmabuf\n".to_vec();
+        while text.len() < (1 << 20) {
+            text.extend_from_slice(b"pad:\t0\n");
+        }
+        text.extend_from_slice(b"size:\t1099511627776\n");
+        std::fs::write(dir.join("big"), &text).unwrap();
+        std::fs::write(dir.join("exact"), vec![b'a'; FDINFO_MAX]).unwrap();
+        let d = open_dir_at(rustix::fs::CWD, dir.to_str().unwrap()).unwrap();
+        let mut r = TextReader::default();
+        let (b, truncated) = r.bytes(&d, "big", true, FDINFO_MAX).unwrap();
+        assert_eq!((b.len(), truncated), (FDINFO_MAX, true));
+        assert!(r.buf.len() <= FDINFO_MAX + 1, "read {} bytes", r.buf.len());
+        let (b, truncated) = r.bytes(&d, "exact", true, FDINFO_MAX).unwrap();
+        assert_eq!((b.len(), truncated), (FDINFO_MAX, false));
+        let f = read_fdinfo(&mut r, &d, "big", fdinfo::parse_dmabuf_bytes, |f| {
+            &mut f.malformed
+        })
+        .unwrap();
+        assert_eq!(f.size, Some(8192));
+        assert_eq!(f.malformed.last().map(|m| m.why.as_str()), Some(TRUNCATED));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -52,7 +52,7 @@ fn drm_fdinfo_every_documented_key() {
     assert_eq!(d.driver.as_deref(), Some("amdgpu"));
     assert_eq!(d.pdev.as_deref(), Some("0000:03:00.0"));
     assert_eq!(d.client_id, Some(42));
-    assert_eq!(d.client_name.as_deref(), Some("compositor"));
+    assert_eq!(d.client_name, Some("compositor".into()));
     let gfx = &d.engines["gfx"];
     assert_eq!(gfx.busy_ns, Some(1_234_567_890));
     assert_eq!(gfx.capacity, Some(1));
@@ -141,7 +141,7 @@ fn dmabuf_fdinfo() {
             a.size,
             a.count,
             a.exp_name.as_deref(),
-            a.name.as_deref(),
+            a.name.as_ref().map(drmtool::Untrusted::as_bytes),
             a.common.ino
         ),
         (Some(16384), Some(7), Some("drm"), None, Some(1))
@@ -152,7 +152,7 @@ fn dmabuf_fdinfo() {
         (Some(16384), Some(5), None)
     );
     let c = fdinfo::parse_dmabuf(&fixture("dmabuf-fdinfo-named.txt"));
-    assert_eq!(c.name.as_deref(), Some("frame 7"));
+    assert_eq!(c.name, Some("frame 7".into()));
     assert_eq!(c.exp_name.as_deref(), Some("udmabuf"));
     for f in [&a, &b, &c] {
         assert!(f.malformed.is_empty() && f.unknown.is_empty(), "{f:?}");

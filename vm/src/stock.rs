@@ -70,6 +70,8 @@ pub const WANTED_MODULES: &[&str] = &[
     "crc32c_generic",
     "crc32c_intel",
     "configfs",
+    // FUSE, for drmtool_hostile's never-answering mount (loaded by the test itself).
+    "fuse",
 ];
 
 /// Modules the init loads explicitly, in this order, where the kernel has them as modules:
