@@ -28,6 +28,17 @@ pub struct ResolvedSource {
 
 /// Finds the version of a catalog kernel's source without downloading it.
 pub fn resolve(k: &CatalogKernel) -> Result<ResolvedSource> {
+    if let Source::Tarball {
+        version, sha256, ..
+    } = &k.source
+    {
+        // The checksum names the input: the version alone would let a different tarball of
+        // the same release reuse the cache entry.
+        return Ok(ResolvedSource {
+            version: format!("{version}-{}", &sha256[..12]),
+            tarball: None,
+        });
+    }
     let Source::DebianSource { package, suites } = &k.source else {
         return Err(not_a_source_build(k));
     };
@@ -56,6 +67,69 @@ pub fn resolve(k: &CatalogKernel) -> Result<ResolvedSource> {
     })
 }
 
+/// Where a [`Source::Tarball`] file is looked for: `$VM_KERNEL_TARBALLS/<file>`, then
+/// `<checkout>/../shared/kernels/<file>` (the directory CI lays beside the clone).
+pub fn tarball_candidates(file: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(d) = std::env::var_os("VM_KERNEL_TARBALLS") {
+        v.push(PathBuf::from(d).join(file));
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    v.push(checkout.join("../shared/kernels").join(file));
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/vm -> <checkout>/../shared/kernels, for a binary copied elsewhere
+        // with its checkout.
+        if let Some(root) = exe.ancestors().nth(3) {
+            v.push(root.join("../shared/kernels").join(file));
+        }
+    }
+    v
+}
+
+/// Finds a [`Source::Tarball`] file and checks its SHA-256.
+fn find_tarball(k: &CatalogKernel, file: &str, sha256: &str, start: Instant) -> Result<PathBuf> {
+    let candidates = tarball_candidates(file);
+    let Some(path) = candidates.iter().find(|p| p.is_file()) else {
+        let list: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        return Err(VmError::with_fix(
+            format!("{}: source tarball {file} not found (looked at {})", k.name, list.join(", ")),
+            "put it there, or set VM_KERNEL_TARBALLS to the directory that holds it",
+        ));
+    };
+    progress(start, &format!("{}: checking {}", k.name, path.display()));
+    let got = sha256_file(path).map_err(|e| VmError::new(format!("{}: {e}", path.display())))?;
+    if got != sha256 {
+        return Err(VmError::new(format!(
+            "{}: {} has SHA-256 {got}, the catalog expects {sha256}: refusing a different tarball",
+            k.name,
+            path.display()
+        )));
+    }
+    Ok(path.clone())
+}
+
+/// Applies `patches` (`patch -p1`) to the freshly unpacked `tree`.
+fn apply_patches(tree: &Path, patches: &[&str]) -> Result<()> {
+    for (i, text) in patches.iter().enumerate() {
+        let file = tree.join(format!(".vm-patch-{i}.diff"));
+        write(&file, text.as_bytes())?;
+        let r = run_checked(
+            Command::new("patch")
+                .arg("-p1")
+                .arg("--forward")
+                .arg("--batch")
+                .arg("-d")
+                .arg(tree)
+                .arg("-i")
+                .arg(&file),
+            "patch -p1 (build fix for the tarball's tree)",
+        );
+        let _ = fs::remove_file(&file);
+        r?;
+    }
+    Ok(())
+}
+
 /// The error for a source-build operation asked of a kernel that is not built from source.
 fn not_a_source_build(k: &CatalogKernel) -> VmError {
     VmError::new(format!(
@@ -77,6 +151,18 @@ pub fn fetch_source(k: &CatalogKernel, r: &ResolvedSource, start: Instant) -> Re
 
 /// Unpacks a source tarball once into the cache; returns the tree.
 fn unpack(tarball: &Path, package: &str, version: &str, start: Instant) -> Result<PathBuf> {
+    unpack_with(tarball, package, version, start, |_| Ok(()))
+}
+
+/// [`unpack`], then `prepare` on the tree before it is marked complete (a failed prepare
+/// leaves no complete tree behind).
+fn unpack_with(
+    tarball: &Path,
+    package: &str,
+    version: &str,
+    start: Instant,
+    prepare: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     let dir = catalog::cache_root()
         .join("src")
         .join(format!("{package}-{version}"));
@@ -106,6 +192,7 @@ fn unpack(tarball: &Path, package: &str, version: &str, start: Instant) -> Resul
             tree.display()
         )));
     }
+    prepare(&tree)?;
     write(&dir.join(".complete"), b"")?;
     Ok(tree)
 }
@@ -126,6 +213,20 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
             progress(start, &format!("{}: not cached ({key}); building", k.name))
         }
         Err(why) => progress(start, &format!("{}: cache entry {why}; rebuilding", k.name)),
+    }
+    if let Source::Tarball {
+        file,
+        top,
+        sha256,
+        patches,
+        ..
+    } = &k.source
+    {
+        let tarball = find_tarball(k, file, sha256, start)?;
+        let tree = unpack_with(&tarball, top, &r.version, start, |t| {
+            apply_patches(t, patches)
+        })?;
+        return build_tree(k.name, top, &r.version, &tree, &key, start);
     }
     let Source::DebianSource { package, .. } = &k.source else {
         return Err(not_a_source_build(k));

@@ -28,6 +28,23 @@ pub enum Source {
         /// A test-only patch applied with `patch -p1` to the extracted vkms sources.
         vkms_patch: Option<&'static str>,
     },
+    /// A kernel source tarball no package offers (the v5.15 release in the shared
+    /// directory beside the checkout): found by path, checked against its SHA-256, unpacked
+    /// once into the cache and never modified in place; `patches` are applied to the
+    /// unpacked copy (build fixes for today's compilers, never behaviour changes).
+    Tarball {
+        /// The file name, looked up in `$VM_KERNEL_TARBALLS` (a directory), then in
+        /// `../shared/kernels/` of the checkout.
+        file: &'static str,
+        /// The top directory the tarball unpacks to (`linux-5.15`).
+        top: &'static str,
+        /// Its SHA-256, lower-case hex: a different file is refused.
+        sha256: &'static str,
+        /// The kernel version it holds (`make kernelversion`).
+        version: &'static str,
+        /// `patch -p1` texts applied to the unpacked copy, in order.
+        patches: &'static [&'static str],
+    },
 }
 
 /// One named kernel of the catalog.
@@ -53,6 +70,19 @@ pub const CATALOG: &[CatalogKernel] = &[
         },
         default_matrix: true,
         about: "Debian bullseye's 5.10 source, project config (floor below the 5.15 target)",
+    },
+    CatalogKernel {
+        name: "src-5.15",
+        source: Source::Tarball {
+            file: "linux-5.15.tar.xz",
+            top: "linux-5.15",
+            sha256: "9accddb9fb95b555d03aa885757e4c1e1fd5f861e95554c626f69a78db624268",
+            version: "5.15.0",
+            patches: &[SUBCMD_REALLOC_PATCH],
+        },
+        default_matrix: false,
+        about: "the v5.15 release tarball (../shared/kernels), project config; the floor of \
+                the 5.15 target",
     },
     CatalogKernel {
         name: "debian-6.1",
@@ -111,6 +141,11 @@ pub const CATALOG: &[CatalogKernel] = &[
 /// vkms fd's `/proc/<pid>/fdinfo/<fd>` shows `drm-driver`, `drm-client-id`,
 /// `drm-total-memory` and the other DRM usage-stats keys.
 pub const VKMS_FDINFO_PATCH: &str = include_str!("../config/vkms-fdinfo.patch");
+
+/// Build fix for 5.15's `tools/lib/subcmd/subcmd-util.h` (used by objtool): gcc 12 rejects
+/// its `xrealloc` with `-Werror=use-after-free` because it calls `realloc(ptr, ...)` again
+/// after a failed one; later kernels only retry with size 1. The patch makes that change.
+pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.patch");
 
 /// Looks a kernel up by name.
 pub fn find(name: &str) -> Option<&'static CatalogKernel> {
