@@ -92,12 +92,17 @@ fn find_tarball(k: &CatalogKernel, file: &str, sha256: &str, start: Instant) -> 
     let Some(path) = candidates.iter().find(|p| p.is_file()) else {
         let list: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
         return Err(VmError::with_fix(
-            format!("{}: source tarball {file} not found (looked at {})", k.name, list.join(", ")),
+            format!(
+                "{}: source tarball {file} not found (looked at {})",
+                k.name,
+                list.join(", ")
+            ),
             "put it there, or set VM_KERNEL_TARBALLS to the directory that holds it",
         ));
     };
     progress(start, &format!("{}: checking {}", k.name, path.display()));
-    let got = sha256_file(path).map_err(|e| VmError::new(format!("{}: {e}", path.display())))?;
+    let got = crate::cache::sha256_file(path)
+        .map_err(|e| VmError::new(format!("{}: {e}", path.display())))?;
     if got != sha256 {
         return Err(VmError::new(format!(
             "{}: {} has SHA-256 {got}, the catalog expects {sha256}: refusing a different tarball",
