@@ -90,7 +90,28 @@ fn drm_gem_device_through_drm_control() {
     assert_eq!(info.size(), (64, 48));
     assert_eq!(info.pitch(), buf.pitch());
 
-    // One GEM namespace: drm's import of drm-gem's export finds drm-gem's handle.
+    drop((fb, buf));
+    assert_eq!(dev.live_handles(), 0, "drm-gem still owns handles");
+    drop(dev);
+    assert_eq!(open_fds(), fds, "fds leaked");
+}
+
+/// One GEM namespace: drm's PRIME import of drm-gem's export answers with drm-gem's own
+/// handle (vgem: PRIME on every kernel; vkms before 6.x has no PRIME export, ENOSYS).
+#[test]
+fn drm_prime_import_finds_the_drm_gem_handle() {
+    let fds = open_fds();
+    let dev = kernel_tests::require_driver!("vgem", &["vgem"]);
+    let via = Via(&dev);
+    let buf = DumbBuffer::create(
+        &dev,
+        DumbSpec {
+            width: 32,
+            height: 32,
+            bpp: 32,
+        },
+    )
+    .expect("dumb buffer");
     let exported: DmaBuf = dev
         .export(buf.gem(), PrimeFlags::default())
         .expect("PRIME export");
@@ -98,8 +119,11 @@ fn drm_gem_device_through_drm_control() {
         .prime_fd_to_buffer(exported.as_fd())
         .expect("drm: PRIME_FD_TO_HANDLE");
     assert_eq!(u32::from(imported), buf.handle().get());
-
-    drop((exported, fb, buf));
+    // drm-gem's import of the same dma-buf is a second owner of that handle, not a new one.
+    let again = dev.import(exported.as_fd()).expect("drm-gem import");
+    assert_eq!(again.handle(), buf.handle());
+    assert_eq!(again.owners(), 2);
+    drop((again, exported, buf));
     assert_eq!(dev.live_handles(), 0, "drm-gem still owns handles");
     drop(dev);
     assert_eq!(open_fds(), fds, "fds leaked");
