@@ -1,0 +1,508 @@
+//! Reading `/proc`: the process list, each process's `fd` directory, bounded reads of
+//! `fdinfo`, `comm` and `maps`, and the classification of fds from their link text.
+
+use super::nodes::{Nodes, node_from_sysfs};
+use super::{FdRef, ScanError, Unreadable, describe};
+use crate::untrusted::Untrusted;
+use crate::{fdinfo, maps};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Dir, Mode, OFlags};
+use rustix::io::Errno;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub(super) struct RawDrmFd {
+    pub(super) at: FdRef,
+    /// Index in [`Nodes::list`].
+    pub(super) node: usize,
+    pub(super) info: Option<fdinfo::DrmFdinfo>,
+    /// Index of its client in the report, once de-duplicated.
+    pub(super) client: usize,
+}
+
+pub(super) struct RawDmaBufFd {
+    pub(super) at: FdRef,
+    pub(super) inode: u64,
+    pub(super) info: Option<fdinfo::DmaBufFdinfo>,
+}
+
+pub(super) struct RawProcess {
+    pub(super) pid: u32,
+    pub(super) comm: Option<Untrusted>,
+    pub(super) uid: Option<u32>,
+    pub(super) maps: maps::Maps,
+    pub(super) drm: Vec<RawDrmFd>,
+    pub(super) dmabuf: Vec<RawDmaBufFd>,
+    /// `maps` was longer than [`MAPS_MAX`]: the rest was not read.
+    pub(super) maps_truncated: bool,
+}
+
+pub(super) enum ProcResult {
+    Read(RawProcess),
+    Unreadable(Unreadable),
+    Vanished,
+}
+
+/// Opens a directory under `dir` (`/proc/<pid>`) for `*at` calls.
+pub(super) fn open_dir_at(dir: impl AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The most bytes read of one fdinfo file (a real one is a few KiB; the rest of a longer
+/// one is left unread and the parse says so).
+pub const FDINFO_MAX: usize = 64 << 10;
+/// The most bytes read of one `comm` (the kernel's is at most 16).
+pub(super) const COMM_MAX: usize = 256;
+/// The most bytes read of one `maps` (65,530 mappings, the default `vm.max_map_count`, are
+/// about 10 MiB).
+pub(super) const MAPS_MAX: usize = 64 << 20;
+
+/// Reads small files under a directory fd into one reused buffer, with plain `openat`,
+/// `read` and `close` (std's `read_to_string` adds an `fstat` and an `lseek` per file,
+/// which a scan of thousands of fdinfo files pays for). Every read is bounded.
+#[derive(Default)]
+pub(super) struct TextReader {
+    buf: Vec<u8>,
+}
+
+impl TextReader {
+    /// The bytes of `name` under `dir`, at most `max` of them, and whether there were more;
+    /// `None` when it cannot be read.
+    ///
+    /// `one_record`: the file is a single-record seq file (`fdinfo/<fd>`, `comm`), whose
+    /// whole text one `read` returns when the buffer is larger, so a short read is its end
+    /// and saves the `read` that would return 0. Other files (`maps`: a short read may end
+    /// one page of records) are read until `read` returns 0.
+    pub(super) fn bytes(
+        &mut self,
+        dir: impl AsFd,
+        name: impl rustix::path::Arg,
+        one_record: bool,
+        max: usize,
+    ) -> Option<(&[u8], bool)> {
+        let fd =
+            rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        // One byte past `max` tells a file of exactly `max` bytes from a longer one.
+        let limit = max.saturating_add(1);
+        let first = limit.min(8192);
+        if self.buf.len() < first {
+            self.buf.resize(first, 0);
+        }
+        let mut n = 0;
+        while n < limit {
+            if n == self.buf.len() {
+                let grown = self.buf.len().saturating_mul(2).min(limit);
+                self.buf.resize(grown, 0);
+            }
+            let end = self.buf.len().min(limit);
+            let room = end - n;
+            match rustix::io::read(&fd, &mut self.buf[n..end]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    n += k;
+                    if one_record && k < room {
+                        break;
+                    }
+                }
+                Err(Errno::INTR) => {}
+                Err(_) => return None,
+            }
+        }
+        let truncated = n > max;
+        Some((&self.buf[..n.min(max)], truncated))
+    }
+}
+
+/// Why a truncated fdinfo is in `malformed`.
+pub const TRUNCATED: &str =
+    "fdinfo longer than drmtool reads (FDINFO_MAX bytes): the rest was not read";
+
+/// Reads fdinfo `name` under `dir` (bounded) and parses it; a truncated file gets a
+/// `malformed` entry saying so.
+pub(super) fn read_fdinfo<T>(
+    reader: &mut TextReader,
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
+    parse: impl FnOnce(&[u8]) -> T,
+    malformed: impl FnOnce(&mut T) -> &mut Vec<fdinfo::Malformed>,
+) -> Option<T> {
+    let (bytes, truncated) = reader.bytes(dir, name, true, FDINFO_MAX)?;
+    let lines = bytes.split(|&b| b == b'\n').count();
+    let mut t = parse(bytes);
+    if truncated {
+        malformed(&mut t).push(fdinfo::Malformed::new(lines, "", TRUNCATED));
+    }
+    Some(t)
+}
+
+/// What an fd refers to.
+pub(super) enum FdKind {
+    /// A DRM node: its index in [`Nodes::list`].
+    Drm(usize),
+    /// A dma-buf, with its inode.
+    DmaBuf(u64),
+    Other,
+}
+
+/// Classifies fds without touching the file systems their files are on.
+///
+/// Of what can be done with `/proc/<pid>/fd/<n>`, `readlink` prints the path the kernel
+/// keeps (`d_path`; for pseudo files `socket:[...]`, `pipe:[...]`, `anon_inode:...`,
+/// `/dmabuf:<name>`) and reading `fdinfo/<n>` prints procfs's and the file's own lines:
+/// neither calls into the file's file system. A `stat` through the link calls the file
+/// system's `getattr`, which for FUSE, NFS and the like may ask a server that never
+/// answers. So: the link text first, which rules out sockets, pipes and anon inodes (but
+/// `anon_inode:dmabuf`, before 5.3); a path (a DRM node is a char device anywhere: `/dev`,
+/// a container's `/dev`, a chroot) gets one `statx` with `AT_STATX_DONT_SYNC`, which
+/// filesystems that cache attributes (FUSE, NFS, CIFS) answer from the cache. A file system
+/// that ignores the flag and always asks its server (9p without a cache) could still hold
+/// the scan up; and reading `maps` takes the process's mmap lock, which a thread of it
+/// stuck in a page fault on such a file system can hold: both are known limits.
+#[derive(Default)]
+pub(super) struct FdKinds {
+    /// Char devices found not to be DRM nodes.
+    not_drm: BTreeSet<(u32, u32)>,
+    link_buf: Vec<u8>,
+}
+
+/// The `statx` of a classification: type, inode and device number, never a server round
+/// trip (see [`FdKinds`]).
+pub(super) fn statx_cached(
+    dirfd: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> Option<rustix::fs::Statx> {
+    use rustix::fs::StatxFlags;
+    rustix::fs::statx(
+        dirfd,
+        name,
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE | StatxFlags::INO,
+    )
+    .ok()
+}
+
+impl FdKinds {
+    fn classify(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        nodes: &mut Nodes,
+    ) -> FdKind {
+        // A closed fd (or an exited process) just drops out.
+        let Ok(l) = rustix::fs::readlinkat(dirfd, name, std::mem::take(&mut self.link_buf)) else {
+            return FdKind::Other;
+        };
+        let kind = self.classify_link(dirfd, name, l.to_bytes(), nodes);
+        self.link_buf = l.into_bytes();
+        kind
+    }
+
+    fn classify_link(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        link: &[u8],
+        nodes: &mut Nodes,
+    ) -> FdKind {
+        use rustix::fs::FileType;
+        match link_class(link) {
+            LinkClass::Other => FdKind::Other,
+            // anon_inodefs and the dma-buf fs are the kernel's own: a stat asks no server.
+            LinkClass::DmaBuf => match statx_cached(dirfd, name) {
+                Some(st) => FdKind::DmaBuf(st.stx_ino),
+                None => FdKind::Other,
+            },
+            LinkClass::Path => {
+                let Some(st) = statx_cached(dirfd, name) else {
+                    return FdKind::Other;
+                };
+                if FileType::from_raw_mode(st.stx_mode.into()) != FileType::CharacterDevice {
+                    return FdKind::Other;
+                }
+                let dev = (st.stx_rdev_major, st.stx_rdev_minor);
+                if let Some(&n) = nodes.by_dev.get(&dev) {
+                    return FdKind::Drm(n);
+                }
+                if self.not_drm.contains(&dev) {
+                    return FdKind::Other;
+                }
+                // A char device not under /dev/dri (a container, a chroot): sysfs says.
+                let text = String::from_utf8_lossy(link);
+                match node_from_sysfs(dev.0, dev.1, &text) {
+                    Some(n) => {
+                        nodes.list.push(n);
+                        FdKind::Drm(nodes.list.len() - 1)
+                    }
+                    None => {
+                        self.not_drm.insert(dev);
+                        FdKind::Other
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the text of an fd's link says it may be.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum LinkClass {
+    /// `/dmabuf:<name>` (5.3 and later) or `anon_inode:dmabuf` (before).
+    DmaBuf,
+    /// A path: a char device (maybe a DRM node) or a file.
+    Path,
+    /// Sockets, pipes, other anon inodes, namespaces: never DRM or dma-buf.
+    Other,
+}
+
+/// Classifies the text of a `/proc/<pid>/fd/<n>` link.
+pub(super) fn link_class(link: &[u8]) -> LinkClass {
+    if link.starts_with(b"/dmabuf:") || link == b"anon_inode:dmabuf" {
+        LinkClass::DmaBuf
+    } else if link.starts_with(b"/") {
+        LinkClass::Path
+    } else {
+        LinkClass::Other
+    }
+}
+
+/// What the reading of every process reuses.
+#[derive(Default)]
+pub(super) struct Scratch {
+    reader: TextReader,
+    kinds: FdKinds,
+    /// `<pid>/<file>` relative to `/proc`.
+    path: String,
+    /// `getdents64` buffer for `RawDir` (no allocation per entry).
+    dirbuf: Vec<std::mem::MaybeUninit<u8>>,
+}
+
+/// Reads one process. Every lookup is relative to the `/proc` directory fd
+/// (`<pid>/fd`, `<pid>/maps`...) or to the process's `fd` and `fdinfo` directories, so the
+/// kernel resolves one or two path components per call, and no `/proc/<pid>` directory is
+/// opened on its own. A process that holds nothing costs: its `fd` directory listed, one
+/// `readlinkat` per fd (and a `statx` per path), its `maps` read.
+pub(super) fn read_process(
+    proc_fd: BorrowedFd<'_>,
+    proc_root: &Path,
+    pid: u32,
+    nodes: &mut Nodes,
+    scratch: &mut Scratch,
+    read_maps: bool,
+) -> ProcResult {
+    let Scratch {
+        reader,
+        kinds,
+        path,
+        dirbuf,
+    } = scratch;
+    if dirbuf.is_empty() {
+        dirbuf.resize(16384, std::mem::MaybeUninit::uninit());
+    }
+    let sub = |path: &mut String, name: &str| {
+        path.clear();
+        let _ = write!(path, "{pid}/{name}");
+    };
+    let gone = |path: &mut String| {
+        path.clear();
+        let _ = write!(path, "{pid}");
+        rustix::fs::statat(proc_fd, path.as_str(), AtFlags::empty()).is_err()
+    };
+    let unreadable = |name: &str, e: Errno, comm: Option<Untrusted>| {
+        let (reason, errno) = describe(&e.into());
+        ProcResult::Unreadable(Unreadable {
+            pid,
+            comm,
+            path: proc_root
+                .join(pid.to_string())
+                .join(name)
+                .display()
+                .to_string(),
+            reason,
+            errno,
+        })
+    };
+    // Read only for a process that holds something, or cannot be read.
+    let comm_of = |reader: &mut TextReader, path: &mut String| {
+        sub(path, "comm");
+        reader
+            .bytes(proc_fd, path.as_str(), true, COMM_MAX)
+            .map(|(b, _)| Untrusted::new(b.strip_suffix(b"\n").unwrap_or(b)))
+    };
+    sub(path, "fd");
+    let fd_dir = match open_dir_at(proc_fd, path.as_str()) {
+        Ok(d) => d,
+        Err(Errno::NOENT | Errno::SRCH) => return ProcResult::Vanished,
+        Err(e) => {
+            if gone(path) {
+                return ProcResult::Vanished;
+            }
+            let comm = comm_of(reader, path);
+            return unreadable("fd", e, comm);
+        }
+    };
+    let mut p = RawProcess {
+        pid,
+        comm: None,
+        uid: None,
+        maps: maps::Maps::default(),
+        drm: Vec::new(),
+        dmabuf: Vec::new(),
+        maps_truncated: false,
+    };
+    // Opened at the first DRM or dma-buf fd.
+    let mut fdinfo_dir: Option<OwnedFd> = None;
+    fn open_fdinfo<'a>(
+        slot: &'a mut Option<OwnedFd>,
+        proc_fd: BorrowedFd<'_>,
+        pid: u32,
+        path: &mut String,
+    ) -> Option<BorrowedFd<'a>> {
+        if slot.is_none() {
+            path.clear();
+            let _ = write!(path, "{pid}/fdinfo");
+            *slot = open_dir_at(proc_fd, path.as_str()).ok();
+        }
+        slot.as_ref().map(|d| d.as_fd())
+    }
+    let mut list = rustix::fs::RawDir::new(&fd_dir, dirbuf);
+    while let Some(ent) = list.next() {
+        // An error mid-listing (the process exited) ends the list.
+        let Ok(ent) = ent else { break };
+        let name = ent.file_name();
+        let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dirfd = fd_dir.as_fd();
+        let at = FdRef { pid, fd };
+        match kinds.classify(dirfd, name, nodes) {
+            FdKind::Drm(node) => {
+                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                    read_fdinfo(
+                        reader,
+                        d,
+                        name,
+                        |b| fdinfo::parse_drm(&String::from_utf8_lossy(b)),
+                        |f| &mut f.malformed,
+                    )
+                });
+                p.drm.push(RawDrmFd {
+                    at,
+                    node,
+                    info,
+                    client: usize::MAX,
+                });
+            }
+            FdKind::DmaBuf(inode) => {
+                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                    read_fdinfo(reader, d, name, fdinfo::parse_dmabuf_bytes, |f| {
+                        &mut f.malformed
+                    })
+                });
+                p.dmabuf.push(RawDmaBufFd { at, inode, info });
+            }
+            FdKind::Other => {}
+        }
+    }
+    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
+    // what was listed may be partial).
+    if read_maps {
+        sub(path, "maps");
+        match reader.bytes(proc_fd, path.as_str(), false, MAPS_MAX) {
+            Some((t, truncated)) => {
+                p.maps = maps::parse_bytes(t);
+                p.maps_truncated = truncated;
+            }
+            None if gone(path) => return ProcResult::Vanished,
+            None => {}
+        }
+    }
+    if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
+        p.comm = comm_of(reader, path);
+        if p.comm.is_none() && gone(path) {
+            return ProcResult::Vanished;
+        }
+        // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
+        p.uid = rustix::fs::fstat(&fd_dir).ok().map(|s| s.st_uid);
+    }
+    ProcResult::Read(p)
+}
+
+/// Opens `/proc` and lists its process directories, sorted.
+pub(super) fn list_pids(proc_root: &Path) -> Result<(OwnedFd, Vec<u32>), ScanError> {
+    let fail = |e: Errno| ScanError {
+        what: format!(
+            "cannot list {}: {}",
+            proc_root.display(),
+            describe(&e.into()).0
+        ),
+        hint: "mount procfs (mount -t proc proc /proc)",
+    };
+    let fd = rustix::fs::open(
+        proc_root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    let mut dir = Dir::read_from(&fd).map_err(fail)?;
+    let mut pids = Vec::new();
+    while let Some(ent) = dir.read() {
+        // An error mid-listing ends the list (as a process that exits does).
+        let Ok(ent) = ent else { break };
+        if let Some(pid) = ent.file_name().to_str().ok().and_then(|s| s.parse().ok()) {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    Ok((fd, pids))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_text_rules_out_pseudo_files_without_a_stat() {
+        assert_eq!(link_class(b"socket:[1234]"), LinkClass::Other);
+        assert_eq!(link_class(b"pipe:[99]"), LinkClass::Other);
+        assert_eq!(link_class(b"anon_inode:[eventfd]"), LinkClass::Other);
+        assert_eq!(link_class(b"anon_inode:dmabuf"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dmabuf:x\nsize:\t1"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dmabuf:"), LinkClass::DmaBuf);
+        assert_eq!(link_class(b"/dev/dri/card0"), LinkClass::Path);
+        assert_eq!(link_class(b"/mnt/fuse/file (deleted)"), LinkClass::Path);
+    }
+
+    #[test]
+    fn fdinfo_reads_are_bounded_and_say_so() {
+        let dir = std::env::temp_dir().join(format!("drmtool-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A 1 MiB "fdinfo" whose last line would override the size.
+        let mut text = b"size:\t8192\ncount:\t1\nexp_name:\tudmabuf\n".to_vec();
+        while text.len() < (1 << 20) {
+            text.extend_from_slice(b"pad:\t0\n");
+        }
+        text.extend_from_slice(b"size:\t1099511627776\n");
+        std::fs::write(dir.join("big"), &text).unwrap();
+        std::fs::write(dir.join("exact"), vec![b'a'; FDINFO_MAX]).unwrap();
+        let d = open_dir_at(rustix::fs::CWD, dir.to_str().unwrap()).unwrap();
+        let mut r = TextReader::default();
+        let (b, truncated) = r.bytes(&d, "big", true, FDINFO_MAX).unwrap();
+        assert_eq!((b.len(), truncated), (FDINFO_MAX, true));
+        assert!(r.buf.len() <= FDINFO_MAX + 1, "read {} bytes", r.buf.len());
+        let (b, truncated) = r.bytes(&d, "exact", true, FDINFO_MAX).unwrap();
+        assert_eq!((b.len(), truncated), (FDINFO_MAX, false));
+        let f = read_fdinfo(&mut r, &d, "big", fdinfo::parse_dmabuf_bytes, |f| {
+            &mut f.malformed
+        })
+        .unwrap();
+        assert_eq!(f.size, Some(8192));
+        assert_eq!(f.malformed.last().map(|m| m.why.as_str()), Some(TRUNCATED));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
