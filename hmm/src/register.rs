@@ -420,7 +420,9 @@ fn udmabuf_of(addr: usize, len: usize, memfd: Option<&SealedMemfd>) -> Result<Dm
             return Err(Error::Unsupported {
                 feature: "udmabuf host registration",
                 reason: "/dev/udmabuf is missing (CONFIG_UDMABUF not built or not loaded)".into(),
-                errno: Some(errno),
+                // A missing node is the kernel lacking the feature, not a refusal:
+                // no errno, so drmtool classes it `unsupported`.
+                errno: None,
             });
         }
         Err(e) => return Err(e),
@@ -436,7 +438,9 @@ fn mirror_in(range: PageRange) -> Result<(Dmirror, MirrorReport)> {
             return Err(Error::Unsupported {
                 feature: "dmirror host registration",
                 reason: "/dev/hmm_dmirror0 is missing (test_hmm not loaded)".into(),
-                errno: Some(errno),
+                // A missing node is the kernel lacking the feature, not a refusal:
+                // no errno, so drmtool classes it `unsupported`.
+                errno: None,
             });
         }
         Err(e) => return Err(e),
