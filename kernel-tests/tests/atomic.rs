@@ -195,35 +195,43 @@ impl VkmsReload {
         if !available {
             return None;
         }
-        vkms_load(true);
+        vkms_load(true).unwrap_or_else(|e| panic!("reloading vkms with overlays: {e}"));
         Some(Self)
     }
 }
 
 impl Drop for VkmsReload {
     fn drop(&mut self) {
-        vkms_load(false);
+        // Never a panic here: during a failing test's unwinding it would abort the whole
+        // binary. The tests after this one fail on a missing vkms, and this line says why.
+        if let Err(e) = vkms_load(false) {
+            eprintln!("restoring vkms (enable_overlay=0) failed: {e}");
+        }
     }
 }
 
 /// `modprobe -r vkms` and `modprobe vkms enable_overlay=0|1` on the guest kernel's modules
 /// (the harness exposes them under `$VM_MODULES_ROOT`); waits for its primary node.
-fn vkms_load(overlay: bool) {
-    let root = std::env::var("VM_MODULES_ROOT").expect("VM_MODULES_ROOT (set by the vm guest)");
+fn vkms_load(overlay: bool) -> Result<(), String> {
+    let root = std::env::var("VM_MODULES_ROOT")
+        .map_err(|_| "VM_MODULES_ROOT is not set (the vm guest sets it)".to_string())?;
     let run = |args: &[&str]| {
         let out = std::process::Command::new("modprobe")
             .arg("-d")
             .arg(&root)
             .args(args)
             .output()
-            .expect("modprobe");
-        assert!(
-            out.status.success(),
-            "modprobe {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .map_err(|e| format!("modprobe {args:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "modprobe {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     };
-    run(&["-r", "vkms"]);
+    run(&["-r", "vkms"])?;
     run(&[
         "vkms",
         if overlay {
@@ -231,14 +239,14 @@ fn vkms_load(overlay: bool) {
         } else {
             "enable_overlay=0"
         },
-    ]);
+    ])?;
     for _ in 0..100 {
         if Device::open_driver("vkms", Some(NodeKind::Primary)).is_ok() {
-            return;
+            return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("vkms's primary node did not come back after modprobe");
+    Err("vkms's primary node did not come back after modprobe".into())
 }
 
 /// Cursor position, size and colour: x, y, side, RGB.
