@@ -228,9 +228,9 @@ struct Pipe<'d> {
     crtc: CrtcId,
     conn: ConnectorId,
     plane: PlaneId,
-    fbs: [drm_gem::kms::Framebuffer<'d>; 2],
-    _bufs: [DumbBuffer<'d>; 2],
-    _mode: drm_gem::kms::PropertyBlob<'d>,
+    fbs: [drm_gem::kms::Framebuffer<&'d Device>; 2],
+    _bufs: [DumbBuffer<&'d Device>; 2],
+    _mode: drm_gem::kms::PropertyBlob<&'d Device>,
     /// `(object, property, value)`, objects as raw ids (libdrm's view).
     entries: Vec<(u32, u32, u64)>,
 }
@@ -263,7 +263,7 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
     let plane = snap
         .planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
+        .find(|p| p.kind == Some(drm_gem::kms::PlaneType::Primary))
         .ok_or("vkms has no primary plane")?
         .plane
         .id;
@@ -292,8 +292,7 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
         DumbBuffer::create(dev, spec).map_err(e("dumb"))?,
         DumbBuffer::create(dev, spec).map_err(e("dumb"))?,
     ];
-    let fb =
-        |b: &DumbBuffer<'_>| FbSpec::single(w, h, sys::DRM_FORMAT_XRGB8888, b.handle(), b.pitch());
+    let fb = |b: &DumbBuffer<&Device>| FbSpec::for_dumb(b, drm_gem::DrmFourcc::Xrgb8888);
     let fbs = [
         dev.add_framebuffer(&fb(&bufs[0])).map_err(e("ADDFB2"))?,
         dev.add_framebuffer(&fb(&bufs[1])).map_err(e("ADDFB2"))?,
@@ -303,11 +302,7 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
         .map_err(e("mode blob"))?;
     let mut entries = vec![
         (crtc.raw(), find(dev, crtc, "ACTIVE")?.get(), 1),
-        (
-            crtc.raw(),
-            find(dev, crtc, "MODE_ID")?.get(),
-            u64::from(blob.id().get()),
-        ),
+        (crtc.raw(), find(dev, crtc, "MODE_ID")?.get(), u64::from(blob.id().get())),
         (
             conn.raw(),
             find(dev, conn, "CRTC_ID")?.get(),

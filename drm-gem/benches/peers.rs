@@ -248,7 +248,7 @@ fn map_libdrm(fd: BorrowedFd<'_>, data: &[u8], verify: bool) -> io::Result<bool>
 
 // ---- PRIME export on one device, import on the other, close both (returns the handle) ---
 
-fn prime_drm_gem(exp: &Device, imp: &Device, src: &DumbBuffer<'_>) -> io::Result<u32> {
+fn prime_drm_gem(exp: &Device, imp: &Device, src: &DumbBuffer<&Device>) -> io::Result<u32> {
     let buf = exp.export(src.gem(), PrimeFlags::default())?;
     let obj = imp.import(buf.as_fd())?;
     Ok(obj.handle().get())

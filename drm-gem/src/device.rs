@@ -68,6 +68,30 @@ pub struct Device {
     pub(crate) event_reader: std::sync::Mutex<()>,
 }
 
+/// What an owner of a kernel object holds to reach its [`Device`]: `&Device`, `Arc<Device>`,
+/// `Rc<Device>`, or any other cheap-to-clone pointer to one (blanket-implemented).
+///
+/// Owners ([`GemObject`](crate::GemObject), [`DumbBuffer`](crate::DumbBuffer),
+/// [`Framebuffer`](crate::kms::Framebuffer), [`PropertyBlob`](crate::kms::PropertyBlob),
+/// [`Syncobj`](crate::Syncobj), the driver wrappers) are generic over it. With `&Device`
+/// (what the `Device` methods return) the borrow checker ties them to the device; with
+/// `Arc<Device>` they can live in one struct together with the device, as a compositor
+/// keeps its swapchain:
+///
+/// ```
+/// use std::sync::Arc;
+/// use drm_gem::{Device, DumbBuffer, kms::Framebuffer};
+///
+/// /// A device and its buffers in one value: no self-borrow.
+/// struct Swapchain {
+///     dev: Arc<Device>,
+///     buffers: Vec<(DumbBuffer<Arc<Device>>, Framebuffer<Arc<Device>>)>,
+/// }
+/// ```
+pub trait DeviceRef: core::ops::Deref<Target = Device> + Clone {}
+
+impl<T: core::ops::Deref<Target = Device> + Clone> DeviceRef for T {}
+
 impl Device {
     /// Opens `path` read-write and close-on-exec, and checks that it is a DRM node.
     ///

@@ -1,9 +1,9 @@
 //! dma-buf file descriptors: PRIME export and import, size, mapping, CPU-access sync,
 //! names, fdinfo, and the implicit fences (sync_file export and import, poll).
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
-use crate::gem::{GemObject, Release};
+use crate::gem::GemObject;
 use crate::mapping::Mapping;
 use crate::sync_file::SyncFile;
 use crate::sys_call;
@@ -276,7 +276,7 @@ impl Drop for CpuAccess<'_> {
 
 impl Device {
     /// `DRM_IOCTL_PRIME_HANDLE_TO_FD`: exports a GEM object of this device as a dma-buf.
-    pub fn export(&self, obj: &GemObject<'_>, flags: PrimeFlags) -> Result<DmaBuf> {
+    pub fn export(&self, obj: &GemObject<impl DeviceRef>, flags: PrimeFlags) -> Result<DmaBuf> {
         if !core::ptr::eq(obj.device(), self) {
             return Err(Error::InvalidArgument {
                 what: "the GEM object belongs to another Device (handles are per open file)".into(),
@@ -304,7 +304,12 @@ impl Device {
     /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`: imports a dma-buf. Importing the same dma-buf again
     /// on this device returns the same handle with one more owner; it is closed once the
     /// last owner is dropped.
-    pub fn import(&self, buf: BorrowedFd<'_>) -> Result<GemObject<'_>> {
+    pub fn import(&self, buf: BorrowedFd<'_>) -> Result<GemObject<&Device>> {
+        GemObject::import(self, buf)
+    }
+
+    /// PRIME_FD_TO_HANDLE with its new owner counted under the handle lock.
+    pub(crate) fn import_counted(&self, buf: BorrowedFd<'_>) -> Result<crate::GemHandle> {
         use rustix::fd::AsRawFd;
         let mut a = sys::drm_prime_handle {
             handle: 0,
@@ -317,7 +322,8 @@ impl Device {
         self.with_handles(|t| {
             sys_call::prime_fd_to_handle(self.as_fd(), &mut a)?;
             let h = crate::gem::nonzero_handle("DRM_IOCTL_PRIME_FD_TO_HANDLE", a.handle)?;
-            Ok(GemObject::adopt_in(self, t, h, Release::Close))
+            t.acquire(h.get());
+            Ok(h)
         })
     }
 }

@@ -1,6 +1,6 @@
 //! Dumb buffers: CPU-mappable scan-out buffers every KMS driver offers (and vgem).
 
-use crate::device::Device;
+use crate::device::DeviceRef;
 use crate::error::{Error, Result};
 use crate::gem::{GemHandle, GemObject, Release};
 use crate::mapping::Mapping;
@@ -20,6 +20,11 @@ pub struct DumbSpec {
 }
 
 impl DumbSpec {
+    /// `width` x `height` pixels of `bpp` bits.
+    pub const fn new(width: u32, height: u32, bpp: u32) -> Self {
+        Self { width, height, bpp }
+    }
+
     /// Checks the spec the way `drm_mode_create_dumb` does (non-zero sizes, a bytes-per-pixel
     /// count, `width * cpp * height` within `u32`), plus the bpp values the toolkit supports,
     /// so bad input never reaches the kernel. Returns the minimum pitch and size.
@@ -54,17 +59,18 @@ impl DumbSpec {
 /// A dumb buffer on one device; destroyed (`DRM_IOCTL_MODE_DESTROY_DUMB`) when the last
 /// owner of its handle is dropped.
 #[derive(Debug)]
-pub struct DumbBuffer<'d> {
-    obj: GemObject<'d>,
+pub struct DumbBuffer<D: DeviceRef> {
+    obj: GemObject<D>,
     spec: DumbSpec,
     pitch: u32,
     size: u64,
 }
 
-impl<'d> DumbBuffer<'d> {
+impl<D: DeviceRef> DumbBuffer<D> {
     /// `DRM_IOCTL_MODE_CREATE_DUMB` after [`DumbSpec::validate`]. Pitch and size are what the
     /// kernel reports (drivers align them).
-    pub fn create(dev: &'d Device, spec: DumbSpec) -> Result<Self> {
+    /// `dev` is `&Device` or `Arc<Device>` ([`DeviceRef`]).
+    pub fn create(dev: D, spec: DumbSpec) -> Result<Self> {
         spec.validate()?;
         let mut a = sys::drm_mode_create_dumb {
             height: spec.height,
@@ -93,12 +99,12 @@ impl<'d> DumbBuffer<'d> {
     }
 
     /// The underlying GEM object (for PRIME export).
-    pub fn gem(&self) -> &GemObject<'d> {
+    pub fn gem(&self) -> &GemObject<D> {
         &self.obj
     }
 
     /// Gives up ownership without destroying the buffer (cf. `OwnedFd::into_raw_fd`): the
-    /// caller must release the handle, e.g. with [`Device::close_handle`].
+    /// caller must release the handle, e.g. with [`Device::close_handle`](crate::Device::close_handle).
     pub fn into_raw(self) -> GemHandle {
         self.obj.into_raw()
     }

@@ -1,10 +1,10 @@
 //! GEM objects: per-open-file handles, owned and closed exactly once.
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::sys_call;
 use ioctl_sys::drm as sys;
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, BorrowedFd};
 
 crate::id::nonzero_id!(
     /// A GEM handle: a name in one open file's namespace (not device-wide, unlike KMS ids).
@@ -104,6 +104,8 @@ pub(crate) enum Release {
     Close,
     /// `DRM_IOCTL_MODE_DESTROY_DUMB` (dumb buffers).
     DestroyDumb,
+    /// Nothing: ownership was given up ([`GemObject::into_raw`]).
+    Disowned,
 }
 
 /// A GEM object owned by this process on one [`Device`]; its handle is released when the
@@ -111,42 +113,51 @@ pub(crate) enum Release {
 ///
 /// Owners are counted per device: importing the same dma-buf twice yields two
 /// `GemObject`s with the same handle, and the handle is closed once, after both are gone.
+///
+/// `D` is how the object reaches its device ([`DeviceRef`]): `&Device` (what
+/// [`Device::import`] and the other `Device` methods give) or `Arc<Device>` (through
+/// [`GemObject::import`] and the other constructors that take the device by value).
 #[derive(Debug)]
-pub struct GemObject<'d> {
-    dev: &'d Device,
+pub struct GemObject<D: DeviceRef> {
+    dev: D,
     handle: GemHandle,
     release: Release,
 }
 
-impl<'d> GemObject<'d> {
+impl<D: DeviceRef> GemObject<D> {
     /// Takes one ownership of `raw`, a handle the ioctl `ioctl` just created on `dev` (a new number:
     /// creation ioctls never answer with a handle the file already has). Ioctls that can
-    /// answer with an existing handle adopt with [`GemObject::adopt_in`] instead.
-    pub(crate) fn adopt(
-        dev: &'d Device,
-        ioctl: &'static str,
-        raw: u32,
-        release: Release,
-    ) -> Result<Self> {
+    /// answer with an existing handle count their owner inside [`Device::with_handles`] and
+    /// then use [`GemObject::acquired`].
+    pub(crate) fn adopt(dev: D, ioctl: &'static str, raw: u32, release: Release) -> Result<Self> {
         let handle = nonzero_handle(ioctl, raw)?;
-        let mut t = dev.handles.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(Self::adopt_in(dev, &mut t, handle, release))
+        dev.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .acquire(handle.get());
+        Ok(Self::acquired(dev, handle, release))
     }
 
-    /// Takes one ownership of `handle` in `table`, the locked handle table of `dev`, inside
-    /// [`Device::with_handles`] around the ioctl that returned it.
-    pub(crate) fn adopt_in(
-        dev: &'d Device,
-        table: &mut HandleTable,
-        handle: GemHandle,
-        release: Release,
-    ) -> Self {
-        table.acquire(handle.get());
+    /// The owner of `handle`, whose ownership was already counted in the device's handle
+    /// table (`HandleTable::acquire` under the lock, around the ioctl that returned it).
+    pub(crate) fn acquired(dev: D, handle: GemHandle, release: Release) -> Self {
         Self {
             dev,
             handle,
             release,
         }
+    }
+
+    /// `DRM_IOCTL_PRIME_FD_TO_HANDLE` on `dev`; [`Device::import`] for any [`DeviceRef`].
+    pub fn import(dev: D, buf: BorrowedFd<'_>) -> Result<Self> {
+        let handle = dev.import_counted(buf)?;
+        Ok(Self::acquired(dev, handle, Release::Close))
+    }
+
+    /// `DRM_IOCTL_GEM_OPEN` on `dev`; [`Device::open_name`] for any [`DeviceRef`].
+    pub fn open_name(dev: D, name: GemName) -> Result<(Self, u64)> {
+        let (handle, size) = dev.open_name_counted(name)?;
+        Ok((Self::acquired(dev, handle, Release::Close), size))
     }
 
     /// The handle, for building ioctl arguments. Does not transfer ownership.
@@ -155,8 +166,13 @@ impl<'d> GemObject<'d> {
     }
 
     /// The device whose open file the handle belongs to.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How this object holds its device (the `&Device` or `Arc<Device>` it was made with).
+    pub fn device_ref(&self) -> &D {
+        &self.dev
     }
 
     /// How many owners (in this process, on this device) share the handle.
@@ -195,20 +211,24 @@ impl<'d> GemObject<'d> {
 
     /// Gives up this ownership without releasing the handle (cf. `OwnedFd::into_raw_fd`);
     /// the caller becomes responsible for closing it.
-    pub fn into_raw(self) -> GemHandle {
+    pub fn into_raw(mut self) -> GemHandle {
         let h = self.handle;
         self.dev
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .release(h.get());
-        core::mem::forget(self);
+        // Dropped normally (an `Arc<Device>` is released), but without touching the handle.
+        self.release = Release::Disowned;
         h
     }
 }
 
-impl Drop for GemObject<'_> {
+impl<D: DeviceRef> Drop for GemObject<D> {
     fn drop(&mut self) {
+        if self.release == Release::Disowned {
+            return;
+        }
         let raw = self.handle.get();
         // The lock is held across the release ioctl: an import that answers with this number
         // (Device::with_handles) must not adopt it between the count reaching 0 and the close.
@@ -236,6 +256,7 @@ impl Drop for GemObject<'_> {
                     sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a),
                 )
             }
+            Release::Disowned => return,
         };
         drop(handles);
         self.dev.releases.check(call, r);
@@ -254,7 +275,7 @@ pub(crate) fn nonzero_handle(ioctl: &'static str, raw: u32) -> Result<GemHandle>
 impl Device {
     /// Runs `f` with this device's GEM handle table locked: for an ioctl whose answer may
     /// be a handle this open file already has (PRIME import, `GEM_OPEN`, `GETFB2`), which
-    /// must run and be adopted ([`GemObject::adopt_in`]) before a last owner elsewhere can
+    /// must run and count its owner (`HandleTable::acquire`) before a last owner elsewhere can
     /// close the number. `f` must not drop a [`GemObject`] of this device (that locks too).
     pub(crate) fn with_handles<T>(
         &self,
@@ -290,7 +311,12 @@ impl Device {
     }
 
     /// `DRM_IOCTL_GEM_OPEN`: opens a flinked object by name; returns it and its size.
-    pub fn open_name(&self, name: GemName) -> Result<(GemObject<'_>, u64)> {
+    pub fn open_name(&self, name: GemName) -> Result<(GemObject<&Device>, u64)> {
+        GemObject::open_name(self, name)
+    }
+
+    /// GEM_OPEN with its new owner counted under the handle lock.
+    fn open_name_counted(&self, name: GemName) -> Result<(GemHandle, u64)> {
         let mut a = sys::drm_gem_open {
             name: name.get(),
             handle: 0,
@@ -301,7 +327,8 @@ impl Device {
         self.with_handles(|t| {
             sys_call::gem_open(self.as_fd(), &mut a)?;
             let h = nonzero_handle("DRM_IOCTL_GEM_OPEN", a.handle)?;
-            Ok((GemObject::adopt_in(self, t, h, Release::Close), a.size))
+            t.acquire(h.get());
+            Ok((h, a.size))
         })
     }
 }

@@ -5,14 +5,26 @@
 //! by its C macro name together with the errno, and every fd is an `OwnedFd` or a
 //! `BorrowedFd`.
 //!
-//! The example below (`examples/share.rs`, also run inside the test guests by
-//! `kernel-tests/tests/example.rs`) creates a dumb buffer on one device, fills it through a
-//! mapping, exports it as a dma-buf, imports it on another device and reads the same bytes
-//! back through the importer. Where there are no DRM nodes it says so and succeeds.
+//! The whole modeset path (`examples/quickstart.rs`, also run inside every test guest by
+//! `kernel-tests/tests/example_modeset.rs`): open vkms, fill a dumb buffer, wrap it in a
+//! framebuffer, light the first connected output with one atomic commit and wait for the
+//! flip event. Where there is no vkms it says so and succeeds.
+//!
+//! ```
+#![doc = include_str!("../examples/quickstart.rs")]
+//! ```
+//!
+//! Sharing a buffer between devices (`examples/share.rs`, run in the guests by
+//! `kernel-tests/tests/example.rs`): a dumb buffer on one device, filled through a mapping,
+//! exported as a dma-buf, imported on another device and read back through the importer.
 //!
 //! ```
 #![doc = include_str!("../examples/share.rs")]
 //! ```
+//!
+//! Owners of kernel objects ([`GemObject`], [`DumbBuffer`], [`kms::Framebuffer`],
+//! [`kms::PropertyBlob`], [`Syncobj`]) hold their device as a [`DeviceRef`]: `&Device`
+//! (what the `Device` methods give) or `Arc<Device>`, so they can share a struct with it.
 //!
 //! # The `conformance` feature
 //!
@@ -47,9 +59,11 @@ mod sys_call;
 
 pub use caps::{Caps, ClientCap, DriverCap};
 pub use device::{
-    AuthMagic, Device, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate, enumerate_in,
+    AuthMagic, Device, DeviceRef, DriverVersion, NoNodes, NodeInfo, NodeKind, enumerate,
+    enumerate_in,
 };
 pub use dmabuf::{CpuAccess, DmaBuf, DmaBufInfo, DmaBufSync, PrimeFlags};
+pub use drm_fourcc::{DrmFourcc, DrmModifier};
 pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result, errno_name};
 pub use gem::{GemHandle, GemName, GemObject};

@@ -142,7 +142,12 @@ pub fn dma_buf_import_sync_file(buf: BorrowedFd<'_>, sync_file: i32, flags: u32)
 
 /// `DRM_IOCTL_VGEM_FENCE_ATTACH` with any handle, `flags` and `pad`; returns the fence id,
 /// which is not owned (signal it with [`vgem_fence_signal`], or the kernel does after 10 s).
-pub fn vgem_fence_attach(vgem: &Vgem<'_>, handle: u32, flags: u32, pad: u32) -> Result<u32> {
+pub fn vgem_fence_attach(
+    vgem: &Vgem<impl crate::DeviceRef>,
+    handle: u32,
+    flags: u32,
+    pad: u32,
+) -> Result<u32> {
     let mut a = vsys::drm_vgem_fence_attach {
         handle,
         flags,
@@ -154,7 +159,7 @@ pub fn vgem_fence_attach(vgem: &Vgem<'_>, handle: u32, flags: u32, pad: u32) -> 
 }
 
 /// `DRM_IOCTL_VGEM_FENCE_SIGNAL` with any fence id and `flags`.
-pub fn vgem_fence_signal(vgem: &Vgem<'_>, fence: u32, flags: u32) -> Result<()> {
+pub fn vgem_fence_signal(vgem: &Vgem<impl crate::DeviceRef>, fence: u32, flags: u32) -> Result<()> {
     let mut a = vsys::drm_vgem_fence_signal { fence, flags };
     sys_call::vgem_fence_signal(vgem.device().as_fd(), &mut a)
 }

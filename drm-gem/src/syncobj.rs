@@ -9,7 +9,7 @@
 //! want the kernel's own answer, which is EOPNOTSUPP.
 
 use crate::caps::DriverCap;
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::sync_file::SyncFile;
 use crate::sys_call;
@@ -87,14 +87,14 @@ impl SyncobjTimeout {
 /// not exist reaches the kernel, which answers ENOENT or EINVAL). Handles name objects of
 /// this device's open file only.
 #[derive(Debug, Clone, Copy)]
-pub struct Syncobjs<'d> {
-    dev: &'d Device,
+pub struct Syncobjs<D: DeviceRef> {
+    dev: D,
     timeline: bool,
 }
 
 impl Device {
     /// [`Syncobjs::probe`] on this device.
-    pub fn syncobjs(&self) -> Result<Syncobjs<'_>> {
+    pub fn syncobjs(&self) -> Result<Syncobjs<&Device>> {
         Syncobjs::probe(self)
     }
 }
@@ -107,12 +107,12 @@ fn unsupported(feature: &'static str, reason: &str, errno: Option<Errno>) -> Err
     }
 }
 
-impl<'d> Syncobjs<'d> {
+impl<D: DeviceRef> Syncobjs<D> {
     /// Asks `DRM_CAP_SYNCOBJ` and `DRM_CAP_SYNCOBJ_TIMELINE` (two `GET_CAP` ioctls).
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the driver has no sync objects.
-    pub fn probe(dev: &'d Device) -> Result<Self> {
+    pub fn probe(dev: D) -> Result<Self> {
         if dev.driver_cap(DriverCap::Syncobj)?.unwrap_or(0) == 0 {
             return Err(unsupported(
                 "syncobj",
@@ -126,7 +126,7 @@ impl<'d> Syncobjs<'d> {
 
     /// Skips the probe and sends every call to the kernel, timeline calls included. For
     /// tests that check what the kernel itself answers (EOPNOTSUPP without driver support).
-    pub fn without_probe(dev: &'d Device) -> Self {
+    pub fn without_probe(dev: D) -> Self {
         Self {
             dev,
             timeline: true,
@@ -134,8 +134,13 @@ impl<'d> Syncobjs<'d> {
     }
 
     /// The device.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How this holds its device (the `&Device` or `Arc<Device>` it was made with).
+    pub fn device_ref(&self) -> &D {
+        &self.dev
     }
 
     /// Whether timeline calls are available (`DRM_CAP_SYNCOBJ_TIMELINE`; always true after
@@ -156,13 +161,13 @@ impl<'d> Syncobjs<'d> {
         }
     }
 
-    fn fd(&self) -> BorrowedFd<'d> {
+    fn fd(&self) -> BorrowedFd<'_> {
         self.dev.as_fd()
     }
 
     /// `DRM_IOCTL_SYNCOBJ_CREATE`: a new sync object, empty (no fence) or, with `signaled`,
     /// holding an already signalled fence.
-    pub fn create(&self, signaled: bool) -> Result<Syncobj<'d>> {
+    pub fn create(&self, signaled: bool) -> Result<Syncobj<D>> {
         let mut a = sys::drm_syncobj_create {
             handle: 0,
             flags: if signaled {
@@ -175,21 +180,22 @@ impl<'d> Syncobjs<'d> {
         self.adopt("DRM_IOCTL_SYNCOBJ_CREATE", a.handle)
     }
 
-    fn adopt(&self, ioctl: &'static str, raw: u32) -> Result<Syncobj<'d>> {
+    fn adopt(&self, ioctl: &'static str, raw: u32) -> Result<Syncobj<D>> {
         let handle = SyncobjHandle::new(raw).ok_or(Error::BadReply {
             ioctl,
             what: "sync object handle 0",
         })?;
         Ok(Syncobj {
-            objs: *self,
+            objs: self.clone(),
             handle,
+            owned: true,
         })
     }
 
     /// `DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE`: imports a sync object exported with
     /// [`Syncobj::export`] (by this or another process or device file). Each import makes a
     /// new handle for the same object.
-    pub fn import(&self, fd: BorrowedFd<'_>) -> Result<Syncobj<'d>> {
+    pub fn import(&self, fd: BorrowedFd<'_>) -> Result<Syncobj<D>> {
         let mut a = sys::drm_syncobj_handle {
             handle: 0,
             flags: 0,
@@ -356,14 +362,16 @@ fn timed_out_as_none(r: Result<u32>) -> Result<Option<u32>> {
 /// # Ok::<(), drm_gem::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct Syncobj<'d> {
-    objs: Syncobjs<'d>,
+pub struct Syncobj<D: DeviceRef> {
+    objs: Syncobjs<D>,
+    /// False after [`Syncobj::into_raw`]: the drop destroys nothing.
+    owned: bool,
     handle: SyncobjHandle,
 }
 
-impl<'d> Syncobj<'d> {
+impl<D: DeviceRef> Syncobj<D> {
     /// Probes the device ([`Syncobjs::probe`]) and creates one object, empty or signalled.
-    pub fn create(dev: &'d Device, signaled: bool) -> Result<Self> {
+    pub fn create(dev: D, signaled: bool) -> Result<Self> {
         Syncobjs::probe(dev)?.create(signaled)
     }
 
@@ -373,15 +381,15 @@ impl<'d> Syncobj<'d> {
     }
 
     /// The device and what it supports.
-    pub fn syncobjs(&self) -> Syncobjs<'d> {
-        self.objs
+    pub fn syncobjs(&self) -> &Syncobjs<D> {
+        &self.objs
     }
 
     /// Gives up ownership without destroying the handle (cf. `OwnedFd::into_raw_fd`).
-    pub fn into_raw(self) -> SyncobjHandle {
-        let h = self.handle;
-        core::mem::forget(self);
-        h
+    pub fn into_raw(mut self) -> SyncobjHandle {
+        // Dropped normally (an `Arc<Device>` is released), but without the destroy.
+        self.owned = false;
+        self.handle
     }
 
     /// Waits for this object's fence; false on timeout. See [`Syncobjs::wait`].
@@ -519,8 +527,11 @@ fn eventfd_ioctl_known(fd: BorrowedFd<'_>) -> bool {
     sys_call::syncobj_eventfd(fd, &mut a).map_err(|e| e.errno()) != Err(Some(Errno::INVAL))
 }
 
-impl Drop for Syncobj<'_> {
+impl<D: DeviceRef> Drop for Syncobj<D> {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let mut a = sys::drm_syncobj_destroy {
             handle: self.handle.get(),
             pad: 0,

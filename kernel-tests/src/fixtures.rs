@@ -212,11 +212,10 @@ macro_rules! vkms {
     }};
 }
 
-/// The first plane of `snap` whose type (the `type` property) is `kind`: `"Primary"`,
-/// `"Overlay"` or `"Cursor"`.
-pub fn plane_of_kind(snap: &Snapshot, kind: &str) -> Option<PlaneId> {
+/// The first plane of `snap` whose type (the `type` property) is `kind`.
+pub fn plane_of_kind(snap: &Snapshot, kind: drm_gem::kms::PlaneType) -> Option<PlaneId> {
     snap.planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some(kind))
-        .map(|p| p.plane.id)
+        .find(|p| p.kind == Some(kind))
+        .map(|p| p.id)
 }

@@ -126,27 +126,21 @@ pub fn kms_all_off(dev: &drm_gem::Device) -> drm_gem::Result<()> {
     use drm_gem::kms::{AtomicFlags, AtomicRequest, Snapshot};
     let snap = Snapshot::take(dev)?;
     let mut req = AtomicRequest::new();
-    let find = |props: &[drm_gem::kms::ObjectProperty], name: &str| {
-        props
-            .iter()
-            .find(|p| p.property.name == name)
-            .map(|p| p.property.id)
-    };
     for c in &snap.crtcs {
         for name in ["ACTIVE", "MODE_ID"] {
-            if let Some(p) = find(&c.properties, name) {
+            if let Some(p) = c.property(name).map(|p| p.property.id) {
                 req.set(c.crtc.id, p, 0);
             }
         }
     }
     for c in &snap.connectors {
-        if let Some(p) = find(&c.properties, "CRTC_ID") {
+        if let Some(p) = c.property("CRTC_ID").map(|p| p.property.id) {
             req.set(c.connector.id, p, 0);
         }
     }
     for p in &snap.planes {
         for name in ["FB_ID", "CRTC_ID"] {
-            if let Some(id) = find(&p.properties, name) {
+            if let Some(id) = p.property(name).map(|p| p.property.id) {
                 req.set(p.plane.id, id, 0);
             }
         }
@@ -159,15 +153,11 @@ pub fn kms_all_off(dev: &drm_gem::Device) -> drm_gem::Result<()> {
 /// pitch).
 pub fn xrgb_fb<'d>(
     dev: &'d drm_gem::Device,
-    buf: &drm_gem::DumbBuffer<'_>,
-) -> drm_gem::Result<drm_gem::kms::Framebuffer<'d>> {
-    let s = buf.spec();
-    dev.add_framebuffer(&drm_gem::kms::FbSpec::single(
-        s.width,
-        s.height,
-        ioctl_sys::drm::DRM_FORMAT_XRGB8888,
-        buf.handle(),
-        buf.pitch(),
+    buf: &drm_gem::DumbBuffer<&drm_gem::Device>,
+) -> drm_gem::Result<drm_gem::kms::Framebuffer<&'d drm_gem::Device>> {
+    dev.add_framebuffer(&drm_gem::kms::FbSpec::for_dumb(
+        buf,
+        drm_gem::DrmFourcc::Xrgb8888,
     ))
 }
 

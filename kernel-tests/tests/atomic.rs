@@ -57,8 +57,8 @@ fn pipe(dev: &Device) -> Pipe {
         .expect("vkms writeback connector")
         .connector
         .id;
-    let plane = plane_of_kind(&snap, "Primary").expect("a primary plane");
-    let cursor = plane_of_kind(&snap, "Cursor");
+    let plane = plane_of_kind(&snap, drm_gem::kms::PlaneType::Primary).expect("a primary plane");
+    let cursor = plane_of_kind(&snap, drm_gem::kms::PlaneType::Cursor);
     dev.set_master().ok();
     let probed = dev.probe_connector(conn.connector.id).unwrap();
     let mode = *probed
@@ -82,7 +82,7 @@ fn px(x: u32, y: u32) -> u32 {
     (x.wrapping_mul(7) ^ y.wrapping_mul(13)) & 0xff | ((x & 0xff) << 8) | ((y & 0xff) << 16)
 }
 
-fn fill(buf: &mut DumbBuffer<'_>, w: u32, h: u32) {
+fn fill(buf: &mut DumbBuffer<&Device>, w: u32, h: u32) {
     let pitch = buf.pitch() as usize;
     let mut rows = vec![0u8; pitch * h as usize];
     for y in 0..h {
@@ -153,7 +153,7 @@ fn writeback_captures_overlay_planes_in_order() {
         assert!(
             s.planes
                 .iter()
-                .all(|p| p.kind.as_deref() != Some("Overlay")),
+                .all(|p| p.kind != Some(drm_gem::kms::PlaneType::Overlay)),
             "a vkms without enable_overlay shows an overlay plane"
         );
         return;
@@ -164,7 +164,7 @@ fn writeback_captures_overlay_planes_in_order() {
     let overlays: Vec<PlaneId> = s
         .planes
         .iter()
-        .filter(|q| q.kind.as_deref() == Some("Overlay"))
+        .filter(|q| q.kind == Some(drm_gem::kms::PlaneType::Overlay))
         .map(|q| q.plane.id)
         .collect();
     assert!(
@@ -298,11 +298,7 @@ fn writeback_check(dev: &Device, p: &Pipe, squares: &[Square]) {
         // with fbdev emulation have it attached already).
         let mut req = AtomicRequest::new();
         req.set(p.crtc, prop(dev, p.crtc, "ACTIVE"), 1)
-            .set(
-                p.crtc,
-                prop(dev, p.crtc, "MODE_ID"),
-                u64::from(blob.id().get()),
-            )
+            .set(p.crtc, prop(dev, p.crtc, "MODE_ID"), blob.id())
             .set(p.conn, prop(dev, p.conn, "CRTC_ID"), 0)
             .set(
                 p.writeback,
@@ -312,7 +308,7 @@ fn writeback_check(dev: &Device, p: &Pipe, squares: &[Square]) {
             .set(
                 p.writeback,
                 prop(dev, p.writeback, "WRITEBACK_FB_ID"),
-                u64::from(out_fb.id().get()),
+                out_fb.id(),
             )
             .writeback_fence(
                 p.writeback,
@@ -331,13 +327,13 @@ fn writeback_check(dev: &Device, p: &Pipe, squares: &[Square]) {
                 .add_framebuffer(&FbSpec::single(
                     sq.side,
                     sq.side,
-                    sys::DRM_FORMAT_ARGB8888,
+                    drm_gem::DrmFourcc::Argb8888,
                     buf.handle(),
                     buf.pitch(),
                 ))
                 .unwrap();
             let c = sq.plane;
-            req.set(c, prop(dev, c, "FB_ID"), u64::from(sfb.id().get()))
+            req.set(c, prop(dev, c, "FB_ID"), sfb.id())
                 .set(c, prop(dev, c, "CRTC_ID"), u64::from(p.crtc.get()))
                 .set(c, prop(dev, c, "SRC_X"), 0)
                 .set(c, prop(dev, c, "SRC_Y"), 0)
@@ -418,15 +414,17 @@ fn writeback_check(dev: &Device, p: &Pipe, squares: &[Square]) {
 }
 
 /// Turns the pipe on showing `fb`; returns the mode blob (to keep alive).
-fn light<'d>(dev: &'d Device, p: &Pipe, fb: u32, w: u32, h: u32) -> drm_gem::kms::PropertyBlob<'d> {
+fn light<'d>(
+    dev: &'d Device,
+    p: &Pipe,
+    fb: u32,
+    w: u32,
+    h: u32,
+) -> drm_gem::kms::PropertyBlob<&'d Device> {
     let blob = dev.create_blob(&p.mode.to_blob_bytes()).unwrap();
     let mut req = AtomicRequest::new();
     req.set(p.crtc, prop(dev, p.crtc, "ACTIVE"), 1)
-        .set(
-            p.crtc,
-            prop(dev, p.crtc, "MODE_ID"),
-            u64::from(blob.id().get()),
-        )
+        .set(p.crtc, prop(dev, p.crtc, "MODE_ID"), blob.id())
         .set(
             p.conn,
             prop(dev, p.conn, "CRTC_ID"),
@@ -704,11 +702,11 @@ fn virtio_gpu_has_no_vblank() {
 /// self-built kernels), else a vgem write fence exported from its dma-buf (6.0+).
 enum Gate<'d> {
     SwSync(drm_gem::SwSyncTimeline),
-    Vgem(drm_gem::driver::vgem::VgemFence<'d>),
+    Vgem(drm_gem::driver::vgem::VgemFence<&'d Device>),
 }
 
 impl Gate<'_> {
-    fn open(vgem: &Device) -> Option<(Gate<'_>, drm_gem::SyncFile, DumbBuffer<'_>)> {
+    fn open(vgem: &Device) -> Option<(Gate<'_>, drm_gem::SyncFile, DumbBuffer<&Device>)> {
         let keep = DumbBuffer::create(vgem, spec(16, 16)).ok()?;
         if let Ok(t) = drm_gem::SwSyncTimeline::open() {
             let f = t.create_fence(1, "gate").ok()?;
@@ -779,11 +777,7 @@ fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
     );
     // A second non-blocking commit on the same CRTC while the first is pending: EBUSY.
     let mut again = AtomicRequest::new();
-    again.set(
-        p.plane,
-        prop(&dev, p.plane, "FB_ID"),
-        u64::from(fa.id().get()),
-    );
+    again.set(p.plane, prop(&dev, p.plane, "FB_ID"), fa.id());
     match dev.atomic_commit(&again, AtomicFlags::NONBLOCK, 0) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_MODE_ATOMIC",

@@ -236,13 +236,13 @@ fn lit_vkms(nonblocking: bool) -> Option<&'static Device> {
     let snap = Snapshot::take(dev).unwrap();
     let crtc = snap.resources.crtcs[0];
     let (conn, mode) = kernel_tests::vkms_output(dev, &snap);
-    let buf: &'static DumbBuffer<'static> =
+    let buf: &'static DumbBuffer<&'static Device> =
         Box::leak(Box::new(DumbBuffer::create(dev, spec(1024, 768)).unwrap()));
     let fb = dev
         .add_framebuffer(&FbSpec::single(
             1024,
             768,
-            sys::DRM_FORMAT_XRGB8888,
+            drm_gem::DrmFourcc::Xrgb8888,
             buf.handle(),
             buf.pitch(),
         ))

@@ -91,7 +91,13 @@ fn getfb2_handles_are_owned_and_closed() {
             .unwrap()
             .write_at(0, &[0x11, 0x22, 0x33, 0x44])
             .unwrap();
-        let spec = FbSpec::single(64, 32, sys::DRM_FORMAT_XRGB8888, buf.handle(), buf.pitch());
+        let spec = FbSpec::single(
+            64,
+            32,
+            drm_gem::DrmFourcc::Xrgb8888,
+            buf.handle(),
+            buf.pitch(),
+        );
         let fb = dev.add_framebuffer(&spec).expect("ADDFB2");
         let info = dev.framebuffer_info(fb.id()).expect("GETFB2");
         assert_eq!(
@@ -157,7 +163,7 @@ fn multi_planar_framebuffer_shares_one_owned_handle_in_getfb2() {
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     dev.set_client_cap(drm_gem::ClientCap::UniversalPlanes, 1)
         .unwrap();
-    const NV12: u32 = 0x3231_564e;
+    const NV12: u32 = drm_gem::DrmFourcc::Nv12 as u32;
     let offers_nv12 = dev
         .plane_ids()
         .unwrap()
@@ -178,7 +184,7 @@ fn multi_planar_framebuffer_shares_one_owned_handle_in_getfb2() {
     let spec = drm_gem::kms::FbSpec {
         width: 64,
         height: 64,
-        format: NV12,
+        format: drm_gem::DrmFourcc::Nv12,
         modifier: None,
         planes: vec![
             drm_gem::kms::FbPlane {

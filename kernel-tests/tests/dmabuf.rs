@@ -25,7 +25,7 @@ fn spec() -> DumbSpec {
 }
 
 /// A vgem dumb buffer and its dma-buf.
-fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<'_>, DmaBuf) {
+fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<&Device>, DmaBuf) {
     let buf = DumbBuffer::create(dev, spec()).expect("vgem CREATE_DUMB");
     let d = dev
         .export(buf.gem(), PrimeFlags::default())

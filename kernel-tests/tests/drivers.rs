@@ -742,7 +742,7 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
     let plane = snap
         .planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
+        .find(|p| p.kind == Some(drm_gem::kms::PlaneType::Primary))
         .expect("a primary plane")
         .plane
         .id;
@@ -768,7 +768,7 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
             .add_framebuffer(&FbSpec::single(
                 w,
                 h,
-                ioctl_sys::drm::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 buf.handle(),
                 buf.pitch(),
             ))
@@ -777,13 +777,9 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
         let blob = dev.create_blob(&mode.to_blob_bytes()).expect("mode blob");
         let mut req = AtomicRequest::new();
         req.set(crtc, prop(&dev, crtc, "ACTIVE"), 1)
-            .set(
-                crtc,
-                prop(&dev, crtc, "MODE_ID"),
-                u64::from(blob.id().get()),
-            )
+            .set(crtc, prop(&dev, crtc, "MODE_ID"), blob.id())
             .set(conn, prop(&dev, conn, "CRTC_ID"), u64::from(crtc.get()))
-            .set(plane, prop(&dev, plane, "FB_ID"), u64::from(fb.id().get()))
+            .set(plane, prop(&dev, plane, "FB_ID"), fb.id())
             .set(plane, prop(&dev, plane, "CRTC_ID"), u64::from(crtc.get()))
             .set(plane, prop(&dev, plane, "SRC_X"), 0)
             .set(plane, prop(&dev, plane, "SRC_Y"), 0)

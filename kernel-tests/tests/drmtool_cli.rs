@@ -682,7 +682,7 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
         .add_framebuffer(&FbSpec::single(
             w,
             h,
-            u32::from_le_bytes(*b"XR24"),
+            drm_gem::DrmFourcc::Xrgb8888,
             buf.handle(),
             buf.pitch(),
         ))
@@ -691,37 +691,32 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
     let plane = snap
         .planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary") && p.plane.possible_crtcs & (1 << idx) != 0)
+        .find(|p| {
+            p.kind == Some(drm_gem::kms::PlaneType::Primary)
+                && p.plane.possible_crtcs & (1 << idx) != 0
+        })
         .unwrap();
-    let f = |props: &[drm_gem::kms::ObjectProperty], name: &str| {
-        props
-            .iter()
-            .find(|p| p.property.name == name)
-            .unwrap()
-            .property
-            .id
-    };
     let blob = dev.create_blob(&mode.to_blob_bytes()).unwrap();
     let mut req = AtomicRequest::new();
-    req.set(crtc.crtc.id, f(&crtc.properties, "ACTIVE"), 1)
+    req.set(crtc.crtc.id, crtc.property_id("ACTIVE").unwrap(), 1)
         .set(
             crtc.crtc.id,
-            f(&crtc.properties, "MODE_ID"),
-            u64::from(blob.id().get()),
+            crtc.property_id("MODE_ID").unwrap(),
+            blob.id(),
         )
         .set(
             conn.connector.id,
-            f(&conn.properties, "CRTC_ID"),
-            u64::from(crtc.crtc.id.get()),
+            conn.property_id("CRTC_ID").unwrap(),
+            crtc.crtc.id,
         );
     let place = |req: &mut AtomicRequest<'_>,
                  pl: &drm_gem::kms::PlaneState,
                  fb: u32,
                  (x, y, pw, ph): (u32, u32, u32, u32)| {
-        let pp = |name| f(&pl.properties, name);
+        let pp = |name| pl.property_id(name).unwrap();
         let id = pl.plane.id;
         req.set(id, pp("FB_ID"), u64::from(fb))
-            .set(id, pp("CRTC_ID"), u64::from(crtc.crtc.id.get()))
+            .set(id, pp("CRTC_ID"), crtc.crtc.id)
             .set(id, pp("SRC_X"), 0)
             .set(id, pp("SRC_Y"), 0)
             .set(id, pp("SRC_W"), u64::from(pw) << 16)
@@ -739,7 +734,8 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
             .planes
             .iter()
             .find(|p| {
-                p.kind.as_deref() == Some("Cursor") && p.plane.possible_crtcs & (1 << idx) != 0
+                p.kind == Some(drm_gem::kms::PlaneType::Cursor)
+                    && p.plane.possible_crtcs & (1 << idx) != 0
             })
             .expect("vkms has a cursor plane on every kernel of the matrix");
         let (x, y, side, rgb) = CURSOR;
@@ -759,7 +755,7 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
             .add_framebuffer(&FbSpec::single(
                 side,
                 side,
-                u32::from_le_bytes(*b"AR24"),
+                drm_gem::DrmFourcc::Argb8888,
                 cbuf.handle(),
                 cbuf.pitch(),
             ))
@@ -873,24 +869,18 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
         // The routing is back exactly: the connector on the CRTC, the same mode, the same
         // framebuffer on the primary plane, the writeback connector detached.
         let after = Snapshot::take(&dev).unwrap();
-        let raw = |props: &[drm_gem::kms::ObjectProperty], name: &str| {
-            props
-                .iter()
-                .find(|p| p.property.name == name)
-                .unwrap_or_else(|| panic!("no {name}"))
-                .raw
-        };
         let c = &after.crtcs[idx];
-        assert_eq!(raw(&c.properties, "ACTIVE"), 1, "{p} {method}");
-        let mode_blob = drm_gem::kms::BlobId::new(raw(&c.properties, "MODE_ID") as u32)
-            .expect("the CRTC has a mode");
+        assert_eq!(c.property("ACTIVE").expect("ACTIVE").raw, 1, "{p} {method}");
+        let mode_blob =
+            drm_gem::kms::BlobId::new(c.property("MODE_ID").expect("MODE_ID").raw as u32)
+                .expect("the CRTC has a mode");
         assert_eq!(
             dev.blob(mode_blob).unwrap(),
             mode.to_blob_bytes(),
             "{p} {method}: the mode changed"
         );
         for k in &after.connectors {
-            let on = raw(&k.properties, "CRTC_ID");
+            let on = k.property("CRTC_ID").expect("CRTC_ID").raw;
             if k.connector.id == conn.connector.id {
                 assert_eq!(on, u64::from(crtc.crtc.id.get()), "{p}: connector not back");
             } else if k.connector.kind == 18 {
@@ -907,21 +897,24 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
             .find(|q| q.plane.id == plane.plane.id)
             .unwrap();
         assert_eq!(
-            raw(&pl.properties, "FB_ID"),
+            pl.property("FB_ID").expect("FB_ID").raw,
             u64::from(fb.id().get()),
             "{p} {method}: the primary plane's framebuffer changed"
         );
         assert_eq!(
-            raw(&pl.properties, "CRTC_ID"),
+            pl.property("CRTC_ID").expect("CRTC_ID").raw,
             u64::from(crtc.crtc.id.get())
         );
         if let Some((cfb, _)) = &keep {
             let cp = after
                 .planes
                 .iter()
-                .find(|q| q.kind.as_deref() == Some("Cursor"))
+                .find(|q| q.kind == Some(drm_gem::kms::PlaneType::Cursor))
                 .unwrap();
-            assert_eq!(raw(&cp.properties, "FB_ID"), u64::from(cfb.id().get()));
+            assert_eq!(
+                cp.property("FB_ID").expect("FB_ID").raw,
+                u64::from(cfb.id().get())
+            );
         }
     }
     dev.set_master().unwrap();

@@ -46,7 +46,7 @@ fn modeset_and_flip(dev: &Device) {
             .add_framebuffer(&FbSpec::single(
                 w,
                 h,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 a.handle(),
                 a.pitch(),
             ))
@@ -55,7 +55,7 @@ fn modeset_and_flip(dev: &Device) {
             .add_framebuffer(&FbSpec::single(
                 w,
                 h,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 b.handle(),
                 b.pitch(),
             ))
@@ -134,14 +134,14 @@ fn vkms_plane_cursor_gamma_dirty() {
         .add_framebuffer(&FbSpec::single(
             1024,
             768,
-            sys::DRM_FORMAT_XRGB8888,
+            drm_gem::DrmFourcc::Xrgb8888,
             a.handle(),
             a.pitch(),
         ))
         .unwrap();
     dev.set_crtc(crtc, fa.id(), (0, 0), &[conn], &mode).unwrap();
     // SETPLANE on the primary plane, showing the same framebuffer.
-    let primary = plane_of_kind(&snap, "Primary").expect("a primary plane");
+    let primary = plane_of_kind(&snap, drm_gem::kms::PlaneType::Primary).expect("a primary plane");
     dev.set_plane(primary, crtc, Some(fa.id()), PlaneRect::full(1024, 768))
         .expect("SETPLANE");
     // The cursor: a 64x64 ARGB8888 buffer, shown, moved, hidden.
@@ -201,7 +201,7 @@ fn lease_lessee_drives_its_objects_and_sees_nothing_else() {
         .iter()
         .find(|c| c.connector.kind == sys::DRM_MODE_CONNECTOR_WRITEBACK)
         .map(|c| c.connector.id);
-    let primary = plane_of_kind(&snap, "Primary").expect("a primary plane");
+    let primary = plane_of_kind(&snap, drm_gem::kms::PlaneType::Primary).expect("a primary plane");
     let fds = open_fds();
     {
         let objs = [crtc.get(), conn.get(), primary.get()];
@@ -246,7 +246,7 @@ fn lease_lessee_drives_its_objects_and_sees_nothing_else() {
             .add_framebuffer(&FbSpec::single(
                 1024,
                 768,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 buf.handle(),
                 buf.pitch(),
             ))

@@ -37,7 +37,7 @@ fn prop<O: ModeObject + core::fmt::Debug>(dev: &Device, obj: O, name: &str) -> P
 
 const W: u32 = 1024;
 
-fn big(dev: &Device) -> DumbBuffer<'_> {
+fn big(dev: &Device) -> DumbBuffer<&Device> {
     DumbBuffer::create(
         dev,
         DumbSpec {
@@ -309,7 +309,7 @@ fn atomic_blob_of_the_wrong_size() {
         let crtc = dev.resources().unwrap().crtcs[0];
         let blob = dev.create_blob(&[1, 2, 3]).unwrap();
         let mut req = AtomicRequest::new();
-        req.set(crtc, prop(dev, crtc, "MODE_ID"), u64::from(blob.id().get()));
+        req.set(crtc, prop(dev, crtc, "MODE_ID"), blob.id());
         assert_eq!(
             errno(
                 dev.atomic_commit(&req, AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET, 0),
@@ -482,7 +482,7 @@ fn page_flip_on_an_off_crtc() {
             .add_framebuffer(&FbSpec::single(
                 W,
                 W,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 buf.handle(),
                 4 * W,
             ))
@@ -509,7 +509,7 @@ fn page_flip_to_an_unknown_framebuffer() {
             .add_framebuffer(&FbSpec::single(
                 W,
                 W,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 buf.handle(),
                 4 * W,
             ))
@@ -576,7 +576,7 @@ fn pipe_objects(dev: &Device) -> Vec<u32> {
     let primary = snap
         .planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary"))
+        .find(|p| p.kind == Some(drm_gem::kms::PlaneType::Primary))
         .unwrap();
     vec![
         snap.resources.crtcs[0].get(),
@@ -655,7 +655,7 @@ fn close_framebuffer_where_the_kernel_lacks_it() {
             .add_framebuffer(&FbSpec::single(
                 W,
                 W,
-                sys::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 buf.handle(),
                 4 * W,
             ))

@@ -30,7 +30,7 @@ fn assert_invalid_argument<T: core::fmt::Debug>(r: drm_gem::Result<T>, needle: &
 }
 
 /// A 16x16, 32 bpp dumb buffer.
-fn small(dev: &Device) -> DumbBuffer<'_> {
+fn small(dev: &Device) -> DumbBuffer<&Device> {
     DumbBuffer::create(
         dev,
         DumbSpec {
@@ -385,7 +385,7 @@ fn addfb2_of_an_unknown_handle() {
         let spec = FbSpec::single(
             16,
             16,
-            sys::DRM_FORMAT_XRGB8888,
+            drm_gem::DrmFourcc::Xrgb8888,
             GemHandle::new(0xdead).unwrap(),
             64,
         );
@@ -419,7 +419,7 @@ fn addfb2_with_pitch_0() {
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     no_leak(&dev, "addfb2_with_pitch_0", |dev| {
         let buf = small(dev);
-        let spec = FbSpec::single(16, 16, sys::DRM_FORMAT_XRGB8888, buf.handle(), 0);
+        let spec = FbSpec::single(16, 16, drm_gem::DrmFourcc::Xrgb8888, buf.handle(), 0);
         let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
         assert_eq!(e, Errno::INVAL);
     });
@@ -430,7 +430,7 @@ fn addfb2_larger_than_its_buffer() {
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     no_leak(&dev, "addfb2_larger_than_its_buffer", |dev| {
         let buf = small(dev);
-        let spec = FbSpec::single(16, 1024, sys::DRM_FORMAT_XRGB8888, buf.handle(), 64);
+        let spec = FbSpec::single(16, 1024, drm_gem::DrmFourcc::Xrgb8888, buf.handle(), 64);
         let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
         assert_eq!(e, Errno::INVAL);
     });
@@ -442,7 +442,7 @@ fn addfb2_on_a_render_node_is_denied() {
     no_leak(&dev, "addfb2_on_a_render_node_is_denied", |dev| {
         // The permission check comes first: the handle need not exist.
         let h = GemHandle::new(1).unwrap();
-        let spec = FbSpec::single(16, 16, sys::DRM_FORMAT_XRGB8888, h, 64);
+        let spec = FbSpec::single(16, 16, drm_gem::DrmFourcc::Xrgb8888, h, 64);
         let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
         assert_eq!(e, Errno::ACCESS);
     });

@@ -129,7 +129,7 @@ fn unbinding_the_driver_counts_every_release_as_enodev() {
         .add_framebuffer(&FbSpec::single(
             s.width,
             s.height,
-            sys::DRM_FORMAT_XRGB8888,
+            drm_gem::DrmFourcc::Xrgb8888,
             b.handle(),
             b.pitch(),
         ))

@@ -34,7 +34,7 @@ const IMPORT_SYNC_FILE: u32 = 1;
 /// What the probe must say for virtio-gpu on this kernel: sync objects and timelines arrived
 /// between 6.1 and 6.12 (DRIVER_SYNCOBJ | DRIVER_SYNCOBJ_TIMELINE in 6.12's virtgpu_drv.c);
 /// in between, whatever the probe says is accepted.
-fn virtio_support(dev: &Device) -> Option<Syncobjs<'_>> {
+fn virtio_support(dev: &Device) -> Option<Syncobjs<&Device>> {
     let (major, minor) = kernel();
     match dev.syncobjs() {
         Ok(s) => {
@@ -97,8 +97,10 @@ fn spec() -> DumbSpec {
 
 /// A vgem dumb buffer with an unsignalled write fence, and the sync_file a reader of its
 /// dma-buf must wait for (`DMA_BUF_IOCTL_EXPORT_SYNC_FILE`, Linux 6.0+).
-fn vgem_fenced<'d>(vgem: &Vgem<'d>) -> (DumbBuffer<'d>, VgemFence<'d>, SyncFile) {
-    let dev = vgem.device();
+fn vgem_fenced<'d>(
+    vgem: &Vgem<&'d Device>,
+) -> (DumbBuffer<&'d Device>, VgemFence<&'d Device>, SyncFile) {
+    let dev: &'d Device = vgem.device_ref();
     let buf = DumbBuffer::create(dev, spec()).expect("vgem CREATE_DUMB");
     let dmabuf = dev.export(buf.gem(), PrimeFlags::default()).unwrap();
     let fence = vgem

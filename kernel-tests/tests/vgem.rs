@@ -21,7 +21,7 @@ const WRITE: DmaBufSync = DmaBufSync::WRITE;
 const ATTACH: &str = "DRM_IOCTL_VGEM_FENCE_ATTACH";
 const SIGNAL: &str = "DRM_IOCTL_VGEM_FENCE_SIGNAL";
 
-fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<'_>, DmaBuf) {
+fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<&Device>, DmaBuf) {
     let buf = DumbBuffer::create(
         dev,
         DumbSpec {

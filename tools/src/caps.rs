@@ -358,13 +358,7 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
     );
     match (&res, &dumb) {
         (Ok(_), Ok(b)) => {
-            let fb = dev.add_framebuffer(&FbSpec::single(
-                64,
-                64,
-                crate::select::XRGB8888,
-                b.handle(),
-                b.pitch(),
-            ));
+            let fb = dev.add_framebuffer(&FbSpec::for_dumb(b, drm_gem::DrmFourcc::Xrgb8888));
             match fb {
                 Ok(fb) => put(
                     "closefb",

@@ -303,7 +303,7 @@ pub fn render_kms(k: &Snapshot, ind: &str) -> String {
             s,
             "{ind}  {} {} crtc {} fb {} possible crtcs {:#x}",
             pp.id.get(),
-            p.kind.as_deref().unwrap_or("?"),
+            p.kind.map_or("?", |k| k.name()),
             pp.crtc.map_or("-".into(), |c| c.get().to_string()),
             pp.framebuffer.map_or("-".into(), |f| f.get().to_string()),
             pp.possible_crtcs

@@ -1,9 +1,9 @@
 //! `drmtool kms`: a modetest-style listing, a mode set with a test pattern, and a PNG of
 //! what a CRTC shows.
 
-use crate::select::XRGB8888;
+use drm_gem::DrmFourcc;
 use drm_gem::kms::{
-    AtomicFlags, AtomicRequest, ConnectorStatus, FbSpec, Mode, ObjectProperty, PropertyId, Snapshot,
+    AtomicFlags, AtomicRequest, ConnectorStatus, FbSpec, Mode, Output, PlaneType, Snapshot,
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec};
 use std::path::Path;
@@ -14,14 +14,6 @@ pub type KmsResult<T> = Result<T, String>;
 
 /// `DRM_MODE_CONNECTOR_WRITEBACK`.
 const WRITEBACK: u32 = 18;
-
-fn find(props: &[ObjectProperty], name: &str) -> KmsResult<PropertyId> {
-    props
-        .iter()
-        .find(|p| p.property.name == name)
-        .map(|p| p.property.id)
-        .ok_or_else(|| format!("no {name} property"))
-}
 
 /// The colour of pixel (`x`, `y`) of the test pattern for a `w`x`h` mode, as XRGB8888:
 /// eight vertical colour bars (white, yellow, cyan, green, magenta, red, blue, black) over
@@ -39,7 +31,7 @@ pub fn pattern_pixel(x: u32, y: u32, w: u32, h: u32) -> u32 {
 }
 
 /// Fills a dumb buffer with the test pattern.
-fn paint(buf: &mut DumbBuffer<'_>, w: u32, h: u32) -> drm_gem::Result<()> {
+fn paint(buf: &mut DumbBuffer<&Device>, w: u32, h: u32) -> drm_gem::Result<()> {
     let pitch = buf.pitch() as usize;
     let mut px = vec![0u8; pitch * h as usize];
     for y in 0..h {
@@ -132,7 +124,7 @@ pub fn modeset(
     let conn = snap
         .connectors
         .iter()
-        .find(|c| c.connector.name() == connector || c.connector.id.get().to_string() == connector)
+        .find(|c| c.connector.name() == connector || c.id.get().to_string() == connector)
         .ok_or_else(|| {
             let names: Vec<String> = snap.connectors.iter().map(|c| c.connector.name()).collect();
             format!(
@@ -146,7 +138,7 @@ pub fn modeset(
         ));
     }
     let probed = dev
-        .probe_connector(conn.connector.id)
+        .probe_connector(conn.id)
         .map_err(e("probing the connector"))?;
     if probed.status == ConnectorStatus::Disconnected {
         return Err(format!(
@@ -176,9 +168,9 @@ pub fn modeset(
                 .encoder
                 .and_then(|id| dev.encoder(id).ok())
                 .and_then(|enc| enc.crtc)
-                == Some(crtc.crtc.id)
+                == Some(crtc.id)
         })
-        .map(|c| c.connector.id)
+        .map(|c| c.id)
         .collect();
 
     let (w, h) = (u32::from(m.size().0), u32::from(m.size().1));
@@ -193,11 +185,11 @@ pub fn modeset(
     .map_err(e("creating the pattern buffer"))?;
     paint(&mut buf, w, h).map_err(e("drawing the pattern"))?;
     let fb = dev
-        .add_framebuffer(&FbSpec::single(w, h, XRGB8888, buf.handle(), buf.pitch()))
+        .add_framebuffer(&FbSpec::for_dumb(&buf, DrmFourcc::Xrgb8888))
         .map_err(e("adding the framebuffer"))?;
     let lit = Lit {
         connector: conn.connector.name(),
-        crtc: crtc.crtc.id.get(),
+        crtc: crtc.id.get(),
         mode: if m.name() == format!("{w}x{h}") {
             m.name()
         } else {
@@ -207,43 +199,24 @@ pub fn modeset(
     };
     if atomic {
         let plane = snap
-            .planes
-            .iter()
-            .find(|p| {
-                p.kind.as_deref() == Some("Primary") && p.plane.possible_crtcs & (1 << idx) != 0
-            })
+            .plane_for(crtc.id, PlaneType::Primary)
             .ok_or("no primary plane for that CRTC")?;
         let blob = dev
             .create_blob(&m.to_blob_bytes())
             .map_err(e("creating the mode blob"))?;
+        let out = Output {
+            connector: conn.id,
+            mode: m,
+            crtc: crtc.id,
+            plane: plane.id,
+        };
         let mut req = AtomicRequest::new();
-        req.set(crtc.crtc.id, find(&crtc.properties, "ACTIVE")?, 1)
-            .set(
-                crtc.crtc.id,
-                find(&crtc.properties, "MODE_ID")?,
-                u64::from(blob.id().get()),
-            )
-            .set(
-                conn.connector.id,
-                find(&conn.properties, "CRTC_ID")?,
-                u64::from(crtc.crtc.id.get()),
-            );
-        let pid = plane.plane.id;
-        let pp = |n: &str| find(&plane.properties, n);
-        req.set(pid, pp("FB_ID")?, u64::from(fb.id().get()))
-            .set(pid, pp("CRTC_ID")?, u64::from(crtc.crtc.id.get()))
-            .set(pid, pp("SRC_X")?, 0)
-            .set(pid, pp("SRC_Y")?, 0)
-            .set(pid, pp("SRC_W")?, u64::from(w) << 16)
-            .set(pid, pp("SRC_H")?, u64::from(h) << 16)
-            .set(pid, pp("CRTC_X")?, 0)
-            .set(pid, pp("CRTC_Y")?, 0)
-            .set(pid, pp("CRTC_W")?, u64::from(w))
-            .set(pid, pp("CRTC_H")?, u64::from(h));
+        snap.light(&mut req, &out, blob.id(), fb.id())
+            .map_err(e("building the atomic request"))?;
         dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
             .map_err(e("the atomic commit"))?;
     } else {
-        dev.set_crtc(crtc.crtc.id, fb.id(), (0, 0), &[conn.connector.id], &m)
+        dev.set_crtc(crtc.id, fb.id(), (0, 0), &[conn.id], &m)
             .map_err(e("DRM_IOCTL_MODE_SETCRTC"))?;
     }
     // From here on the pattern shows; the guard (dropped before `fb`, declared after it)
@@ -305,52 +278,48 @@ impl Drop for Restore<'_> {
 fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_gem::Result<()> {
     let crtc = &snap.crtcs[idx];
     if !atomic {
-        return dev.disable_crtc(crtc.crtc.id);
+        return dev.disable_crtc(crtc.id);
     }
     // Atomic: detach every plane and connector from the CRTC, then switch it off.
     let mut req = AtomicRequest::new();
-    let f = |props: &[ObjectProperty], n: &str| {
-        props
-            .iter()
-            .find(|p| p.property.name == n)
-            .map(|p| p.property.id)
-    };
     for c in &snap.connectors {
-        if let Some(p) = f(&c.properties, "CRTC_ID") {
+        if let Some(p) = c.property("CRTC_ID").map(|p| p.property.id) {
             let cur = c
                 .properties
                 .iter()
                 .find(|x| x.property.id == p)
                 .map_or(0, |x| x.raw);
-            if cur == u64::from(crtc.crtc.id.get()) || c.connector.kind != WRITEBACK {
+            if cur == u64::from(crtc.id.get()) || c.kind != WRITEBACK {
                 // Connectors not on another CRTC end up off; those were off before too.
-                if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
-                    req.set(c.connector.id, p, 0);
+                if cur == 0 || cur == u64::from(crtc.id.get()) {
+                    req.set(c.id, p, 0);
                 }
             }
         }
     }
     for p in &snap.planes {
-        if p.plane.possible_crtcs & (1 << idx) == 0 {
+        if p.possible_crtcs & (1 << idx) == 0 {
             continue;
         }
-        let cur = f(&p.properties, "CRTC_ID")
+        let cur = p
+            .property("CRTC_ID")
+            .map(|p| p.property.id)
             .and_then(|id| p.properties.iter().find(|x| x.property.id == id))
             .map_or(0, |x| x.raw);
-        if cur == 0 || cur == u64::from(crtc.crtc.id.get()) {
-            if let Some(id) = f(&p.properties, "FB_ID") {
-                req.set(p.plane.id, id, 0);
+        if cur == 0 || cur == u64::from(crtc.id.get()) {
+            if let Some(id) = p.property("FB_ID").map(|p| p.property.id) {
+                req.set(p.id, id, 0);
             }
-            if let Some(id) = f(&p.properties, "CRTC_ID") {
-                req.set(p.plane.id, id, 0);
+            if let Some(id) = p.property("CRTC_ID").map(|p| p.property.id) {
+                req.set(p.id, id, 0);
             }
         }
     }
-    if let Some(id) = f(&crtc.properties, "ACTIVE") {
-        req.set(crtc.crtc.id, id, 0);
+    if let Some(id) = crtc.property("ACTIVE").map(|p| p.property.id) {
+        req.set(crtc.id, id, 0);
     }
-    if let Some(id) = f(&crtc.properties, "MODE_ID") {
-        req.set(crtc.crtc.id, id, 0);
+    if let Some(id) = crtc.property("MODE_ID").map(|p| p.property.id) {
+        req.set(crtc.id, id, 0);
     }
     dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
         .map(|_| ())
@@ -413,12 +382,12 @@ pub struct Image {
 fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
     snap.crtcs
         .iter()
-        .position(|c| c.crtc.id.get().to_string() == spec)
+        .position(|c| c.id.get().to_string() == spec)
         .ok_or_else(|| {
             let ids: Vec<String> = snap
                 .crtcs
                 .iter()
-                .map(|c| c.crtc.id.get().to_string())
+                .map(|c| c.id.get().to_string())
                 .collect();
             format!(
                 "no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)",
@@ -438,13 +407,13 @@ pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> 
     let snap = Snapshot::take(dev).map_err(|e| format!("reading the KMS state: {e}"))?;
     let idx = crtc_by_spec(&snap, crtc)?;
     let c = &snap.crtcs[idx];
-    let Some(mode) = c.crtc.mode else {
+    let Some(mode) = c.mode else {
         return Err(format!(
             "CRTC {crtc} is off: it shows nothing (hint: `drmtool kms modeset CONNECTOR` lights one)"
         ));
     };
     let wb_conn = snap.connectors.iter().find(|k| {
-        k.connector.kind == WRITEBACK
+        k.kind == WRITEBACK
             && k.connector
                 .encoders
                 .iter()
@@ -474,8 +443,8 @@ pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> 
 
 fn to_rgb(px: &[u8], format: u32, w: u32, h: u32, pitch: usize) -> KmsResult<Vec<u8>> {
     let mut rgb = Vec::with_capacity(w as usize * h as usize * 3);
-    let argb = [XRGB8888, u32::from_le_bytes(*b"AR24")];
-    let abgr = [u32::from_le_bytes(*b"XB24"), u32::from_le_bytes(*b"AB24")];
+    let argb = [DrmFourcc::Xrgb8888 as u32, DrmFourcc::Argb8888 as u32];
+    let abgr = [DrmFourcc::Xbgr8888 as u32, DrmFourcc::Abgr8888 as u32];
     if !argb.contains(&format) && !abgr.contains(&format) {
         return Err(format!(
             "the framebuffer's format {} is not one drmtool converts (XR24, AR24, XB24, AB24)",
@@ -505,9 +474,11 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
     let fb_id = snap
         .planes
         .iter()
-        .find(|p| p.kind.as_deref() == Some("Primary") && p.plane.crtc == Some(c.crtc.id))
-        .and_then(|p| p.plane.framebuffer)
-        .or(c.crtc.framebuffer)
+        .find(|p| {
+            p.kind == Some(drm_gem::kms::PlaneType::Primary) && p.crtc == Some(c.id)
+        })
+        .and_then(|p| p.framebuffer)
+        .or(c.framebuffer)
         .ok_or("the CRTC's primary plane shows no framebuffer")?;
     let info = dev
         .framebuffer_info(fb_id)
@@ -522,7 +493,7 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
             "GETFB2 withheld the buffer handle (hint: run as root, or as DRM master)".into(),
         );
     };
-    let (x0, y0) = c.crtc.position;
+    let (x0, y0) = c.position;
     let w = u32::from(mode.size().0).min(info.width.saturating_sub(x0));
     let h = u32::from(mode.size().1).min(info.height.saturating_sub(y0));
     let pitch = plane0.pitch as usize;
@@ -552,14 +523,6 @@ enum Wb {
     /// Capturing would have meant detaching the CRTC's outputs, or master was refused,
     /// and the caller allows neither: why.
     NotWithoutDisturbing(String),
-}
-
-/// The raw value of property `name` in an object's snapshot (0 when it has none).
-fn value(props: &[ObjectProperty], name: &str) -> u64 {
-    props
-        .iter()
-        .find(|p| p.property.name == name)
-        .map_or(0, |p| p.raw)
 }
 
 /// Puts a CRTC's routing back as it was before a writeback capture (the atomic commit
@@ -638,7 +601,7 @@ fn writeback(
         ));
     }
     let c = &snap.crtcs[idx];
-    let crtc = u64::from(c.crtc.id.get());
+    let crtc = u64::from(c.id.get());
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
     // The formats the connector writes (vkms: XR24 on older kernels, AR24 on newer ones).
     let formats: Vec<u32> = k
@@ -655,9 +618,9 @@ fn writeback(
                 .collect()
         })
         .unwrap_or_default();
-    let Some(format) = [XRGB8888, u32::from_le_bytes(*b"AR24")]
+    let Some(format) = [DrmFourcc::Xrgb8888, DrmFourcc::Argb8888]
         .into_iter()
-        .find(|f| formats.contains(f))
+        .find(|&f| formats.contains(&(f as u32)))
     else {
         let names: Vec<String> = formats
             .iter()
@@ -678,22 +641,30 @@ fn writeback(
     )
     .map_err(e("creating the capture buffer"))?;
     let fb = dev
-        .add_framebuffer(&FbSpec::single(w, h, format, buf.handle(), buf.pitch()))
+        .add_framebuffer(&FbSpec::for_dumb(&buf, format))
         .map_err(e("adding the capture framebuffer"))?;
-    let crtc_prop = find(&k.properties, "CRTC_ID")?;
-    let fb_prop = find(&k.properties, "WRITEBACK_FB_ID")?;
-    let fence_prop = find(&k.properties, "WRITEBACK_OUT_FENCE_PTR")?;
+    let crtc_prop = k.property_id("CRTC_ID").map_err(|e| e.to_string())?;
+    let fb_prop = k
+        .property_id("WRITEBACK_FB_ID")
+        .map_err(|e| e.to_string())?;
+    let fence_prop = k
+        .property_id("WRITEBACK_OUT_FENCE_PTR")
+        .map_err(|e| e.to_string())?;
     let flags = AtomicFlags::ALLOW_MODESET;
     let test = flags | AtomicFlags::TEST_ONLY;
     let mut clone = AtomicRequest::new();
     clone
-        .set(k.connector.id, crtc_prop, crtc)
-        .set(k.connector.id, fb_prop, u64::from(fb.id().get()))
-        .writeback_fence(k.connector.id, fence_prop);
+        .set(k.id, crtc_prop, crtc)
+        .set(k.id, fb_prop, fb.id())
+        .writeback_fence(k.id, fence_prop);
     // The undo: the writeback connector back where it was, with no framebuffer.
     let mut undo = AtomicRequest::new();
-    undo.set(k.connector.id, crtc_prop, value(&k.properties, "CRTC_ID"))
-        .set(k.connector.id, fb_prop, 0);
+    undo.set(
+        k.id,
+        crtc_prop,
+        k.property("CRTC_ID").map_or(0, |p| p.raw),
+    )
+    .set(k.id, fb_prop, 0);
     let mut detached = Vec::new();
     let (req, way) = match dev.atomic_commit(&clone, test, 0) {
         Ok(_) => (clone, WritebackWay::Clone),
@@ -702,7 +673,8 @@ fn writeback(
                 .connectors
                 .iter()
                 .filter(|x| {
-                    x.connector.id != k.connector.id && value(&x.properties, "CRTC_ID") == crtc
+                    x.id != k.id
+                        && x.property("CRTC_ID").map_or(0, |p| p.raw) == crtc
                 })
                 .collect();
             if !may_swap || outputs.is_empty() {
@@ -713,9 +685,9 @@ fn writeback(
             }
             let mut swap = clone.clone();
             for x in outputs {
-                let p = find(&x.properties, "CRTC_ID")?;
-                swap.set(x.connector.id, p, 0);
-                undo.set(x.connector.id, p, crtc);
+                let p = x.property_id("CRTC_ID").map_err(|e| e.to_string())?;
+                swap.set(x.id, p, 0);
+                undo.set(x.id, p, crtc);
                 detached.push(x.connector.name());
             }
             if let Err(err) = dev.atomic_commit(&swap, test, 0) {
@@ -774,7 +746,7 @@ fn writeback(
     Ok(Wb::Done(Image {
         width: w,
         height: h,
-        rgb: to_rgb(&px, format, w, h, pitch)?,
+        rgb: to_rgb(&px, format as u32, w, h, pitch)?,
         method: "writeback",
         writeback: Some(way),
         detached,

@@ -104,6 +104,3 @@ pub fn error_class(e: &drm_gem::Error) -> String {
         (None, _) => "error".into(),
     }
 }
-
-/// `DRM_FORMAT_XRGB8888` (`XR24`).
-pub const XRGB8888: u32 = u32::from_le_bytes(*b"XR24");

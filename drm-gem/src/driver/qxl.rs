@@ -16,7 +16,7 @@
 //! # Ok::<(), drm_gem::Error>(())
 //! ```
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::gem::{GemHandle, GemObject, Release};
 use crate::mapping::Mapping;
@@ -49,16 +49,16 @@ impl QxlParam {
 
 /// A qxl node: a borrowed [`Device`] whose driver is `qxl`.
 #[derive(Debug, Clone, Copy)]
-pub struct Qxl<'d> {
-    dev: &'d Device,
+pub struct Qxl<D: DeviceRef> {
+    dev: D,
 }
 
-impl<'d> Qxl<'d> {
+impl<D: DeviceRef> Qxl<D> {
     /// Checks the driver (`DRM_IOCTL_VERSION`).
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the node's driver is not `qxl`.
-    pub fn new(dev: &'d Device) -> Result<Self> {
+    pub fn new(dev: D) -> Result<Self> {
         let name = dev.driver()?.name;
         if name != DRIVER_NAME {
             return Err(Error::Unsupported {
@@ -71,8 +71,13 @@ impl<'d> Qxl<'d> {
     }
 
     /// The device.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How this holds its device (the `&Device` or `Arc<Device>` it was made with).
+    pub fn device_ref(&self) -> &D {
+        &self.dev
     }
 
     /// `DRM_IOCTL_QXL_GETPARAM`.
@@ -117,26 +122,31 @@ pub struct SurfaceSpec {
 /// A qxl buffer object; its handle is closed (`DRM_IOCTL_GEM_CLOSE`) when the last owner
 /// drops.
 #[derive(Debug)]
-pub struct QxlBo<'d> {
-    obj: GemObject<'d>,
+pub struct QxlBo<D: DeviceRef> {
+    obj: GemObject<D>,
     size: u64,
 }
 
-impl<'d> QxlBo<'d> {
+impl<D: DeviceRef> QxlBo<D> {
     /// `DRM_IOCTL_QXL_ALLOC`: `size` bytes (rounded up to pages by the kernel) in VRAM.
     /// The kernel answers EINVAL for 0.
-    pub fn alloc(qxl: &Qxl<'d>, size: u32) -> Result<Self> {
+    pub fn alloc(qxl: &Qxl<D>, size: u32) -> Result<Self> {
         let mut a = qsys::drm_qxl_alloc { size, handle: 0 };
         sys_call::qxl_alloc(qxl.dev.as_fd(), &mut a)?;
         let page = rustix::param::page_size() as u64;
         Ok(Self {
-            obj: GemObject::adopt(qxl.dev, "DRM_IOCTL_QXL_ALLOC", a.handle, Release::Close)?,
+            obj: GemObject::adopt(
+                qxl.dev.clone(),
+                "DRM_IOCTL_QXL_ALLOC",
+                a.handle,
+                Release::Close,
+            )?,
             size: u64::from(size).div_ceil(page) * page,
         })
     }
 
     /// `DRM_IOCTL_QXL_ALLOC_SURF`: a surface object of `|stride| * (height + 1)` bytes.
-    pub fn alloc_surface(qxl: &Qxl<'d>, spec: &SurfaceSpec) -> Result<Self> {
+    pub fn alloc_surface(qxl: &Qxl<D>, spec: &SurfaceSpec) -> Result<Self> {
         let size = u64::from(spec.stride.unsigned_abs()) * (u64::from(spec.height) + 1);
         if size == 0 || size > i32::MAX as u64 {
             return Err(Error::InvalidArgument {
@@ -158,7 +168,7 @@ impl<'d> QxlBo<'d> {
         let page = rustix::param::page_size() as u64;
         Ok(Self {
             obj: GemObject::adopt(
-                qxl.dev,
+                qxl.dev.clone(),
                 "DRM_IOCTL_QXL_ALLOC_SURF",
                 a.handle,
                 Release::Close,
@@ -173,7 +183,7 @@ impl<'d> QxlBo<'d> {
     }
 
     /// The underlying GEM object.
-    pub fn gem(&self) -> &GemObject<'d> {
+    pub fn gem(&self) -> &GemObject<D> {
         &self.obj
     }
 

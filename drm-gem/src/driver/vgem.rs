@@ -26,7 +26,7 @@
 //! # Ok::<(), drm_gem::Error>(())
 //! ```
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::gem::GemHandle;
 use crate::sys_call;
@@ -36,8 +36,8 @@ use rustix::fd::AsFd;
 /// A [`Device`] checked to be vgem, whose driver ioctls mean something else on any other
 /// driver.
 #[derive(Debug, Clone, Copy)]
-pub struct Vgem<'d> {
-    dev: &'d Device,
+pub struct Vgem<D: DeviceRef> {
+    dev: D,
 }
 
 /// Whether a vgem fence stands for a reader or a writer of the buffer.
@@ -54,12 +54,12 @@ crate::id::nonzero_id!(
     VgemFenceId
 );
 
-impl<'d> Vgem<'d> {
+impl<D: DeviceRef> Vgem<D> {
     /// Checks (`DRM_IOCTL_VERSION`) that `dev` is driven by vgem.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for any other driver.
-    pub fn new(dev: &'d Device) -> Result<Self> {
+    pub fn new(dev: D) -> Result<Self> {
         let name = dev.driver()?.name;
         if name == "vgem" {
             Ok(Self { dev })
@@ -73,8 +73,13 @@ impl<'d> Vgem<'d> {
     }
 
     /// The device.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How this holds its device (the `&Device` or `Arc<Device>` it was made with).
+    pub fn device_ref(&self) -> &D {
+        &self.dev
     }
 
     /// `DRM_IOCTL_VGEM_FENCE_ATTACH`: a new unsignalled fence on the GEM object `handle` of
@@ -84,11 +89,7 @@ impl<'d> Vgem<'d> {
     /// # Errors
     /// From the kernel: ENOENT for an unknown handle; EBUSY when an unsignalled fence
     /// conflicts (a writer's fence with any other, a reader's with a writer's).
-    pub fn attach_fence(
-        &self,
-        handle: GemHandle,
-        access: VgemFenceAccess,
-    ) -> Result<VgemFence<'d>> {
+    pub fn attach_fence(&self, handle: GemHandle, access: VgemFenceAccess) -> Result<VgemFence<D>> {
         let mut a = vsys::drm_vgem_fence_attach {
             handle: handle.get(),
             flags: match access {
@@ -103,7 +104,11 @@ impl<'d> Vgem<'d> {
             ioctl: "DRM_IOCTL_VGEM_FENCE_ATTACH",
             what: "fence id 0",
         })?;
-        Ok(VgemFence { dev: self.dev, id })
+        Ok(VgemFence {
+            dev: self.dev.clone(),
+            id,
+            pending: true,
+        })
     }
 
     /// `DRM_IOCTL_VGEM_FENCE_SIGNAL` by id, for ids given up with [`VgemFence::into_raw`].
@@ -112,7 +117,7 @@ impl<'d> Vgem<'d> {
     /// From the kernel: ENOENT for an unknown or already signalled id; ETIMEDOUT when the
     /// kernel had already signalled the fence after its 10 s limit (it is consumed anyway).
     pub fn signal_fence(&self, id: VgemFenceId) -> Result<()> {
-        signal(self.dev, id.get())
+        signal(&self.dev, id.get())
     }
 }
 
@@ -124,12 +129,14 @@ fn signal(dev: &Device, fence: u32) -> Result<()> {
 /// An unsignalled vgem fence; signalled on drop if not before (and by the kernel itself 10 s
 /// after it was attached).
 #[derive(Debug)]
-pub struct VgemFence<'d> {
-    dev: &'d Device,
+pub struct VgemFence<D: DeviceRef> {
+    dev: D,
     id: VgemFenceId,
+    /// False once signalled or given up: the drop signals nothing.
+    pending: bool,
 }
 
-impl VgemFence<'_> {
+impl<D: DeviceRef> VgemFence<D> {
     /// The fence's id.
     pub fn id(&self) -> VgemFenceId {
         self.id
@@ -140,27 +147,28 @@ impl VgemFence<'_> {
     /// # Errors
     /// ETIMEDOUT from the kernel when it had already signalled the fence after its 10 s
     /// limit; the fence is signalled and consumed either way.
-    pub fn signal(self) -> Result<()> {
-        let (dev, id) = (self.dev, self.id);
-        core::mem::forget(self);
-        signal(dev, id.get())
+    pub fn signal(mut self) -> Result<()> {
+        self.pending = false;
+        signal(&self.dev, self.id.get())
     }
 
     /// Gives up the fence without signalling it (the kernel still does after 10 s, or when
     /// the device file closes); signal it later with [`Vgem::signal_fence`].
-    pub fn into_raw(self) -> VgemFenceId {
-        let id = self.id;
-        core::mem::forget(self);
-        id
+    pub fn into_raw(mut self) -> VgemFenceId {
+        self.pending = false;
+        self.id
     }
 }
 
-impl Drop for VgemFence<'_> {
+impl<D: DeviceRef> Drop for VgemFence<D> {
     fn drop(&mut self) {
+        if !self.pending {
+            return;
+        }
         // ETIMEDOUT (the kernel's timer signalled it first) is expected and harmless; any
         // other failure (ENODEV after the driver is unbound) is counted on the device, as
         // Drop never panics.
-        let r = signal(self.dev, self.id.get());
+        let r = signal(&self.dev, self.id.get());
         if r.as_ref()
             .is_err_and(|e| e.errno() != Some(rustix::io::Errno::TIMEDOUT))
         {

@@ -26,7 +26,7 @@
 //! # Ok::<(), drm_gem::Error>(())
 //! ```
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::gem::{GemHandle, GemObject, Release};
 use crate::mapping::Mapping;
@@ -132,18 +132,18 @@ impl Params {
 /// A virtio-gpu node: a borrowed [`Device`] whose driver is `virtio_gpu`, with its
 /// parameters probed once.
 #[derive(Debug)]
-pub struct VirtioGpu<'d> {
-    dev: &'d Device,
+pub struct VirtioGpu<D: DeviceRef> {
+    dev: D,
     params: Params,
 }
 
-impl<'d> VirtioGpu<'d> {
+impl<D: DeviceRef> VirtioGpu<D> {
     /// Checks the driver (`DRM_IOCTL_VERSION`) and probes every parameter.
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the node's driver is not `virtio_gpu`; the ioctl's error
     /// when a probe fails with anything but EINVAL.
-    pub fn new(dev: &'d Device) -> Result<Self> {
+    pub fn new(dev: D) -> Result<Self> {
         let name = dev.driver()?.name;
         if name != DRIVER_NAME {
             return Err(Error::Unsupported {
@@ -176,8 +176,13 @@ impl<'d> VirtioGpu<'d> {
     }
 
     /// The device.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How this holds its device (the `&Device` or `Arc<Device>` it was made with).
+    pub fn device_ref(&self) -> &D {
+        &self.dev
     }
 
     /// What [`new`](Self::new) probed.
@@ -667,18 +672,18 @@ fn raw_box(b: &TransferBox) -> vsys::drm_virtgpu_3d_box {
 /// A virtio-gpu resource: a GEM object plus its host resource; the handle is closed (and
 /// the host resource released by the kernel) when the last owner drops.
 #[derive(Debug)]
-pub struct Resource<'d> {
-    obj: GemObject<'d>,
+pub struct Resource<D: DeviceRef> {
+    obj: GemObject<D>,
     res_id: Option<ResourceId>,
     size: u32,
     virgl: bool,
 }
 
-impl<'d> Resource<'d> {
+impl<D: DeviceRef> Resource<D> {
     /// [`ResourceSpec::validate`] (for the device's virgl state), then
     /// `DRM_IOCTL_VIRTGPU_RESOURCE_CREATE`, then `RESOURCE_INFO` for the size the kernel
     /// allocated.
-    pub fn create(gpu: &VirtioGpu<'d>, spec: &ResourceSpec) -> Result<Self> {
+    pub fn create(gpu: &VirtioGpu<D>, spec: &ResourceSpec) -> Result<Self> {
         let virgl = gpu.params.has(Param::ThreeDFeatures);
         spec.validate(virgl)?;
         Self::create_unvalidated(gpu, spec)
@@ -687,7 +692,7 @@ impl<'d> Resource<'d> {
     /// `DRM_IOCTL_VIRTGPU_RESOURCE_CREATE` without this crate's checks: what the kernel
     /// alone accepts (it checks target, depth, array size, levels and samples without
     /// virgl; nothing with virgl, where the host decides).
-    pub fn create_unvalidated(gpu: &VirtioGpu<'d>, spec: &ResourceSpec) -> Result<Self> {
+    pub fn create_unvalidated(gpu: &VirtioGpu<D>, spec: &ResourceSpec) -> Result<Self> {
         let mut a = vsys::drm_virtgpu_resource_create {
             target: spec.target,
             format: spec.format.0,
@@ -719,7 +724,7 @@ impl<'d> Resource<'d> {
     /// [`Error::Unsupported`] when [`Params::resource_blob`] is not set and the kernel
     /// refused (EINVAL; on kernels before 5.11 the ioctl does not exist, which also reads
     /// EINVAL); the reason keeps the ioctl and errno.
-    pub fn create_blob(gpu: &VirtioGpu<'d>, spec: &BlobSpec<'_>) -> Result<Self> {
+    pub fn create_blob(gpu: &VirtioGpu<D>, spec: &BlobSpec<'_>) -> Result<Self> {
         let a = vsys::drm_virtgpu_resource_create_blob {
             blob_mem: spec.mem.raw(),
             blob_flags: spec.flags.bits(),
@@ -751,12 +756,12 @@ impl<'d> Resource<'d> {
     }
 
     fn adopt(
-        gpu: &VirtioGpu<'d>,
+        gpu: &VirtioGpu<D>,
         ioctl: &'static str,
         bo_handle: u32,
         res_handle: u32,
     ) -> Result<Self> {
-        let obj = GemObject::adopt(gpu.dev, ioctl, bo_handle, Release::Close)?;
+        let obj = GemObject::adopt(gpu.dev.clone(), ioctl, bo_handle, Release::Close)?;
         let mut r = Self {
             obj,
             res_id: ResourceId::new(res_handle),
@@ -773,7 +778,7 @@ impl<'d> Resource<'d> {
     }
 
     /// The underlying GEM object (for PRIME export).
-    pub fn gem(&self) -> &GemObject<'d> {
+    pub fn gem(&self) -> &GemObject<D> {
         &self.obj
     }
 

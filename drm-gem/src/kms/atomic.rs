@@ -46,6 +46,43 @@ pub struct AtomicRequest<'f> {
     in_fences: Vec<BorrowedFd<'f>>,
 }
 
+/// A value an atomic request can carry: the kernel takes every property value as a `u64`.
+pub trait AtomicValue {
+    /// The value as the kernel reads it.
+    fn to_raw(self) -> u64;
+}
+
+macro_rules! unsigned_value {
+    ($($t:ty),*) => {$(
+        impl AtomicValue for $t {
+            fn to_raw(self) -> u64 {
+                u64::from(self)
+            }
+        }
+    )*};
+}
+unsigned_value!(u64, u32, u16, u8, bool);
+
+/// Signed range properties (`CRTC_X`, `CRTC_Y`) are sign-extended to 64 bits, as the kernel's
+/// `I642U64` reads them back.
+macro_rules! signed_value {
+    ($($t:ty),*) => {$(
+        impl AtomicValue for $t {
+            fn to_raw(self) -> u64 {
+                i64::from(self) as u64
+            }
+        }
+    )*};
+}
+signed_value!(i64, i32, i16);
+
+/// An object id as the value of an object property (`CRTC_ID`, `FB_ID`, `MODE_ID`).
+impl<O: ModeObject> AtomicValue for O {
+    fn to_raw(self) -> u64 {
+        u64::from(self.raw())
+    }
+}
+
 /// What a commit handed back.
 #[derive(Debug)]
 pub struct Committed {
@@ -90,11 +127,19 @@ impl<'f> AtomicRequest<'f> {
     /// [`out_fence`](Self::out_fence) and [`writeback_fence`](Self::writeback_fence). So is
     /// a property whose `DRM_IOCTL_MODE_GETPROPERTY` fails: the commit returns that error
     /// before the kernel is asked.
-    pub fn set<O: ModeObject>(&mut self, obj: O, prop: PropertyId, value: u64) -> &mut Self {
+    ///
+    /// `value` is anything [`AtomicValue`]: a number, a bool, an object id
+    /// (`CrtcId`, `FramebufferId`, `BlobId`, ...), or a signed coordinate.
+    pub fn set<O: ModeObject>(
+        &mut self,
+        obj: O,
+        prop: PropertyId,
+        value: impl AtomicValue,
+    ) -> &mut Self {
         self.objs
             .entry(obj.raw())
             .or_default()
-            .insert(prop.get(), value);
+            .insert(prop.get(), value.to_raw());
         self
     }
 

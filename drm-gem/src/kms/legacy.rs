@@ -3,7 +3,7 @@
 
 use super::ids::{ConnectorId, CrtcId, PlaneId};
 use super::{FramebufferId, Mode};
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::gem::GemHandle;
 use crate::sys_call;
@@ -168,7 +168,7 @@ impl Device {
     /// (the id is ours and the pad zero, so EINVAL can mean nothing else): then the
     /// framebuffer is removed the old way (RMFB, by dropping it) and the answer is
     /// [`Error::Unsupported`].
-    pub fn close_framebuffer(&self, fb: super::Framebuffer<'_>) -> Result<()> {
+    pub fn close_framebuffer(&self, fb: super::Framebuffer<impl DeviceRef>) -> Result<()> {
         let id = fb.id();
         let mut a = sys::drm_mode_closefb {
             fb_id: id.get(),
@@ -176,7 +176,7 @@ impl Device {
         };
         match sys_call::mode_closefb(self.as_fd(), &mut a) {
             Ok(()) => {
-                core::mem::forget(fb);
+                fb.into_raw();
                 Ok(())
             }
             Err(Error::Ioctl { name, errno })

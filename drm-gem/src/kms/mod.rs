@@ -22,13 +22,15 @@ pub mod in_formats;
 mod lease;
 mod legacy;
 mod mode;
+mod output;
 mod property;
 mod resources;
 mod snapshot;
 mod vblank;
 
 pub use atomic::{
-    AtomicFlags, AtomicRequest, Committed, Culprit, Explanation, FenceKind, POINTER_PROPERTIES,
+    AtomicFlags, AtomicRequest, AtomicValue, Committed, Culprit, Explanation, FenceKind,
+    POINTER_PROPERTIES,
 };
 pub use events::{Event, VblankEvent, parse_events};
 pub use framebuffer::{FbPlane, FbPlaneInfo, FbSpec, Framebuffer, FramebufferId, FramebufferInfo};
@@ -36,13 +38,14 @@ pub use ids::{BlobId, ConnectorId, CrtcId, EncoderId, ModeObject, PlaneId, Prope
 pub use lease::Lease;
 pub use legacy::PlaneRect;
 pub use mode::Mode;
+pub use output::Output;
 pub use property::{Property, PropertyBlob, PropertyKind, PropertyValue};
 pub use resources::{
     Connector, ConnectorStatus, Crtc, Encoder, Plane, Resources, connector_kind_name,
     encoder_kind_name,
 };
 pub use snapshot::{
-    ConnectorState, CrtcState, FramebufferSummary, ObjectProperty, PlaneState, Snapshot,
+    ConnectorState, CrtcState, FramebufferSummary, ObjectProperty, PlaneState, PlaneType, Snapshot,
 };
 pub use vblank::Sequence;
 

@@ -3,7 +3,7 @@
 
 use super::ids::{BlobId, ModeObject, PropertyId};
 use super::resources::Slots;
-use crate::device::Device;
+use crate::device::{Device, DeviceRef};
 use crate::error::{Error, Result};
 use crate::sys_call;
 use ioctl_sys::drm as sys;
@@ -204,20 +204,37 @@ pub(crate) fn decode_property(
 }
 
 /// A property blob this file created; destroyed (`DRM_IOCTL_MODE_DESTROYPROPBLOB`) on drop.
+/// `D` is `&Device` or `Arc<Device>` ([`DeviceRef`]).
 #[derive(Debug)]
-pub struct PropertyBlob<'d> {
-    dev: &'d Device,
+pub struct PropertyBlob<D: DeviceRef> {
+    dev: D,
     id: BlobId,
 }
 
-impl PropertyBlob<'_> {
+impl<D: DeviceRef> PropertyBlob<D> {
+    /// `DRM_IOCTL_MODE_CREATEPROPBLOB` on `dev`; [`Device::create_blob`] for any
+    /// [`DeviceRef`].
+    pub fn create(dev: D, data: &[u8]) -> Result<Self> {
+        if data.is_empty() || u32::try_from(data.len()).is_err() {
+            return Err(Error::InvalidArgument {
+                what: format!("a property blob of {} bytes (1 to u32::MAX)", data.len()),
+            });
+        }
+        let raw = sys_call::mode_createpropblob(dev.as_fd(), data)?;
+        let id = BlobId::new(raw).ok_or(Error::BadReply {
+            ioctl: "DRM_IOCTL_MODE_CREATEPROPBLOB",
+            what: "blob id 0",
+        })?;
+        Ok(Self { dev, id })
+    }
+
     /// Its id (to set as a blob property's value).
     pub fn id(&self) -> BlobId {
         self.id
     }
 }
 
-impl Drop for PropertyBlob<'_> {
+impl<D: DeviceRef> Drop for PropertyBlob<D> {
     fn drop(&mut self) {
         let mut a = sys::drm_mode_destroy_blob {
             blob_id: self.id.get(),
@@ -327,18 +344,8 @@ impl Device {
     }
 
     /// `DRM_IOCTL_MODE_CREATEPROPBLOB`: a blob owned by this file, destroyed on drop.
-    pub fn create_blob(&self, data: &[u8]) -> Result<PropertyBlob<'_>> {
-        if data.is_empty() || u32::try_from(data.len()).is_err() {
-            return Err(Error::InvalidArgument {
-                what: format!("a property blob of {} bytes (1 to u32::MAX)", data.len()),
-            });
-        }
-        let raw = sys_call::mode_createpropblob(self.as_fd(), data)?;
-        let id = BlobId::new(raw).ok_or(Error::BadReply {
-            ioctl: "DRM_IOCTL_MODE_CREATEPROPBLOB",
-            what: "blob id 0",
-        })?;
-        Ok(PropertyBlob { dev: self, id })
+    pub fn create_blob(&self, data: &[u8]) -> Result<PropertyBlob<&Device>> {
+        PropertyBlob::create(self, data)
     }
 }
 

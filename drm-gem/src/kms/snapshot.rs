@@ -8,7 +8,7 @@ use super::{
 };
 use crate::caps::ClientCap;
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::sync::Arc;
 
 /// A property of an object: metadata, raw value and decoded value.
@@ -42,12 +42,52 @@ pub struct ConnectorState {
 pub struct PlaneState {
     /// The plane.
     pub plane: Plane,
-    /// `Primary`, `Overlay` or `Cursor` (its `type` property).
-    pub kind: Option<String>,
+    /// Its `type` property; `None` when the kernel shows none (a client without the
+    /// `UNIVERSAL_PLANES` cap) or names a type this crate does not know.
+    pub kind: Option<PlaneType>,
     /// Its properties.
     pub properties: Vec<ObjectProperty>,
     /// Format and modifier pairs from `IN_FORMATS`, where the plane has it.
     pub in_formats: Option<Vec<FormatModifiers>>,
+}
+
+/// What a plane is for (its immutable `type` property).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum PlaneType {
+    /// The CRTC's main plane (`Primary`).
+    Primary,
+    /// An extra plane composed over the primary (`Overlay`).
+    Overlay,
+    /// The cursor plane (`Cursor`).
+    Cursor,
+}
+
+impl PlaneType {
+    /// The type the kernel's enum name stands for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "Primary" => Some(Self::Primary),
+            "Overlay" => Some(Self::Overlay),
+            "Cursor" => Some(Self::Cursor),
+            _ => None,
+        }
+    }
+
+    /// The kernel's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Primary => "Primary",
+            Self::Overlay => "Overlay",
+            Self::Cursor => "Cursor",
+        }
+    }
+}
+
+impl core::fmt::Display for PlaneType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A CRTC with its properties.
@@ -96,6 +136,43 @@ pub struct Snapshot {
     /// Framebuffers.
     pub framebuffers: Vec<FramebufferSummary>,
 }
+
+/// `Deref` to the object (`crtc.id`, not `crtc.crtc.id`) and lookups of its properties by
+/// name, for the three state types.
+macro_rules! object_state {
+    ($state:ident, $field:ident, $obj:ty, $what:literal) => {
+        impl core::ops::Deref for $state {
+            type Target = $obj;
+            fn deref(&self) -> &$obj {
+                &self.$field
+            }
+        }
+
+        impl $state {
+            /// The property called `name`, with its current value.
+            pub fn property(&self, name: &str) -> Option<&ObjectProperty> {
+                self.properties.iter().find(|p| p.property.name == name)
+            }
+
+            /// The id of the property called `name` (to set it in an
+            /// [`AtomicRequest`](super::AtomicRequest)).
+            ///
+            /// # Errors
+            /// [`Error::NotFound`] naming the property and the object when it has none such.
+            pub fn property_id(&self, name: &str) -> Result<PropertyId> {
+                self.property(name)
+                    .map(|p| p.property.id)
+                    .ok_or_else(|| Error::NotFound {
+                        what: format!("property {name:?} on {} {}", $what, self.$field.id),
+                    })
+            }
+        }
+    };
+}
+
+object_state!(ConnectorState, connector, Connector, "connector");
+object_state!(CrtcState, crtc, Crtc, "CRTC");
+object_state!(PlaneState, plane, Plane, "plane");
 
 /// Property metadata by id: many objects share one property (every plane's `FB_ID`), so
 /// each is asked for once per snapshot. A few dozen entries: a linear scan beats hashing.
@@ -195,7 +272,7 @@ impl Snapshot {
                 .iter()
                 .find(|p| p.property.name == "type")
                 .and_then(|p| match &p.value {
-                    PropertyValue::Enum(name) => name.clone(),
+                    PropertyValue::Enum(Some(name)) => PlaneType::from_name(name),
                     _ => None,
                 });
             let in_formats = blob_of(dev, &properties, "IN_FORMATS", &mut in_formats_len)
