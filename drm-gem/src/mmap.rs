@@ -432,6 +432,8 @@ mod tests {
     fn it_is_send_and_sync() {
         fn both<T: Send + Sync>() {}
         both::<Mmap>();
+        // Buffer mappings are, through their Mmap (before it they were neither).
+        both::<crate::Mapping<'static>>();
         let fd = memfd(4096);
         let mut m = Mmap::map(
             fd.as_fd(),
