@@ -50,6 +50,7 @@ mod gem;
 mod id;
 pub mod kms;
 mod mapping;
+mod mmap;
 #[cfg(feature = "conformance")]
 pub mod raw;
 mod release;
@@ -68,6 +69,7 @@ pub use dumb::{DumbBuffer, DumbSpec};
 pub use error::{Error, Result, errno_name};
 pub use gem::{GemHandle, GemName, GemObject};
 pub use mapping::Mapping;
+pub use mmap::{Mmap, MmapOptions, Prot, Sharing};
 pub use release::{ReleaseCounter, ReleaseFailures, unowned_release_failures};
 pub use rustix::io::Errno;
 pub use sync_file::{FenceInfo, FenceStatus, SwSyncTimeline, SyncFile, SyncFileInfo};

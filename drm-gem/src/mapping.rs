@@ -1,7 +1,7 @@
 //! CPU mappings of buffer objects.
 
-use crate::error::{Error, Result};
-use crate::sys_call::RawMap;
+use crate::error::Result;
+use crate::mmap::{Mmap, MmapOptions, Prot, Sharing};
 use core::marker::PhantomData;
 use rustix::fd::BorrowedFd;
 
@@ -9,24 +9,27 @@ use rustix::fd::BorrowedFd;
 ///
 /// It borrows what it maps, so the buffer cannot be dropped (or mapped again mutably)
 /// while the mapping exists. The memory can also be written by a device, by importers of an
-/// exported dma-buf, or by another process, so the safe API copies in and out and never
-/// hands out a Rust reference; the slice views are `unsafe`.
+/// exported dma-buf, or by another process, so the safe API copies in and out (volatile,
+/// bounds-checked: the copies of the [`Mmap`] it holds) and never hands out a Rust
+/// reference; the slice views are `unsafe`.
 #[derive(Debug)]
 pub struct Mapping<'b> {
-    pub(crate) map: RawMap,
+    pub(crate) map: Mmap,
     _borrow: PhantomData<&'b mut ()>,
 }
 
 impl Mapping<'_> {
     /// Maps `len` bytes of `fd` at `offset`, shared, read-write.
     pub(crate) fn new<'a>(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Mapping<'a>> {
-        if len == 0 {
-            return Err(Error::InvalidArgument {
-                what: "cannot map 0 bytes".into(),
-            });
-        }
         Ok(Mapping {
-            map: RawMap::new(fd, offset, len)?,
+            map: Mmap::map(
+                fd,
+                offset,
+                len,
+                Prot::READ | Prot::WRITE,
+                Sharing::Shared,
+                MmapOptions::empty(),
+            )?,
             _borrow: PhantomData,
         })
     }
@@ -38,34 +41,23 @@ impl Mapping<'_> {
 
     /// Always false: a mapping has at least one byte.
     pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
+        self.map.is_empty()
     }
 
-    fn out_of_range(&self, offset: usize, n: usize) -> Error {
-        Error::InvalidArgument {
-            what: format!(
-                "{n} bytes at offset {offset} exceed the mapping's {} bytes",
-                self.len()
-            ),
-        }
+    /// The owned mapping underneath (its address, protection and flags; its copies are
+    /// the ones of this type).
+    pub fn mmap(&self) -> &Mmap {
+        &self.map
     }
 
-    /// Copies `src` into the mapping at `offset`.
+    /// Copies `src` into the mapping at `offset` ([`Mmap::write_at`]).
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        if self.map.write_at(offset, src) {
-            Ok(())
-        } else {
-            Err(self.out_of_range(offset, src.len()))
-        }
+        self.map.write_at(offset, src)
     }
 
-    /// Copies from the mapping at `offset` into `dst`.
+    /// Copies from the mapping at `offset` into `dst` ([`Mmap::read_at`]).
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        if self.map.read_at(offset, dst) {
-            Ok(())
-        } else {
-            Err(self.out_of_range(offset, dst.len()))
-        }
+        self.map.read_at(offset, dst)
     }
 
     // The unsafe slice views `as_slice` and `as_mut_slice` are in `sys_call` (the crate's

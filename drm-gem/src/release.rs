@@ -4,9 +4,10 @@
 //! ordinary reasons: after the driver is unbound every ioctl on the open file answers
 //! `ENODEV`. Each type that releases a kernel object on drop records such a failure on the
 //! [`Device`](crate::Device) it belongs to ([`Device::release_failures`](crate::Device::release_failures));
-//! objects that belong to no device (a [`CpuAccess`](crate::CpuAccess) bracket, a
-//! [`Mapping`](crate::Mapping)) record it in one process-wide counter,
-//! [`unowned_release_failures`].
+//! objects that belong to no device (a [`CpuAccess`](crate::CpuAccess) bracket, an
+//! [`Mmap`](crate::Mmap), which every [`Mapping`](crate::Mapping) holds) record it in one
+//! process-wide counter, [`unowned_release_failures`], unless the owner named another
+//! ([`Mmap::record_release_failures_in`](crate::Mmap::record_release_failures_in)).
 
 use rustix::io::Errno;
 use std::sync::Mutex;
@@ -70,8 +71,9 @@ impl ReleaseCounter {
 static UNOWNED: ReleaseCounter = ReleaseCounter::new();
 
 /// Failed releases of objects that belong to no [`Device`](crate::Device): the
-/// `DMA_BUF_IOCTL_SYNC` end of a [`CpuAccess`](crate::CpuAccess) and the `munmap` of a
-/// [`Mapping`](crate::Mapping), counted for the whole process.
+/// `DMA_BUF_IOCTL_SYNC` end of a [`CpuAccess`](crate::CpuAccess) and the `munmap` of an
+/// [`Mmap`](crate::Mmap) (of every [`Mapping`](crate::Mapping)), counted for the whole
+/// process.
 pub fn unowned_release_failures() -> ReleaseFailures {
     UNOWNED.get()
 }

@@ -2,8 +2,7 @@
 //! character devices (devdax) mapped at their alignment.
 
 use crate::persist::{PersistMethod, flush_instruction};
-use crate::sys_call::{MapKind, RawDaxMap};
-use drm_gem::{Errno, Error, Result};
+use drm_gem::{Errno, Error, Mmap, MmapOptions, Prot, Result, Sharing};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{FileType, Mode, OFlags};
 use std::path::{Path, PathBuf};
@@ -116,7 +115,7 @@ pub enum DaxKind {
 /// ```
 #[derive(Debug)]
 pub struct DaxMapping {
-    map: RawDaxMap,
+    map: Mmap,
     kind: DaxKind,
     offset: u64,
 }
@@ -127,6 +126,14 @@ fn file_size(fd: BorrowedFd<'_>) -> Result<u64> {
         errno,
     })?;
     Ok(u64::try_from(st.st_size).unwrap_or(0))
+}
+
+/// A shared read-write mapping whose failed `munmap` (in `Drop`) counts in
+/// [`crate::release_failures`].
+fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, options: MmapOptions) -> Result<Mmap> {
+    let rw = Prot::READ | Prot::WRITE;
+    Ok(Mmap::map(fd, offset, len, rw, Sharing::Shared, options)?
+        .record_release_failures_in(crate::release_counter()))
 }
 
 fn check_range(what: &str, offset: u64, len: usize, size: u64) -> Result<()> {
@@ -156,7 +163,13 @@ impl DaxMapping {
     /// "mmap(MAP_SHARED_VALIDATE|MAP_SYNC)", errno: EOPNOTSUPP }`, for which
     /// [`Error::is_not_supported`] is true; [`is_not_dax`] names that case.
     pub fn map_file(file: &impl AsFd, offset: u64, len: usize) -> Result<Self> {
-        Self::file(file.as_fd(), offset, len, MapKind::Sync, DaxKind::FsdaxSync)
+        Self::file(
+            file.as_fd(),
+            offset,
+            len,
+            MmapOptions::SYNC,
+            DaxKind::FsdaxSync,
+        )
     }
 
     /// Maps a file plain `MAP_SHARED` (any file, DAX or not): [`persist`](Self::persist)
@@ -167,7 +180,7 @@ impl DaxMapping {
             file.as_fd(),
             offset,
             len,
-            MapKind::Shared,
+            MmapOptions::empty(),
             DaxKind::FileShared,
         )
     }
@@ -176,12 +189,12 @@ impl DaxMapping {
         fd: BorrowedFd<'_>,
         offset: u64,
         len: usize,
-        how: MapKind,
+        how: MmapOptions,
         kind: DaxKind,
     ) -> Result<Self> {
         check_range("the file", offset, len, file_size(fd)?)?;
         Ok(Self {
-            map: RawDaxMap::new(fd, offset, len, how)?,
+            map: map(fd, offset, len, how)?,
             kind,
             offset,
         })
@@ -206,7 +219,7 @@ impl DaxMapping {
             });
         }
         Ok(Self {
-            map: RawDaxMap::new(dev.as_fd(), offset, len, MapKind::Shared)?,
+            map: map(dev.as_fd(), offset, len, MmapOptions::empty())?,
             kind: DaxKind::Devdax,
             offset,
         })
@@ -229,7 +242,7 @@ impl DaxMapping {
 
     /// Always false: a mapping has at least one byte.
     pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
+        self.map.is_empty()
     }
 
     /// The mapping's address in this process (for reports; see also
@@ -238,32 +251,15 @@ impl DaxMapping {
         self.map.addr()
     }
 
-    fn out_of_range(&self, offset: usize, n: usize) -> Error {
-        Error::InvalidArgument {
-            what: format!(
-                "{n} bytes at offset {offset} exceed the mapping's {} bytes",
-                self.len()
-            ),
-        }
-    }
-
     /// Copies `src` into the mapping at `offset` (not yet durable: see
     /// [`persist`](Self::persist)).
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        if self.map.write_at(offset, src) {
-            Ok(())
-        } else {
-            Err(self.out_of_range(offset, src.len()))
-        }
+        self.map.write_at(offset, src)
     }
 
     /// Copies from the mapping at `offset` into `dst`.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        if self.map.read_at(offset, dst) {
-            Ok(())
-        } else {
-            Err(self.out_of_range(offset, dst.len()))
-        }
+        self.map.read_at(offset, dst)
     }
 
     /// Makes `offset..offset + len` durable; the guarantee, and when it holds, is in
@@ -276,11 +272,9 @@ impl DaxMapping {
         };
         match flush {
             Some(i) => {
-                if self.map.flush(offset, len) {
-                    Ok(PersistMethod::CacheFlush(i))
-                } else {
-                    Err(self.out_of_range(offset, len))
-                }
+                self.map.check_range(offset, len)?;
+                crate::sys_call::flush(&self.map, offset, len);
+                Ok(PersistMethod::CacheFlush(i))
             }
             None => {
                 self.map.msync(offset, len)?;
@@ -315,7 +309,8 @@ impl DaxMapping {
         }
     }
 
-    pub(crate) fn raw(&self) -> &RawDaxMap {
+    /// The owned mapping underneath (its address, protection and flags).
+    pub fn mmap(&self) -> &Mmap {
         &self.map
     }
 }

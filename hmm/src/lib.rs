@@ -47,6 +47,10 @@ pub fn release_failures() -> drm_gem::ReleaseFailures {
     RELEASES.get()
 }
 
+pub(crate) fn release_counter() -> &'static drm_gem::ReleaseCounter {
+    &RELEASES
+}
+
 pub(crate) fn release_failed(call: &'static str, errno: drm_gem::Errno) {
     RELEASES.record(call, errno);
 }

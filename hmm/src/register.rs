@@ -143,7 +143,7 @@ impl<'m> HostRegistration<'m> {
         let (addr, len) = (map.addr(), map.len());
         match backend {
             Backend::Pinned => {
-                let lock = Mlocked::dax(map.raw())?;
+                let lock = Mlocked::mapping(map.mmap())?;
                 Ok(Self::pinned(addr, len, lock))
             }
             Backend::Udmabuf => Err(udmabuf_of(addr, len, None).err().unwrap_or_else(|| {

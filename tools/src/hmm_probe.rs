@@ -12,7 +12,7 @@
 
 use crate::probe::Probe;
 use crate::select::error_class;
-use crate::sys_call::Mapping;
+use drm_gem::{Mmap, MmapOptions, Prot, Sharing};
 use hmm::{Backend, Dmirror, HmmLayout, HostRegistration, PageRange, SealedMemfd, Udmabuf};
 use rustix::fd::AsFd;
 use serde::Serialize;
@@ -326,13 +326,14 @@ fn probe_requests(d: &Dmirror) -> BTreeMap<String, Probe> {
     let call = |r: &str| request_macro(r, layout);
     let mut m = BTreeMap::new();
     let page = hmm::dmirror::page_size();
-    let mut map = match Mapping::anonymous(page) {
-        Ok(m) => m,
-        Err(e) => {
-            let why = format!(
-                "mmap of one anonymous page failed: {}",
-                crate::select::errno_name(e)
-            );
+    let mut map = Mmap::anonymous(page, Prot::READ | Prot::WRITE);
+    let map = match map.as_mut().map(|m| m.as_mut_slice()) {
+        Ok(Some(mem)) => mem,
+        other => {
+            let why = match other {
+                Err(e) => format!("mmap of one anonymous page failed: {}", errno_text(e)),
+                Ok(_) => "the anonymous page cannot be borrowed as a slice".to_string(),
+            };
             for r in REQUESTS {
                 m.insert(r.to_string(), Probe::skipped(call(r), &why));
             }
@@ -341,8 +342,8 @@ fn probe_requests(d: &Dmirror) -> BTreeMap<String, Probe> {
     };
     let pattern: Vec<u8> = (0..page).map(|i| (i % 251) as u8).collect();
     let inverse: Vec<u8> = pattern.iter().map(|b| !b).collect();
-    map.as_mut_slice().copy_from_slice(&pattern);
-    let range = match PageRange::of(map.as_slice()) {
+    map.copy_from_slice(&pattern);
+    let range = match PageRange::of(map) {
         Ok(r) => r,
         Err(e) => {
             for r in REQUESTS {
@@ -366,9 +367,9 @@ fn probe_requests(d: &Dmirror) -> BTreeMap<String, Probe> {
     };
     m.insert("read".into(), p);
 
-    let r = d.write_into(map.as_mut_slice(), &inverse);
+    let r = d.write_into(map, &inverse);
     let p = match &r {
-        Ok(_) if map.as_slice() != inverse.as_slice() => mismatch(
+        Ok(_) if *map != *inverse.as_slice() => mismatch(
             call("write"),
             "the page does not hold what the device wrote",
         ),
@@ -400,7 +401,7 @@ fn probe_requests(d: &Dmirror) -> BTreeMap<String, Probe> {
         mirror_probe(call("migrate_to_system"), &d.migrate_to_system(range)),
     );
     // A CPU read faults the page back from wherever it is now; its bytes must not change.
-    if map.as_slice() != now.as_slice() {
+    if *map != *now.as_slice() {
         m.insert(
             "migrate_to_device".into(),
             mismatch(
@@ -421,7 +422,7 @@ fn probe_requests(d: &Dmirror) -> BTreeMap<String, Probe> {
         }),
     );
     // Touching the page from the CPU ends the device's exclusive access.
-    std::hint::black_box(map.as_slice()[0]);
+    std::hint::black_box(map.first().copied());
     m.insert(
         "release".into(),
         Probe::of(call("release"), &d.release(), |()| None),
@@ -541,17 +542,16 @@ fn host_registration() -> BTreeMap<String, Probe> {
     let mut m = BTreeMap::new();
     let page = hmm::dmirror::page_size();
     let anon = |call: &str, b: Backend| -> Probe {
-        match Mapping::anonymous(page) {
-            Ok(mut map) => {
-                map.as_mut_slice().fill(1);
-                registration(call, &HostRegistration::new(map.as_mut_slice(), b))
+        let mut map = Mmap::anonymous(page, Prot::READ | Prot::WRITE);
+        match map.as_mut().map(|m| m.as_mut_slice()) {
+            Ok(Some(mem)) => {
+                mem.fill(1);
+                registration(call, &HostRegistration::new(mem, b))
             }
+            Ok(None) => Probe::skipped(call, "the anonymous page cannot be borrowed as a slice"),
             Err(e) => Probe::skipped(
                 call,
-                &format!(
-                    "mmap of one anonymous page failed: {}",
-                    crate::select::errno_name(e)
-                ),
+                &format!("mmap of one anonymous page failed: {}", errno_text(e)),
             ),
         }
     };
@@ -571,14 +571,21 @@ fn host_registration() -> BTreeMap<String, Probe> {
     );
     const UCALL: &str = "HostRegistration::new(Backend::Udmabuf) on a memfd page";
     let u = match SealedMemfd::new("drmtool-probe", page as u64) {
-        Ok(mfd) => match crate::sys_call::SharedMapping::new(mfd.as_fd(), page) {
+        Ok(mfd) => match Mmap::map(
+            mfd.as_fd(),
+            0,
+            page,
+            Prot::READ | Prot::WRITE,
+            Sharing::Shared,
+            MmapOptions::empty(),
+        ) {
             Ok(mut map) => match map.write_at(0, &vec![1; page]) {
                 Ok(()) => registration(UCALL, &crate::sys_call::register_udmabuf(&mut map)),
                 Err(_) => Probe::skipped(UCALL, "the memfd mapping is shorter than a page"),
             },
             Err(e) => Probe::skipped(
                 UCALL,
-                &format!("mmap of the memfd failed: {}", crate::select::errno_name(e)),
+                &format!("mmap of the memfd failed: {}", errno_text(&e)),
             ),
         },
         Err(e) => Probe::skipped(UCALL, &format!("no memfd: {e}")),
@@ -738,4 +745,12 @@ pub fn render(r: &HmmReport) -> String {
         row(&mut s, "  ", k, p);
     }
     s
+}
+
+/// An `mmap` failure as the probe reports it: the errno's name where there is one.
+fn errno_text(e: &drm_gem::Error) -> String {
+    match e.errno() {
+        Some(errno) => crate::select::errno_name(errno),
+        None => e.to_string(),
+    }
 }

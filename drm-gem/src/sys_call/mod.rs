@@ -15,7 +15,6 @@ use ioctl_sys::drm as sys;
 use rustix::fd::BorrowedFd;
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, ioctl};
-use std::ptr::NonNull;
 
 /// How many times [`retry`] repeats an ioctl that answers EAGAIN before passing it on.
 const EAGAIN_RETRIES: u32 = 100;
@@ -176,107 +175,6 @@ drm_ioctl!(safe
     /// Begins or ends CPU access to a dma-buf.
     dma_buf::DMA_BUF_IOCTL_SYNC => dma_buf_sync(&mut ioctl_sys::dma_buf::dma_buf_sync));
 
-/// One shared read-write mapping, owned: unmapped on drop. All pointer work on mapped
-/// memory happens here.
-#[derive(Debug)]
-pub(crate) struct RawMap {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl RawMap {
-    /// Maps `len` (> 0) bytes of `fd` at `offset`.
-    pub(crate) fn new(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Self, Error> {
-        use rustix::mm::{MapFlags, ProtFlags, mmap};
-        // SAFETY: a null hint lets the kernel choose the address, so no existing mapping is
-        // replaced; the result is owned by the returned RawMap, which unmaps it once.
-        let p = unsafe {
-            mmap(
-                core::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                offset,
-            )
-        }
-        .map_err(|e| Error::syscall("mmap", e))?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
-            ioctl: "mmap",
-            what: "a null address",
-        })?;
-        Ok(Self { ptr, len })
-    }
-
-    /// Length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    fn range_ok(&self, offset: usize, n: usize) -> bool {
-        offset.checked_add(n).is_some_and(|end| end <= self.len)
-    }
-
-    /// Copies `src` in at `offset`; false (nothing copied) if it does not fit.
-    pub(crate) fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
-        if !self.range_ok(offset, src.len()) {
-            return false;
-        }
-        // SAFETY: the range is inside this live mapping (checked above); `src` is a Rust
-        // slice, which cannot alias a mapping we never expose as a reference here.
-        unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
-        };
-        true
-    }
-
-    /// Copies out at `offset` into `dst`; false (nothing copied) if it does not fit.
-    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        if !self.range_ok(offset, dst.len()) {
-            return false;
-        }
-        // SAFETY: as for write_at, in the other direction.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
-        true
-    }
-
-    /// The mapping as a slice.
-    ///
-    /// # Safety
-    /// Nothing may write the memory while the slice lives (device, importer, other process).
-    pub(crate) unsafe fn slice(&self) -> &[u8] {
-        // SAFETY: ptr/len are this live mapping, which outlives `&self`; exclusivity is the
-        // caller's contract.
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The mapping as a mutable slice.
-    ///
-    /// # Safety
-    /// Nothing else may read or write the memory while the slice lives.
-    pub(crate) unsafe fn slice_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `slice`, with exclusive access the caller's contract.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for RawMap {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly the mapping made in `new`, unmapped only here.
-        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        // Drop never panics: a failure is counted process-wide (a mapping has no Device).
-        if let Err(e) = r {
-            crate::release::unowned().record("munmap", e);
-        }
-    }
-}
-
 impl crate::mapping::Mapping<'_> {
     /// Views the mapping as a slice.
     ///
@@ -285,7 +183,7 @@ impl crate::mapping::Mapping<'_> {
     /// an exported dma-buf, no other process or mapping.
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: forwarded: the caller guarantees no concurrent writer.
-        unsafe { self.map.slice() }
+        unsafe { self.map.slice_unchecked() }
     }
 
     /// Views the mapping as a mutable slice.
@@ -295,7 +193,7 @@ impl crate::mapping::Mapping<'_> {
     /// importer of an exported dma-buf, no other process or mapping.
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: forwarded: the caller guarantees exclusive access.
-        unsafe { self.map.slice_mut() }
+        unsafe { self.map.slice_mut_unchecked() }
     }
 }
 
@@ -368,12 +266,14 @@ pub(crate) fn sync_file_info(
 // One file per area; declared after the macro so that they can use it.
 mod dma_buf;
 mod kms;
+mod mmap;
 mod qxl;
 mod syncobj;
 mod vgem;
 mod virtio_gpu;
 pub(crate) use dma_buf::*;
 pub(crate) use kms::*;
+pub use mmap::Mmap;
 pub(crate) use qxl::*;
 pub(crate) use syncobj::*;
 pub(crate) use vgem::*;

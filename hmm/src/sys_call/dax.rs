@@ -1,172 +1,20 @@
-//! DAX mappings (`MAP_SHARED_VALIDATE | MAP_SYNC`), cache-line write-back, `msync`, `mlock`.
+//! Cache-line write-back and `mlock` of DAX mappings (the mappings themselves are
+//! [`drm_gem::Mmap`]s, whose `mmap`, copies and `munmap` are drm-gem's).
 
-use drm_gem::Error;
-use rustix::fd::BorrowedFd;
-use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
-use std::ptr::NonNull;
+use drm_gem::{Error, Mmap};
 
-/// How a [`RawDaxMap`] is mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MapKind {
-    /// `MAP_SHARED_VALIDATE | MAP_SYNC`: the kernel refuses (EOPNOTSUPP) unless the file is
-    /// DAX, and makes filesystem metadata durable before a write fault returns.
-    Sync,
-    /// Plain `MAP_SHARED`.
-    Shared,
-}
-
-/// One shared read-write mapping of a DAX file or device, owned: unmapped on drop.
-#[derive(Debug)]
-pub(crate) struct RawDaxMap {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory owned by this value; nothing about it is tied
-// to the thread that made it, and all access goes through `&self`/`&mut self`.
-unsafe impl Send for RawDaxMap {}
-// SAFETY: `&self` methods only read the mapping (copies out); concurrent readers are fine.
-unsafe impl Sync for RawDaxMap {}
-
-impl RawDaxMap {
-    /// Maps `len` (> 0) bytes of `fd` at `offset`, read-write.
-    pub(crate) fn new(
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: usize,
-        kind: MapKind,
-    ) -> Result<Self, Error> {
-        let flags = match kind {
-            MapKind::Sync => MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
-            MapKind::Shared => MapFlags::SHARED,
-        };
-        // SAFETY: a null hint lets the kernel choose the address, so no existing mapping is
-        // replaced; the result is owned by the returned value, which unmaps it once.
-        let p = unsafe {
-            rustix::mm::mmap(
-                core::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                flags,
-                fd,
-                offset,
-            )
-        }
-        .map_err(|errno| Error::Syscall {
-            name: match kind {
-                MapKind::Sync => "mmap(MAP_SHARED_VALIDATE|MAP_SYNC)",
-                MapKind::Shared => "mmap(MAP_SHARED)",
-            },
-            errno,
-        })?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::BadReply {
-            ioctl: "mmap",
-            what: "a null address",
-        })?;
-        Ok(Self { ptr, len })
+/// Writes back every cache line of `offset..offset + n` of `map` and fences; false (nothing
+/// flushed) if the range is outside the mapping. See [`flush_lines`].
+pub(crate) fn flush(map: &Mmap, offset: usize, n: usize) -> bool {
+    if map.check_range(offset, n).is_err() {
+        return false;
     }
-
-    /// Length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
+    if n > 0 {
+        // SAFETY: the range lies inside `map` (checked above), which is mapped while the
+        // borrow lives; the flush instructions change no memory contents.
+        unsafe { flush_lines(map.as_ptr().add(offset), n) };
     }
-
-    /// The start address (for reports and page-frame lookups; never dereferenced outside
-    /// this module).
-    pub(crate) fn addr(&self) -> usize {
-        self.ptr.as_ptr() as usize
-    }
-
-    fn range_ok(&self, offset: usize, n: usize) -> bool {
-        offset.checked_add(n).is_some_and(|end| end <= self.len)
-    }
-
-    /// Copies `src` in at `offset`; false (nothing copied) if it does not fit.
-    pub(crate) fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
-        if !self.range_ok(offset, src.len()) {
-            return false;
-        }
-        // SAFETY: the range is inside this live mapping (checked above); `src` is a Rust
-        // slice, which cannot overlap a mapping this type never exposes as a reference.
-        unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
-        };
-        true
-    }
-
-    /// Copies out at `offset` into `dst`; false (nothing copied) if it does not fit.
-    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        if !self.range_ok(offset, dst.len()) {
-            return false;
-        }
-        // SAFETY: as for write_at, in the other direction.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
-        true
-    }
-
-    /// Writes back every cache line of `offset..offset + n` and fences; false if the range
-    /// is outside the mapping. See [`flush_lines`].
-    pub(crate) fn flush(&self, offset: usize, n: usize) -> bool {
-        if !self.range_ok(offset, n) {
-            return false;
-        }
-        if n > 0 {
-            // SAFETY: the range lies inside this live mapping (checked above).
-            unsafe { flush_lines(self.ptr.as_ptr().add(offset), n) };
-        }
-        true
-    }
-
-    /// `msync(MS_SYNC)` over the pages holding `offset..offset + n`.
-    pub(crate) fn msync(&self, offset: usize, n: usize) -> Result<(), Error> {
-        if !self.range_ok(offset, n) {
-            return Err(Error::InvalidArgument {
-                what: format!(
-                    "{n} bytes at offset {offset} exceed the mapping's {} bytes",
-                    self.len
-                ),
-            });
-        }
-        let page = rustix::param::page_size();
-        let start = (self.addr() + offset) & !(page - 1);
-        let end = self.addr() + offset + n;
-        // SAFETY: start..end lies within this live mapping, rounded down to the page that
-        // holds `offset`, which is the mapping's own page (mappings start page-aligned).
-        unsafe {
-            rustix::mm::msync(
-                start as *mut core::ffi::c_void,
-                end - start,
-                MsyncFlags::SYNC,
-            )
-        }
-        .map_err(|errno| Error::Syscall {
-            name: "msync",
-            errno,
-        })
-    }
-
-    /// `mlock` over the whole mapping (see [`mlock`]).
-    pub(crate) fn mlock(&self) -> Result<(), Error> {
-        // SAFETY: the range is exactly this live mapping.
-        unsafe { mlock(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for RawDaxMap {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly the mapping made in `new`, unmapped only here.
-        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        // Drop never panics: a failure is counted (`hmm::release_failures`).
-        if let Err(e) = r {
-            crate::release_failed("munmap", e);
-        }
-    }
+    true
 }
 
 /// Which instruction [`flush_lines`] uses on this CPU.
@@ -282,33 +130,32 @@ pub(crate) unsafe fn munlock(p: *mut u8, len: usize) -> Result<(), Error> {
 }
 
 /// A locked (`mlock`ed) address range, unlocked on drop. Whoever makes one keeps the memory
-/// borrowed for as long as it lives.
+/// borrowed for as long as it lives. It holds the range as plain numbers (so it is `Send`
+/// and `Sync` like any integer pair): `munlock` only changes the pages' lock state.
 #[derive(Debug)]
 pub(crate) struct Mlocked {
-    ptr: NonNull<u8>,
+    addr: usize,
     len: usize,
 }
 
 impl Mlocked {
     /// Locks the pages of `mem` (the slice proves they are mapped).
     pub(crate) fn slice(mem: &[u8]) -> Result<Self, Error> {
-        let ptr = NonNull::new(mem.as_ptr().cast_mut()).ok_or(Error::InvalidArgument {
-            what: "null range".into(),
-        })?;
         // SAFETY: the range is a live Rust slice.
-        unsafe { mlock(ptr.as_ptr(), mem.len()) }?;
+        unsafe { mlock(mem.as_ptr().cast_mut(), mem.len()) }?;
         Ok(Self {
-            ptr,
+            addr: mem.as_ptr() as usize,
             len: mem.len(),
         })
     }
 
     /// Locks the pages of a DAX mapping.
-    pub(crate) fn dax(map: &RawDaxMap) -> Result<Self, Error> {
-        map.mlock()?;
+    pub(crate) fn mapping(map: &Mmap) -> Result<Self, Error> {
+        // SAFETY: the range is exactly `map`, which is mapped while the borrow lives.
+        unsafe { mlock(map.as_ptr(), map.len()) }?;
         Ok(Self {
-            ptr: map.ptr,
-            len: map.len,
+            addr: map.addr(),
+            len: map.len(),
         })
     }
 }
@@ -316,16 +163,12 @@ impl Mlocked {
 impl Drop for Mlocked {
     fn drop(&mut self) {
         // SAFETY: the creator keeps the memory borrowed (and so mapped) for as long as
-        // this value lives; munlock only changes the pages' lock state.
-        let r = unsafe { munlock(self.ptr.as_ptr(), self.len) };
+        // this value lives; munlock only changes the pages' lock state (and answers ENOMEM
+        // for a range that is not mapped), reading and writing none of their bytes.
+        let r = unsafe { munlock(self.addr as *mut u8, self.len) };
         // Drop never panics: a failure is counted (`hmm::release_failures`).
         if let Err(e) = r {
             crate::release_failed("munlock", e.errno().unwrap_or(drm_gem::Errno::IO));
         }
     }
 }
-
-// SAFETY: holds only an address range; unlocking from another thread is fine.
-unsafe impl Send for Mlocked {}
-// SAFETY: no `&self` method touches the memory.
-unsafe impl Sync for Mlocked {}

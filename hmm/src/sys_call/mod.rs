@@ -7,14 +7,15 @@
 //! the numbers, which encode the struct's size). Both test_hmm's `hmm_dmirror_cmd` and
 //! udmabuf's `udmabuf_create_list` lead the kernel to user memory (a bounce buffer, a
 //! trailing item array), so the raw calls are `unsafe fn` and the safe wrappers here build
-//! those pointers from slices whose lengths they check. Each DAX mapping made here is owned
-//! by exactly one value that unmaps it once, on drop; every access through a raw pointer is
-//! bounds-checked against the mapping it belongs to before the pointer is formed. Calls that
-//! take a caller's address range (`mlock`, `msync`) are `unsafe fn`: their callers vouch
-//! that the range is mapped for the whole call.
+//! those pointers from slices whose lengths they check. DAX mappings are
+//! [`drm_gem::Mmap`]s (drm-gem owns their `mmap`, copies and `munmap`); the cache-line
+//! flushes here form a pointer into one only after checking the range against it
+//! (`Mmap::check_range`), while it is borrowed. Calls that take a caller's address range
+//! (`mlock`, `munlock`, the flushes) are `unsafe fn`: their callers vouch that the range is
+//! mapped for the whole call.
 //!
-//! One file per area: `dmirror.rs` (test_hmm), `udmabuf.rs`, `dax.rs` (DAX mappings,
-//! cache-line flushes, page locking), `cuda.rs` (feature `cuda`).
+//! One file per area: `dmirror.rs` (test_hmm), `udmabuf.rs`, `dax.rs` (cache-line
+//! flushes and page locking of DAX mappings), `cuda.rs` (feature `cuda`).
 #![allow(unsafe_code)]
 
 use drm_gem::Error;

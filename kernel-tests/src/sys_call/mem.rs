@@ -4,6 +4,11 @@
 //! reference to it except [`Region::as_mut_slice`], which borrows the region. Part of the
 //! crate's `sys_call` module; re-exported by `kernel_tests::mem`.
 //!
+//! It owns its mapping itself rather than through [`drm_gem::Mmap`]: the tests change the
+//! mapping under it (`mprotect` per page, holes punched with `munmap`, pages unmapped by
+//! another thread mid-ioctl, huge-page alignment inside a larger mapping), which an `Mmap`,
+//! whose whole range stays mapped with one protection for its life, must not allow.
+//!
 //! # Safety
 //! Every pointer used here lies inside a mapping the [`Region`] owns (made by `mmap` in the
 //! constructor, unmapped once in `Drop`, except the holes it made itself, which it never
