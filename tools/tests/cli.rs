@@ -139,3 +139,63 @@ fn a_missing_proc_is_a_one_line_error_with_a_hint() {
         "{s}"
     );
 }
+
+/// A synthetic /proc with one process holding `/dev/null`, which a synthetic sysfs
+/// (`Options::sys_root`) calls a DRM node, with `fdinfo` text of the caller's.
+fn synthetic_drm_holder(name: &str, fdinfo: &str) -> (std::path::PathBuf, drmtool::Options) {
+    let root = std::env::temp_dir().join(format!("drmtool-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let pid = root.join("proc/5000000");
+    std::fs::create_dir_all(pid.join("fd")).unwrap();
+    std::fs::create_dir_all(pid.join("fdinfo")).unwrap();
+    std::fs::write(pid.join("comm"), "holder\n").unwrap();
+    std::os::unix::fs::symlink("/dev/null", pid.join("fd/3")).unwrap();
+    std::fs::write(pid.join("fdinfo/3"), fdinfo).unwrap();
+    let char_dev = root.join("sys/dev/char/1:3");
+    std::fs::create_dir_all(&char_dev).unwrap();
+    std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
+    std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
+    let opts = drmtool::Options {
+        proc_root: root.join("proc"),
+        debugfs_root: root.join("no-debugfs"),
+        sys_root: root.join("sys"),
+        ..Default::default()
+    };
+    (root, opts)
+}
+
+#[test]
+fn a_char_device_that_sysfs_calls_drm_is_a_drm_fd() {
+    let (root, opts) = synthetic_drm_holder(
+        "sysfs-root",
+        "drm-driver:\tvkms\ndrm-client-id:\t7\ndrm-total-system:\t8 KiB\n",
+    );
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(r.clients.len(), 1, "{r:#?}");
+    assert_eq!(r.clients[0].node, "/dev/null");
+    assert_eq!(r.clients[0].client_id, Some(7));
+    assert_eq!(r.clients[0].memory_total.value, Some(8192));
+    assert_eq!(r.processes[0].drm_fds.len(), 1);
+}
+
+/// Found by the proc_tree fuzz target: a driver name (`drm-driver`) and engine names
+/// (`drm-engine-<name>`) are the driver's text, printed in the tables as they were.
+#[test]
+fn driver_and_engine_names_are_escaped_in_the_tables() {
+    let (root, opts) = synthetic_drm_holder(
+        "escape",
+        "drm-driver:\tev\x1b[31mil\tx\ndrm-client-id:\t1\ndrm-engine-g\x1b]fx:\t5 ns\n",
+    );
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(r.clients.len(), 1, "{r:#?}");
+    for by in [drmtool::render::By::Process, drmtool::render::By::Client] {
+        let t = drmtool::render::tables(&r, by, drmtool::render::SortKey::Pid, false);
+        assert!(
+            !t.chars().any(|c| c != '\n' && c.is_control()),
+            "control bytes in the tables:\n{}",
+            t.escape_debug()
+        );
+    }
+}

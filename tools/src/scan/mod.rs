@@ -35,6 +35,10 @@ pub struct Options {
     pub proc_root: PathBuf,
     /// The DRM debugfs directory (`/sys/kernel/debug/dri`).
     pub debugfs_root: PathBuf,
+    /// sysfs (`/sys`), where a char device held through an fd but not under `/dev/dri` is
+    /// looked up (`dev/char/<major>:<minor>`). The machine's own nodes (`/dev/dri`) are
+    /// always enumerated from the real sysfs.
+    pub sys_root: PathBuf,
     /// Only these processes (all when empty).
     pub pids: Vec<u32>,
     /// Sources to leave out (none by default).
@@ -59,6 +63,7 @@ impl Default for Options {
         Self {
             proc_root: "/proc".into(),
             debugfs_root: "/sys/kernel/debug/dri".into(),
+            sys_root: "/sys".into(),
             pids: Vec::new(),
             skip: Skip::default(),
         }
@@ -172,6 +177,7 @@ fn read_processes(
         match read_process(
             proc_fd,
             &opts.proc_root,
+            &opts.sys_root,
             pid,
             nodes,
             &mut scratch,
