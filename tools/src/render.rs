@@ -177,8 +177,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                 SortKey::Size => ps.sort_by_key(|p| {
                     std::cmp::Reverse(
                         size_of(&p.mapped_drm)
-                            + size_of(&p.dmabuf_bytes)
-                            + size_of(&p.memory_total),
+                            .saturating_add(size_of(&p.dmabuf_bytes))
+                            .saturating_add(size_of(&p.memory_total)),
                     )
                 }),
                 SortKey::Pid => ps.sort_by_key(|p| p.pid),

@@ -199,3 +199,57 @@ fn driver_and_engine_names_are_escaped_in_the_tables() {
         );
     }
 }
+
+/// Found by the proc_tree fuzz target: sizes are hostile text, and sums of them (a
+/// process's dma-buf bytes, the tables' sort by size) overflowed, a panic in debug builds
+/// and a wrapped figure in release ones. They saturate, as the fdinfo totals do.
+#[test]
+fn sums_of_hostile_sizes_saturate() {
+    use std::os::unix::fs::{MetadataExt, symlink};
+    let (root, opts) = synthetic_drm_holder(
+        "saturate",
+        "drm-driver:\tvkms\ndrm-client-id:\t1\ndrm-total-vram:\t18446744073709551615\n",
+    );
+    // pid 5000000 (the DRM holder) and 5000001 each hold a dma-buf of almost 2^64 bytes,
+    // and 5000000 maps 5000001's too.
+    let mut inodes = Vec::new();
+    for pid in ["5000000", "5000001"] {
+        let p = root.join("proc").join(pid);
+        std::fs::create_dir_all(p.join("fd")).unwrap();
+        std::fs::create_dir_all(p.join("fdinfo")).unwrap();
+        std::fs::write(p.join("comm"), "big\n").unwrap();
+        // The link resolves relative to fd/: this file gives the buffer its inode.
+        std::fs::write(p.join("fd/anon_inode:dmabuf"), "").unwrap();
+        inodes.push(
+            std::fs::metadata(p.join("fd/anon_inode:dmabuf"))
+                .unwrap()
+                .ino(),
+        );
+        symlink("anon_inode:dmabuf", p.join("fd/4")).unwrap();
+        std::fs::write(
+            p.join("fdinfo/4"),
+            "size:\t18446744073709551614\ncount:\t1\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        root.join("proc/5000000/maps"),
+        format!(
+            "7f0000000000-7f0000001000 rw-s 00000000 00:0a {} /dmabuf:\n",
+            inodes[1]
+        ),
+    )
+    .unwrap();
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    let p = r.processes.iter().find(|p| p.pid == 5_000_000).unwrap();
+    assert_eq!(p.dmabuf_bytes.value, Some(u64::MAX), "{p:#?}");
+    let t = drmtool::render::tables(
+        &r,
+        drmtool::render::By::Process,
+        drmtool::render::SortKey::Size,
+        false,
+    );
+    let first = t.lines().find(|l| l.starts_with("50000")).unwrap();
+    assert!(first.starts_with("5000000 "), "{t}");
+}

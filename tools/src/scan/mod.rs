@@ -329,7 +329,7 @@ fn process_reports(
                         dmabuf_maps.push(m.inode);
                     }
                 }
-                maps::Target::GemShmem => shmem += m.len(),
+                maps::Target::GemShmem => shmem = shmem.saturating_add(m.len()),
             }
         }
         if p.drm.is_empty()
@@ -344,8 +344,9 @@ fn process_reports(
         let drm_mappings: Vec<DeviceMapping> = per_dev
             .into_iter()
             .map(|(dev, (node, offs))| {
-                let bytes: u64 = offs.values().sum();
-                mapped_total += bytes;
+                // Hostile sizes: every sum saturates.
+                let bytes = offs.values().fold(0u64, |a, &b| a.saturating_add(b));
+                mapped_total = mapped_total.saturating_add(bytes);
                 for (o, l) in &offs {
                     let slot = device_offsets[dev].entry(*o).or_default();
                     *slot = (*slot).max(*l);
@@ -363,7 +364,7 @@ fn process_reports(
         let mut db: Option<u64> = Some(0);
         for i in &inodes {
             db = match (db, dmabufs.get(i).and_then(|b| b.size.value)) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 _ => None,
             };
         }
