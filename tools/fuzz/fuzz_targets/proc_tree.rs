@@ -95,6 +95,16 @@ fn fixed() -> &'static Fixed {
         } else {
             std::env::temp_dir()
         };
+        // libFuzzer exits without running destructors: the trees of exited fuzzers go here.
+        for e in fs::read_dir(&parent).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("drmtool-fuzz-proc-tree-"));
+            if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
         let base = parent.join(format!("drmtool-fuzz-proc-tree-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         fs::create_dir_all(base.join("pool")).unwrap();
