@@ -141,7 +141,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                     .map(|n| esc(n.path.trim_start_matches("/dev/dri/")))
                     .collect::<Vec<_>>()
                     .join(","),
-                d.driver.clone().unwrap_or_else(|| "unknown".into()),
+                // The driver's own text (`drm-driver` of an fdinfo): escaped like a name.
+                d.driver.as_deref().map_or_else(|| "unknown".into(), esc),
                 d.clients.to_string(),
                 count(&d.debugfs_clients),
                 fig(&d.memory_total),
@@ -176,8 +177,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                 SortKey::Size => ps.sort_by_key(|p| {
                     std::cmp::Reverse(
                         size_of(&p.mapped_drm)
-                            + size_of(&p.dmabuf_bytes)
-                            + size_of(&p.memory_total),
+                            .saturating_add(size_of(&p.dmabuf_bytes))
+                            .saturating_add(size_of(&p.memory_total)),
                     )
                 }),
                 SortKey::Pid => ps.sort_by_key(|p| p.pid),
@@ -232,8 +233,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                         .engines
                         .iter()
                         .map(|(n, e)| match e.busy_percent {
-                            Some(p) => format!("{n} {p:.1}%"),
-                            None => format!("{n} n/a"),
+                            Some(p) => format!("{} {p:.1}%", esc(n)),
+                            None => format!("{} n/a", esc(n)),
                         })
                         .collect::<Vec<_>>()
                         .join(" ");

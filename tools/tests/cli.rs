@@ -139,3 +139,117 @@ fn a_missing_proc_is_a_one_line_error_with_a_hint() {
         "{s}"
     );
 }
+
+/// A synthetic /proc with one process holding `/dev/null`, which a synthetic sysfs
+/// (`Options::sys_root`) calls a DRM node, with `fdinfo` text of the caller's.
+fn synthetic_drm_holder(name: &str, fdinfo: &str) -> (std::path::PathBuf, drmtool::Options) {
+    let root = std::env::temp_dir().join(format!("drmtool-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let pid = root.join("proc/5000000");
+    std::fs::create_dir_all(pid.join("fd")).unwrap();
+    std::fs::create_dir_all(pid.join("fdinfo")).unwrap();
+    std::fs::write(pid.join("comm"), "holder\n").unwrap();
+    std::os::unix::fs::symlink("/dev/null", pid.join("fd/3")).unwrap();
+    std::fs::write(pid.join("fdinfo/3"), fdinfo).unwrap();
+    let char_dev = root.join("sys/dev/char/1:3");
+    std::fs::create_dir_all(&char_dev).unwrap();
+    std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
+    std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
+    let opts = drmtool::Options {
+        proc_root: root.join("proc"),
+        debugfs_root: root.join("no-debugfs"),
+        sys_root: root.join("sys"),
+        ..Default::default()
+    };
+    (root, opts)
+}
+
+#[test]
+fn a_char_device_that_sysfs_calls_drm_is_a_drm_fd() {
+    let (root, opts) = synthetic_drm_holder(
+        "sysfs-root",
+        "drm-driver:\tvkms\ndrm-client-id:\t7\ndrm-total-system:\t8 KiB\n",
+    );
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(r.clients.len(), 1, "{r:#?}");
+    assert_eq!(r.clients[0].node, "/dev/null");
+    assert_eq!(r.clients[0].client_id, Some(7));
+    assert_eq!(r.clients[0].memory_total.value, Some(8192));
+    assert_eq!(r.processes[0].drm_fds.len(), 1);
+}
+
+/// Found by the proc_tree fuzz target: a driver name (`drm-driver`) and engine names
+/// (`drm-engine-<name>`) are the driver's text, printed in the tables as they were.
+#[test]
+fn driver_and_engine_names_are_escaped_in_the_tables() {
+    let (root, opts) = synthetic_drm_holder(
+        "escape",
+        "drm-driver:\tev\x1b[31mil\tx\ndrm-client-id:\t1\ndrm-engine-g\x1b]fx:\t5 ns\n",
+    );
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(r.clients.len(), 1, "{r:#?}");
+    for by in [drmtool::render::By::Process, drmtool::render::By::Client] {
+        let t = drmtool::render::tables(&r, by, drmtool::render::SortKey::Pid, false);
+        assert!(
+            !t.chars().any(|c| c != '\n' && c.is_control()),
+            "control bytes in the tables:\n{}",
+            t.escape_debug()
+        );
+    }
+}
+
+/// Found by the proc_tree fuzz target: sizes are hostile text, and sums of them (a
+/// process's dma-buf bytes, the tables' sort by size) overflowed, a panic in debug builds
+/// and a wrapped figure in release ones. They saturate, as the fdinfo totals do.
+#[test]
+fn sums_of_hostile_sizes_saturate() {
+    use std::os::unix::fs::{MetadataExt, symlink};
+    let (root, opts) = synthetic_drm_holder(
+        "saturate",
+        "drm-driver:\tvkms\ndrm-client-id:\t1\ndrm-total-vram:\t18446744073709551615\n",
+    );
+    // pid 5000000 (the DRM holder) and 5000001 each hold a dma-buf of almost 2^64 bytes,
+    // and 5000000 maps 5000001's too.
+    let mut inodes = Vec::new();
+    for pid in ["5000000", "5000001"] {
+        let p = root.join("proc").join(pid);
+        std::fs::create_dir_all(p.join("fd")).unwrap();
+        std::fs::create_dir_all(p.join("fdinfo")).unwrap();
+        std::fs::write(p.join("comm"), "big\n").unwrap();
+        // The link resolves relative to fd/: this file gives the buffer its inode.
+        std::fs::write(p.join("fd/anon_inode:dmabuf"), "").unwrap();
+        inodes.push(
+            std::fs::metadata(p.join("fd/anon_inode:dmabuf"))
+                .unwrap()
+                .ino(),
+        );
+        symlink("anon_inode:dmabuf", p.join("fd/4")).unwrap();
+        std::fs::write(
+            p.join("fdinfo/4"),
+            "size:\t18446744073709551614\ncount:\t1\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        root.join("proc/5000000/maps"),
+        format!(
+            "7f0000000000-7f0000001000 rw-s 00000000 00:0a {} /dmabuf:\n",
+            inodes[1]
+        ),
+    )
+    .unwrap();
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    let p = r.processes.iter().find(|p| p.pid == 5_000_000).unwrap();
+    assert_eq!(p.dmabuf_bytes.value, Some(u64::MAX), "{p:#?}");
+    let t = drmtool::render::tables(
+        &r,
+        drmtool::render::By::Process,
+        drmtool::render::SortKey::Size,
+        false,
+    );
+    let first = t.lines().find(|l| l.starts_with("50000")).unwrap();
+    assert!(first.starts_with("5000000 "), "{t}");
+}

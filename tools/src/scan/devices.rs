@@ -138,7 +138,10 @@ pub(super) fn device_reports(
                     .unwrap_or_else(|| "debugfs not readable".into()),
             )
         };
-        let mapped: u64 = device_offsets[index].values().sum();
+        // Hostile sizes: every sum saturates.
+        let mapped = device_offsets[index]
+            .values()
+            .fold(0u64, |a, &b| a.saturating_add(b));
         devices.push(DeviceReport {
             index,
             sysfs: parent.clone(),
@@ -166,18 +169,21 @@ pub(super) fn device_reports(
                     .with_note("distinct buffers mapped by readable processes")
             },
             framebuffer_bytes: if access.readable {
-                let b: u64 = fbs
+                let b = fbs
                     .iter()
                     .flat_map(|f| f.objects.iter())
                     .filter_map(|o| o.size)
-                    .sum();
+                    .fold(0u64, u64::saturating_add);
                 Figure::known(b, Source::DebugfsFramebuffer)
             } else {
                 unreadable_debugfs()
             },
             named_bytes: match &named {
-                Some(n) => Figure::known(n.iter().map(|g| g.size).sum(), Source::DebugfsGemNames)
-                    .with_note("flink-named objects only"),
+                Some(n) => Figure::known(
+                    n.iter().map(|g| g.size).fold(0u64, u64::saturating_add),
+                    Source::DebugfsGemNames,
+                )
+                .with_note("flink-named objects only"),
                 None => unreadable_debugfs(),
             },
             framebuffers: fbs,

@@ -35,6 +35,10 @@ pub struct Options {
     pub proc_root: PathBuf,
     /// The DRM debugfs directory (`/sys/kernel/debug/dri`).
     pub debugfs_root: PathBuf,
+    /// sysfs (`/sys`), where a char device held through an fd but not under `/dev/dri` is
+    /// looked up (`dev/char/<major>:<minor>`). The machine's own nodes (`/dev/dri`) are
+    /// always enumerated from the real sysfs.
+    pub sys_root: PathBuf,
     /// Only these processes (all when empty).
     pub pids: Vec<u32>,
     /// Sources to leave out (none by default).
@@ -59,6 +63,7 @@ impl Default for Options {
         Self {
             proc_root: "/proc".into(),
             debugfs_root: "/sys/kernel/debug/dri".into(),
+            sys_root: "/sys".into(),
             pids: Vec::new(),
             skip: Skip::default(),
         }
@@ -172,6 +177,7 @@ fn read_processes(
         match read_process(
             proc_fd,
             &opts.proc_root,
+            &opts.sys_root,
             pid,
             nodes,
             &mut scratch,
@@ -323,7 +329,7 @@ fn process_reports(
                         dmabuf_maps.push(m.inode);
                     }
                 }
-                maps::Target::GemShmem => shmem += m.len(),
+                maps::Target::GemShmem => shmem = shmem.saturating_add(m.len()),
             }
         }
         if p.drm.is_empty()
@@ -338,8 +344,9 @@ fn process_reports(
         let drm_mappings: Vec<DeviceMapping> = per_dev
             .into_iter()
             .map(|(dev, (node, offs))| {
-                let bytes: u64 = offs.values().sum();
-                mapped_total += bytes;
+                // Hostile sizes: every sum saturates.
+                let bytes = offs.values().fold(0u64, |a, &b| a.saturating_add(b));
+                mapped_total = mapped_total.saturating_add(bytes);
                 for (o, l) in &offs {
                     let slot = device_offsets[dev].entry(*o).or_default();
                     *slot = (*slot).max(*l);
@@ -357,7 +364,7 @@ fn process_reports(
         let mut db: Option<u64> = Some(0);
         for i in &inodes {
             db = match (db, dmabufs.get(i).and_then(|b| b.size.value)) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 _ => None,
             };
         }

@@ -2,7 +2,7 @@
 //! through an fd's char device.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// A DRM node known to the machine.
 #[derive(Debug, Clone)]
@@ -44,9 +44,15 @@ pub(super) fn node_table() -> Nodes {
     t
 }
 
-/// A char device not under /dev/dri (a container, a chroot): identify it through sysfs.
-pub(super) fn node_from_sysfs(major: u32, minor: u32, link: &str) -> Option<NodeId> {
-    let sys = PathBuf::from(format!("/sys/dev/char/{major}:{minor}"));
+/// A char device not under /dev/dri (a container, a chroot): identify it through sysfs
+/// (`sys_root`, normally `/sys`).
+pub(super) fn node_from_sysfs(
+    sys_root: &Path,
+    major: u32,
+    minor: u32,
+    link: &str,
+) -> Option<NodeId> {
+    let sys = sys_root.join(format!("dev/char/{major}:{minor}"));
     let subsystem = std::fs::read_link(sys.join("subsystem")).ok()?;
     if subsystem.file_name()? != "drm" {
         return None;

@@ -193,12 +193,13 @@ impl FdKinds {
         dirfd: BorrowedFd<'_>,
         name: &std::ffi::CStr,
         nodes: &mut Nodes,
+        sys_root: &Path,
     ) -> FdKind {
         // A closed fd (or an exited process) just drops out.
         let Ok(l) = rustix::fs::readlinkat(dirfd, name, std::mem::take(&mut self.link_buf)) else {
             return FdKind::Other;
         };
-        let kind = self.classify_link(dirfd, name, l.to_bytes(), nodes);
+        let kind = self.classify_link(dirfd, name, l.to_bytes(), nodes, sys_root);
         self.link_buf = l.into_bytes();
         kind
     }
@@ -209,6 +210,7 @@ impl FdKinds {
         name: &std::ffi::CStr,
         link: &[u8],
         nodes: &mut Nodes,
+        sys_root: &Path,
     ) -> FdKind {
         use rustix::fs::FileType;
         match link_class(link) {
@@ -234,7 +236,7 @@ impl FdKinds {
                 }
                 // A char device not under /dev/dri (a container, a chroot): sysfs says.
                 let text = String::from_utf8_lossy(link);
-                match node_from_sysfs(dev.0, dev.1, &text) {
+                match node_from_sysfs(sys_root, dev.0, dev.1, &text) {
                     Some(n) => {
                         nodes.list.push(n);
                         FdKind::Drm(nodes.list.len() - 1)
@@ -290,6 +292,7 @@ pub(super) struct Scratch {
 pub(super) fn read_process(
     proc_fd: BorrowedFd<'_>,
     proc_root: &Path,
+    sys_root: &Path,
     pid: u32,
     nodes: &mut Nodes,
     scratch: &mut Scratch,
@@ -380,7 +383,7 @@ pub(super) fn read_process(
         };
         let dirfd = fd_dir.as_fd();
         let at = FdRef { pid, fd };
-        match kinds.classify(dirfd, name, nodes) {
+        match kinds.classify(dirfd, name, nodes, sys_root) {
             FdKind::Drm(node) => {
                 let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
                     read_fdinfo(
