@@ -7,7 +7,10 @@
 //! - [`Census::take`]`(&dev)`: everything below, for one open DRM file `dev`, on the test's
 //!   own thread (it counts fds, so it takes the fd lock exclusively, see
 //!   [`fixtures`](crate::fixtures)).
-//! - [`Census::process`]`()`: the process-wide part only (fds, mappings).
+//! - [`Census::process`]`()`: the process-wide part only (fds, mappings);
+//!   [`Census::take_within`]`(&dev, gap)`: cheaper probes for a caller that knows its
+//!   bound (see "The probe bound"); [`Census::gem_handles_of`]`(&dev, gap)`: only the
+//!   GEM handle count of one file.
 //! - `Census` is `Debug + Clone + PartialEq + Eq`; its fields are public counts, so an
 //!   expected census is a copy of a taken one with some counts changed.
 //! - [`Census::diff`]`(&before, &after)` names what changed ([`Diff`] displays as
@@ -179,14 +182,29 @@ impl Census {
     /// When a probe gets an answer that means neither "present" nor "absent" after its
     /// first one did (the kernel changed its mind mid-census), naming the ioctl and errno.
     pub fn take(dev: &Device) -> Census {
+        Census::take_within(dev, PROBE_GAP)
+    }
+
+    /// [`Census::take`] with probes that stop after `gap` misses instead of [`PROBE_GAP`]:
+    /// cheaper (each probe is one ioctl), exact for a file that never held more than `gap`
+    /// handles of a kind at once (and, for `blobs`, never freed more than `gap` mode
+    /// object ids in a row).
+    pub fn take_within(dev: &Device, gap: u32) -> Census {
         let mut c = Census::process();
-        c.gem_handles = gem_handles(dev);
-        c.syncobjs = syncobjs(dev);
+        c.gem_handles = gem_handles(dev, gap);
+        c.syncobjs = syncobjs(dev, gap);
         if let Some((fbs, floor)) = kms(dev) {
             c.framebuffers = Some(fbs);
-            c.blobs = Some(blobs(dev, floor));
+            c.blobs = Some(blobs(dev, floor, gap));
         }
         c
+    }
+
+    /// Only [`gem_handles`](Census::gem_handles) of `dev` (for a second device whose other
+    /// counts a caller does not need), probed up to `gap` misses as in
+    /// [`Census::take_within`]: no fd lock, no other probe.
+    pub fn gem_handles_of(dev: &Device, gap: u32) -> Option<usize> {
+        gem_handles(dev, gap)
     }
 
     /// The counts that differ from `self` in `later`, in field order.
@@ -256,10 +274,15 @@ enum Probe {
 
 /// Counts the ids from 1 that `probe` finds, stopping after [`PROBE_GAP`] misses past the
 /// last hit and past `floor`; `None` when the first probe cannot ask.
-fn count_ids(what: &str, floor: u32, mut probe: impl FnMut(u32) -> Probe) -> Option<usize> {
+fn count_ids(
+    what: &str,
+    floor: u32,
+    gap: u32,
+    mut probe: impl FnMut(u32) -> Probe,
+) -> Option<usize> {
     let (mut n, mut last) = (0usize, floor);
     let mut id = 1u32;
-    while id <= last.saturating_add(PROBE_GAP) {
+    while id <= last.saturating_add(gap) {
         match probe(id) {
             Probe::Present => {
                 n += 1;
@@ -277,8 +300,8 @@ fn count_ids(what: &str, floor: u32, mut probe: impl FnMut(u32) -> Probe) -> Opt
     Some(n)
 }
 
-fn gem_handles(dev: &Device) -> Option<usize> {
-    count_ids("DRM_IOCTL_MODE_MAP_DUMB", 0, |h| {
+fn gem_handles(dev: &Device, gap: u32) -> Option<usize> {
+    count_ids("DRM_IOCTL_MODE_MAP_DUMB", 0, gap, |h| {
         let arg = ioctl_sys::drm::drm_mode_map_dumb {
             handle: h,
             ..Default::default()
@@ -291,10 +314,11 @@ fn gem_handles(dev: &Device) -> Option<usize> {
     })
 }
 
-fn syncobjs(dev: &Device) -> Option<usize> {
+fn syncobjs(dev: &Device, gap: u32) -> Option<usize> {
     count_ids(
         "DRM_IOCTL_SYNCOBJ_WAIT",
         0,
+        gap,
         |h| match drm_gem::raw::syncobj_wait(dev, &[h], 0, 0) {
             Ok(_) => Probe::Present,
             Err(e) => match e.errno() {
@@ -333,8 +357,8 @@ fn kms(dev: &Device) -> Option<(usize, u32)> {
     Some((r.framebuffers.len(), floor))
 }
 
-fn blobs(dev: &Device, floor: u32) -> usize {
-    count_ids("DRM_IOCTL_MODE_GETPROPBLOB", floor, |id| {
+fn blobs(dev: &Device, floor: u32, gap: u32) -> usize {
+    count_ids("DRM_IOCTL_MODE_GETPROPBLOB", floor, gap, |id| {
         let Some(b) = BlobId::new(id) else {
             return Probe::Absent;
         };
