@@ -209,7 +209,7 @@ fn census_counts_framebuffers_and_blobs_on_vkms() {
             dev.add_framebuffer(&FbSpec::single(
                 64,
                 32,
-                ioctl_sys::drm::DRM_FORMAT_XRGB8888,
+                drm_gem::DrmFourcc::Xrgb8888,
                 b.handle(),
                 b.pitch(),
             ))

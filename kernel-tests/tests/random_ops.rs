@@ -62,14 +62,14 @@ use std::sync::{Barrier, Mutex};
 use std::thread::{Scope, ScopedJoinHandle};
 
 // The owner types, named once (the rest of the file lets inference name them).
-type Dumb<'d> = DumbBuffer<'d>;
-type Gem<'d> = drm_gem::GemObject<'d>;
-type Fb<'d> = drm_gem::kms::Framebuffer<'d>;
-type Blob<'d> = drm_gem::kms::PropertyBlob<'d>;
-type SyncObj<'d> = drm_gem::Syncobj<'d>;
-type SyncObjs<'d> = drm_gem::Syncobjs<'d>;
-type VgemDev<'d> = Vgem<'d>;
-type VgemFence<'d> = drm_gem::driver::vgem::VgemFence<'d>;
+type Dumb<'d> = DumbBuffer<&'d Device>;
+type Gem<'d> = drm_gem::GemObject<&'d Device>;
+type Fb<'d> = drm_gem::kms::Framebuffer<&'d Device>;
+type Blob<'d> = drm_gem::kms::PropertyBlob<&'d Device>;
+type SyncObj<'d> = drm_gem::Syncobj<&'d Device>;
+type SyncObjs<'d> = drm_gem::Syncobjs<&'d Device>;
+type VgemDev<'d> = Vgem<&'d Device>;
+type VgemFence<'d> = drm_gem::driver::vgem::VgemFence<&'d Device>;
 
 /// The default seeds: one per test (driver and threading mode), six in all; see the
 /// module docs for why not more.
@@ -709,7 +709,7 @@ impl<'s, 'd> World<'s, 'd> {
                     .add_framebuffer(&FbSpec::single(
                         sp.width,
                         sp.height,
-                        ioctl_sys::drm::DRM_FORMAT_XRGB8888,
+                        drm_gem::DrmFourcc::Xrgb8888,
                         b.handle(),
                         b.pitch(),
                     ))
