@@ -95,12 +95,12 @@ fn set_name_on_an_attached_buffer_is_ebusy_on_5_10() {
         .import(d.as_fd())
         .expect("vkms imports the vgem dma-buf");
     let r = d.set_name("while-attached");
-    // 5.10 refuses to rename a buffer with attachments; 6.1 (and later) allows it. Between
-    // the two, either answer is accepted.
-    if kernel_at_least(6, 1) {
+    // Linux 5.17+ (e73c317efbf9, "dma-buf: remove restriction of IOCTL:DMA_BUF_SET_NAME")
+    // renames a buffer with attachments; before, EBUSY (5.10 and 5.15 here).
+    if kernel_at_least(5, 17) {
         r.expect("renaming an attached dma-buf");
         assert_eq!(d.info().unwrap().name.as_deref(), Some("while-attached"));
-    } else if !kernel_at_least(5, 11) {
+    } else {
         expect_errno(
             "rename while attached",
             r,
