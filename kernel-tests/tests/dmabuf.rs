@@ -33,7 +33,8 @@ fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<&Device>, DmaBuf) {
     (buf, d)
 }
 
-/// The sync_file ioctls exist since Linux 6.0.
+/// The sync_file ioctls: Linux 6.0+ (20e10881a043, "dma-buf: Add an API for exporting
+/// sync files (v14)", and its import twin).
 fn has_sync_file_ioctls() -> bool {
     kernel_at_least(6, 0)
 }

@@ -226,7 +226,8 @@ fn support_follows_the_caps_and_the_kernel_answers_eopnotsupp_without_it() {
             "DRM_IOCTL_SYNCOBJ_TRANSFER",
             e,
         );
-        // EVENTFD exists since 6.6; before, DRM answers EINVAL for the unknown request.
+        // EVENTFD: Linux 6.6+ ("drm/syncobj: add IOCTL to register an eventfd"); before,
+        // DRM answers EINVAL for the unknown request.
         let eventfd_errno = if kernel_at_least(6, 6) {
             Errno::OPNOTSUPP
         } else {
