@@ -272,9 +272,10 @@ impl Udmabuf {
         Ok(Self { fd })
     }
 
-    /// The driver's limits: its module parameters where it has them (since Linux 6.1,
-    /// `/sys/module/udmabuf/parameters/`), else the constants of older kernels (the same
-    /// defaults).
+    /// The driver's limits: its module parameters where it has them (read from
+    /// `/sys/module/udmabuf/parameters/`, never inferred from a version: Linux 5.14+,
+    /// "udmabuf: configurable list_limit and size_limit_mb"; 5.15 has them, 5.10.262
+    /// not), else the constants of older kernels (the same defaults).
     pub fn limits(&self) -> UdmabufLimits {
         let param = |name: &str| -> Option<u64> {
             std::fs::read_to_string(format!("/sys/module/udmabuf/parameters/{name}"))

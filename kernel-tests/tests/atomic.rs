@@ -135,10 +135,13 @@ fn writeback_captures_the_cursor_plane_too() {
     writeback_check(&dev, &p, &[Square::new(cursor, CURSOR)]);
 }
 
-/// vkms reloaded with `enable_overlay=1` (6.1+; 5.10's vkms has no such parameter and no
-/// overlay planes, which is asserted there): two overlapping opaque overlay squares and the cursor over both. vkms
-/// blends in plane order (primary, overlays in creation order, cursor), so each pixel must
-/// come from the topmost square covering it, else from the primary plane's pattern.
+/// vkms reloaded with `enable_overlay=1` where it has that parameter (5.10's has none and
+/// no overlay plane, which is asserted there): an opaque square on each overlay plane the
+/// snapshot shows (up to two, overlapping) and the cursor over them. How many there are
+/// is counted, not assumed: 5.15's vkms makes one, 6.1's and 6.12's make
+/// `NUM_OVERLAY_PLANES` (8). vkms blends in plane order (primary, overlays in creation
+/// order, cursor), so each pixel must come from the topmost square covering it, else from
+/// the primary plane's pattern.
 #[test]
 fn writeback_captures_overlay_planes_in_order() {
     require_feature!("vkms");
@@ -168,20 +171,20 @@ fn writeback_captures_overlay_planes_in_order() {
         .map(|q| q.plane.id)
         .collect();
     assert!(
-        overlays.len() >= 2,
-        "vkms enable_overlay=1 offers {} overlay planes",
-        overlays.len()
+        !overlays.is_empty(),
+        "vkms enable_overlay=1 offers no overlay plane"
     );
     eprintln!("vkms enable_overlay=1: {} overlay planes", overlays.len());
     let Some(cursor) = p.cursor else {
         panic!("vkms with overlays lost its cursor plane")
     };
     // Bottom to top; the overlays' planes are in id (creation) order.
-    let squares = [
-        Square::new(overlays[0], (60, 30, 200, 0x00a0_1010)),
-        Square::new(overlays[1], (180, 120, 150, 0x0010_a010)),
-        Square::new(cursor, (220, 150, 64, 0x0010_10a0)),
-    ];
+    let mut squares: Vec<Square> = overlays
+        .iter()
+        .zip([(60, 30, 200, 0x00a0_1010), (180, 120, 150, 0x0010_a010)])
+        .map(|(&plane, sq)| Square::new(plane, sq))
+        .collect();
+    squares.push(Square::new(cursor, (220, 150, 64, 0x0010_10a0)));
     writeback_check(&dev, &p, &squares);
 }
 

@@ -4,7 +4,7 @@
 use drm_gem::kms::FbSpec;
 use drm_gem::{Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, open_fds, raw, require_driver, skip};
+use kernel_tests::{open_fds, raw, require_driver, skip};
 use rustix::fd::AsFd;
 
 #[test]
@@ -105,13 +105,12 @@ fn getfb2_handles_are_owned_and_closed() {
             (64, 32, sys::DRM_FORMAT_XRGB8888)
         );
         assert_eq!(info.planes.len(), 1);
-        // Kernels whose device supports modifiers report one for every framebuffer
-        // (LINEAR for this implicit one): 6.1 and 6.12 here; 5.10 reports none.
-        let want = if kernel_version() >= (6, 1) {
-            Some(0)
-        } else {
-            None
-        };
+        // Probed: a device that takes modifiers (DRM_CAP_ADDFB2_MODIFIERS) reports one
+        // for every framebuffer (LINEAR for this implicit one); GETFB2 keys its
+        // DRM_MODE_FB_MODIFIERS flag on the same mode_config flag as the cap. vkms has
+        // it from Linux 5.18 ("drm: introduce fb_modifiers_not_supported flag in
+        // mode_config"): 6.1 and 6.12 here, not 5.10 or 5.15.
+        let want = (dev.raw_cap(sys::DRM_CAP_ADDFB2_MODIFIERS).unwrap_or(0) != 0).then_some(0);
         assert_eq!(info.modifier, want);
         let p = &info.planes[0];
         assert_eq!((p.pitch, p.offset), (buf.pitch(), 0));

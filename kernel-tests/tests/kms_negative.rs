@@ -89,11 +89,16 @@ fn linear_modifier() -> Option<Errno> {
     (dev.raw_cap(sys::DRM_CAP_ADDFB2_MODIFIERS).unwrap_or(0) == 0).then_some(Errno::INVAL)
 }
 
-/// A modifier no plane supports. Measured: EINVAL on 5.10 (no modifiers at all) and on
-/// 6.12; accepted on 6.1, whose vkms planes have no `format_mod_supported` hook, so the
-/// core's check lets any modifier through.
+/// A modifier no plane supports. Where the device takes no modifiers at all
+/// (`DRM_CAP_ADDFB2_MODIFIERS` 0, probed: vkms before Linux 5.18's "drm: introduce
+/// fb_modifiers_not_supported flag in mode_config" gave every plane LINEAR) the core
+/// refuses the flag: EINVAL. Else the GEM framebuffer helper checks the modifier against
+/// the planes from Linux 6.5 (c91acda3a380, "drm/gem: Check for valid formats"): EINVAL;
+/// before it (6.1 here) any modifier gets through.
 fn bad_modifier() -> Option<Errno> {
-    (kernel_version() != (6, 1)).then_some(Errno::INVAL)
+    let dev = vkms(CAPS)?;
+    let no_modifiers = dev.raw_cap(sys::DRM_CAP_ADDFB2_MODIFIERS).unwrap_or(0) == 0;
+    (no_modifiers || kernel_version() >= (6, 5)).then_some(Errno::INVAL)
 }
 
 macro_rules! addfb_case {
@@ -590,9 +595,9 @@ fn lease_of_nothing() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "lease_of_nothing", |dev| {
         let r = dev.create_lease(&[]);
-        // Measured: 5.10 refuses an empty lease; 6.1 and 6.12 grant it (a lessee that
-        // sees no objects).
-        if kernel_version() < (6, 1) {
+        // Linux 5.16+ (4bb2d367a5a2, "drm/lease: allow empty leases") grants it (a
+        // lessee that sees no objects); before, EINVAL (5.10 and 5.15 here).
+        if kernel_version() < (5, 16) {
             assert_eq!(errno(r, "DRM_IOCTL_MODE_CREATE_LEASE"), Errno::INVAL);
         } else {
             let lease = r.expect("an empty lease");
@@ -661,6 +666,7 @@ fn close_framebuffer_where_the_kernel_lacks_it() {
             ))
             .unwrap();
         let r = dev.close_framebuffer(fb);
+        // Linux 6.8+ (d208d875667e, "drm: introduce CLOSEFB IOCTL").
         if kernel_version() >= (6, 8) {
             r.expect("CLOSEFB since 6.8");
         } else {

@@ -31,15 +31,15 @@ const EXPORT_SYNC_FILE: u32 = 1;
 /// `DRM_SYNCOBJ_FD_TO_HANDLE_FLAGS_IMPORT_SYNC_FILE` (drm.h).
 const IMPORT_SYNC_FILE: u32 = 1;
 
-/// What the probe must say for virtio-gpu on this kernel: sync objects and timelines arrived
-/// between 6.1 and 6.12 (DRIVER_SYNCOBJ | DRIVER_SYNCOBJ_TIMELINE in 6.12's virtgpu_drv.c);
-/// in between, whatever the probe says is accepted.
+/// What the probe must say for virtio-gpu on this kernel: sync objects from Linux 6.4
+/// ("drm/virtio: Support sync objects"); timelines (DRIVER_SYNCOBJ_TIMELINE) are asserted
+/// on 6.12, which has them, and taken as the probe says in 6.4-6.11.
 fn virtio_support(dev: &Device) -> Option<Syncobjs<&Device>> {
     let (major, minor) = kernel();
     match dev.syncobjs() {
         Ok(s) => {
             assert!(
-                kernel_at_least(6, 2),
+                kernel_at_least(6, 4),
                 "virtio-gpu on Linux {major}.{minor} must not claim sync objects"
             );
             if kernel_at_least(6, 12) {
@@ -49,7 +49,7 @@ fn virtio_support(dev: &Device) -> Option<Syncobjs<&Device>> {
         }
         Err(e @ Error::Unsupported { .. }) => {
             assert!(
-                !kernel_at_least(6, 12),
+                !kernel_at_least(6, 4),
                 "virtio-gpu on Linux {major}.{minor} must have sync objects: {e}"
             );
             expect_unsupported("Syncobj::create", Syncobj::create(dev, false));
@@ -226,7 +226,8 @@ fn support_follows_the_caps_and_the_kernel_answers_eopnotsupp_without_it() {
             "DRM_IOCTL_SYNCOBJ_TRANSFER",
             e,
         );
-        // EVENTFD exists since 6.6; before, DRM answers EINVAL for the unknown request.
+        // EVENTFD: Linux 6.6+ ("drm/syncobj: add IOCTL to register an eventfd"); before,
+        // DRM answers EINVAL for the unknown request.
         let eventfd_errno = if kernel_at_least(6, 6) {
             Errno::OPNOTSUPP
         } else {

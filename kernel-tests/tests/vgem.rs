@@ -35,7 +35,8 @@ fn vgem_dmabuf(dev: &Device) -> (DumbBuffer<&Device>, DmaBuf) {
     (buf, d)
 }
 
-/// Whether `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` exists (Linux 6.0+).
+/// Whether `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` exists (Linux 6.0+: 20e10881a043, "dma-buf:
+/// Add an API for exporting sync files (v14)").
 fn sync_files() -> bool {
     kernel_at_least(6, 0)
 }

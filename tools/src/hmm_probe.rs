@@ -102,8 +102,10 @@ pub struct UdmabufReport {
     pub create: Probe,
     /// `UDMABUF_CREATE_LIST` of two one-page items.
     pub create_list: Probe,
-    /// The module parameters as the kernel shows them (null: not shown; kernels before
-    /// 6.1 have fixed limits and no parameters).
+    /// The module parameters as the kernel shows them (null: not shown, where udmabuf has
+    /// fixed limits and no parameters, as on 5.10.262; from Linux 5.14 (5.15, 6.1, 6.12
+    /// here) it shows `list_limit` and `size_limit_mb`). Read from sysfs, never inferred
+    /// from a version.
     pub parameters: UdmabufParameters,
     /// The limits in force ([`Udmabuf::limits`]: the parameters, else the fixed defaults);
     /// null when the node did not open.

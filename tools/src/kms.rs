@@ -330,8 +330,8 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
 pub enum Method {
     /// Writeback where it disturbs nothing: a writeback connector for the CRTC exists, DRM
     /// master can be had, and the commit that adds it beside the CRTC's outputs (a clone)
-    /// passes `TEST_ONLY`. Otherwise GETFB2. Never detaches an output: on vkms the clone is
-    /// refused on every kernel of the matrix, so `auto` is GETFB2 there.
+    /// passes `TEST_ONLY`. Otherwise GETFB2. Never detaches an output: where the kernel
+    /// refuses vkms's clone (see [`screenshot`]'s writeback path) `auto` is GETFB2 there.
     Auto,
     /// A writeback connector captures what the CRTC composes, every plane included (vkms);
     /// needs DRM master. Beside the CRTC's outputs where the driver allows the clone, else
@@ -573,12 +573,16 @@ impl Drop for Routing<'_> {
 /// plane left as they are; once the fence signals (10 s at most) the previous routing is
 /// put back exactly (a [`Routing`] guard, so also on every error path).
 ///
-/// Why vkms refuses the clone (5.10, 6.1 and 6.12, Debian-built and stock kernels alike):
-/// its virtual encoder's `possible_clones` is 0x1 and the writeback encoder's 0x2 (each only
-/// itself), so the CRTC's encoder mask 0x3 fails `drm_atomic_check_valid_clones` in
-/// `drm_atomic_helper_check_modeset` with EINVAL (with drm.debug bit 0x01 the kernel logs
-/// "crtcN failed valid clone check for mask 0x3"; `explain_atomic` can only name the
-/// writeback connector as the culprit object).
+/// Why a kernel may refuse vkms's clone: its virtual encoder's `possible_clones` is 0x1 and
+/// the writeback encoder's 0x2 (each only itself), so the CRTC's encoder mask 0x3 fails
+/// `drm_atomic_check_valid_clones` in `drm_atomic_helper_check_modeset` with EINVAL (with
+/// drm.debug bit 0x01 the kernel logs "crtcN failed valid clone check for mask 0x3";
+/// `explain_atomic` can only name the writeback connector as the culprit object). That
+/// check is 41b4b11da0215 ("drm: Add valid clones check", mainline 6.14), backported to
+/// the stable 5.10.y, 5.15.y, 6.1.y and 6.12.y series (Debian's 5.10.262, 6.1.192 and
+/// 6.12.117 have it); a kernel without it (5.15.0) takes the clone, and so does a vkms
+/// that lists its encoders as cloneable. Which one a kernel is, the `TEST_ONLY` clone
+/// says; nothing here keys on a version.
 fn writeback(
     dev: &Device,
     snap: &Snapshot,

@@ -3,7 +3,7 @@
 //! module reads where they are placed: debugfs `dri/<minor>/vram-mm`, the VRAM range
 //! manager's allocation list, parsed by a pure function ([`VramMm::parse`]).
 //!
-//! The numbers in `vram-mm` are pages (`PAGE_SIZE`), except `usage` (bytes, since 6.1).
+//! The numbers in `vram-mm` are pages (`PAGE_SIZE`), except `usage` (bytes, since 5.18).
 //! A new dumb buffer starts in system memory; it gets a VRAM range when it is pinned for
 //! scan-out (shown by a CRTC) and keeps it until evicted or destroyed.
 //!
@@ -49,7 +49,8 @@ pub struct VramMm {
     pub use_tt: Option<bool>,
     /// `size`: the manager's size in pages.
     pub size_pages: Option<u64>,
-    /// `usage`: bytes in use (since Linux 6.1; absent on 5.10).
+    /// `usage`: bytes in use (since Linux 5.18, "drm/ttm: add common accounting to the
+    /// resource mgr v3"; absent on 5.10 and 5.15).
     pub usage_bytes: Option<u64>,
     /// Every node in address order.
     pub ranges: Vec<VramRange>,
