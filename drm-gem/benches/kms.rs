@@ -302,7 +302,11 @@ fn light(dev: &Device) -> Result<Pipe<'_>, String> {
         .map_err(e("mode blob"))?;
     let mut entries = vec![
         (crtc.raw(), find(dev, crtc, "ACTIVE")?.get(), 1),
-        (crtc.raw(), find(dev, crtc, "MODE_ID")?.get(), u64::from(blob.id().get())),
+        (
+            crtc.raw(),
+            find(dev, crtc, "MODE_ID")?.get(),
+            u64::from(blob.id().get()),
+        ),
         (
             conn.raw(),
             find(dev, conn, "CRTC_ID")?.get(),

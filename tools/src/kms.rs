@@ -384,11 +384,7 @@ fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
         .iter()
         .position(|c| c.id.get().to_string() == spec)
         .ok_or_else(|| {
-            let ids: Vec<String> = snap
-                .crtcs
-                .iter()
-                .map(|c| c.id.get().to_string())
-                .collect();
+            let ids: Vec<String> = snap.crtcs.iter().map(|c| c.id.get().to_string()).collect();
             format!(
                 "no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)",
                 ids.join(", ")
@@ -474,9 +470,7 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
     let fb_id = snap
         .planes
         .iter()
-        .find(|p| {
-            p.kind == Some(drm_gem::kms::PlaneType::Primary) && p.crtc == Some(c.id)
-        })
+        .find(|p| p.kind == Some(drm_gem::kms::PlaneType::Primary) && p.crtc == Some(c.id))
         .and_then(|p| p.framebuffer)
         .or(c.framebuffer)
         .ok_or("the CRTC's primary plane shows no framebuffer")?;
@@ -663,12 +657,8 @@ fn writeback(
         .writeback_fence(k.id, fence_prop);
     // The undo: the writeback connector back where it was, with no framebuffer.
     let mut undo = AtomicRequest::new();
-    undo.set(
-        k.id,
-        crtc_prop,
-        k.property("CRTC_ID").map_or(0, |p| p.raw),
-    )
-    .set(k.id, fb_prop, 0);
+    undo.set(k.id, crtc_prop, k.property("CRTC_ID").map_or(0, |p| p.raw))
+        .set(k.id, fb_prop, 0);
     let mut detached = Vec::new();
     let (req, way) = match dev.atomic_commit(&clone, test, 0) {
         Ok(_) => (clone, WritebackWay::Clone),
@@ -676,10 +666,7 @@ fn writeback(
             let outputs: Vec<_> = snap
                 .connectors
                 .iter()
-                .filter(|x| {
-                    x.id != k.id
-                        && x.property("CRTC_ID").map_or(0, |p| p.raw) == crtc
-                })
+                .filter(|x| x.id != k.id && x.property("CRTC_ID").map_or(0, |p| p.raw) == crtc)
                 .collect();
             if !may_swap || outputs.is_empty() {
                 return refuse(format!(
