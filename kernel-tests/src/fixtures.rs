@@ -132,14 +132,22 @@ pub fn open_fds() -> usize {
         .unwrap_or(0)
 }
 
-/// Runs `case` and checks that it left no fd and no GEM handle of `dev` behind; the panic
-/// names `what` (the case).
+/// Runs `case` and checks that it left nothing behind: the kernel's [`Census`] of the
+/// process and of `dev` (fds, GPU mappings, GEM handles, sync objects, framebuffers, the
+/// device's property blobs) is the same before and after, and so is `drm-gem`'s own count
+/// of `dev`'s GEM handles. The panic names `what` (the case) and the census diff.
+///
+/// [`Census`]: crate::census::Census
 #[track_caller]
 pub fn no_leak<T>(dev: &Device, what: &str, case: impl FnOnce(&Device) -> T) -> T {
-    let (fds, handles) = (open_fds(), dev.live_handles());
+    let (before, handles) = (crate::census::Census::take(dev), dev.live_handles());
     let r = case(dev);
-    assert_eq!(open_fds(), fds, "{what}: fds leaked");
-    assert_eq!(dev.live_handles(), handles, "{what}: GEM handles leaked");
+    before.assert_unchanged(&crate::census::Census::take(dev), what);
+    assert_eq!(
+        dev.live_handles(),
+        handles,
+        "{what}: GEM handles leaked (drm-gem's table)"
+    );
     r
 }
 

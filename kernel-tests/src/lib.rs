@@ -15,6 +15,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod census;
 pub mod fixtures;
 pub mod mem;
 pub mod pmem;
@@ -22,6 +23,7 @@ mod sys_call;
 
 pub use sys_call::raw;
 
+pub use census::Census;
 pub use fixtures::{
     fds_exclusive, fds_shared, no_leak, open_driver, open_fds, plane_of_kind, vkms,
 };
