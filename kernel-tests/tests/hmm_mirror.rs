@@ -343,7 +343,8 @@ fn migrate_to_system_explicitly() {
     r.fill(0, NPAGES, pattern);
     let mut out = vec![0u8; r.len()];
     d.migrate_to_device(r.range(), &mut out).unwrap();
-    match d.migrate_to_system(r.range()) {
+    let res = unchanged_process("MIGRATE_TO_SYS", || d.migrate_to_system(r.range()));
+    match res {
         Ok(rep) => {
             assert!(is_6x(), "MIGRATE_TO_SYS worked on a 5.x kernel");
             assert_eq!(rep.cpages, NPAGES as u64);
@@ -521,7 +522,7 @@ fn release_moves_device_pages_back() {
     r.fill(0, NPAGES, pattern);
     let mut out = vec![0u8; r.len()];
     d.migrate_to_device(r.range(), &mut out).unwrap();
-    match d.release() {
+    match unchanged_process("RELEASE", || d.release()) {
         Ok(()) => {
             assert!(is_6x(), "RELEASE worked on a 5.x kernel");
             let snap = d.snapshot(r.range()).unwrap();
