@@ -17,6 +17,7 @@
 
 pub mod census;
 pub mod fixtures;
+pub mod leaks;
 pub mod mem;
 pub mod pmem;
 mod sys_call;
@@ -27,6 +28,7 @@ pub use census::Census;
 pub use fixtures::{
     fds_exclusive, fds_shared, no_leak, open_driver, open_fds, plane_of_kind, vkms,
 };
+pub use leaks::{Delta, changes, changes_process, unchanged, unchanged_process};
 
 /// Whether this run is strict (inside a guest built to have every device).
 pub fn strict() -> bool {

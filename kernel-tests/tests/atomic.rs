@@ -683,11 +683,15 @@ fn flip_events_sequences_and_explain() {
 #[test]
 fn virtio_gpu_has_no_vblank() {
     require_feature!("virtio_gpu");
+    kernel_tests::fds_shared();
     let Ok(dev) = Device::open_driver("virtio_gpu", Some(NodeKind::Primary)) else {
         skip!("no virtio_gpu node");
     };
     let crtc = dev.resources().unwrap().crtcs[0];
-    match dev.crtc_sequence(crtc) {
+    let r = kernel_tests::unchanged(&dev, "GET_SEQUENCE on virtio_gpu", || {
+        dev.crtc_sequence(crtc)
+    });
+    match r {
         Err(Error::Unsupported {
             feature,
             reason,
@@ -781,7 +785,10 @@ fn in_fence_holds_the_flip_and_a_second_nonblocking_commit_is_busy() {
     // A second non-blocking commit on the same CRTC while the first is pending: EBUSY.
     let mut again = AtomicRequest::new();
     again.set(p.plane, prop(&dev, p.plane, "FB_ID"), fa.id());
-    match dev.atomic_commit(&again, AtomicFlags::NONBLOCK, 0) {
+    let r = kernel_tests::unchanged(&dev, "NONBLOCK commit while one is pending", || {
+        dev.atomic_commit(&again, AtomicFlags::NONBLOCK, 0)
+    });
+    match r {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_MODE_ATOMIC",
             errno,

@@ -54,7 +54,10 @@ fn master_and_authentication() {
     );
     master.authenticate(magic).expect("AUTH_MAGIC");
     // A magic is spent once used: the master forgets it (EINVAL on every kernel here).
-    match master.authenticate(magic) {
+    let spent = kernel_tests::unchanged(&master, "AUTH_MAGIC of a spent magic", || {
+        master.authenticate(magic)
+    });
+    match spent {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_AUTH_MAGIC",
             errno,
@@ -63,7 +66,10 @@ fn master_and_authentication() {
     }
     master.drop_master().expect("DROP_MASTER");
     // Not master any more: authenticating is refused.
-    match master.authenticate(magic) {
+    let refused = kernel_tests::unchanged(&master, "AUTH_MAGIC without master", || {
+        master.authenticate(magic)
+    });
+    match refused {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_AUTH_MAGIC",
             errno,

@@ -9,8 +9,10 @@ use drm_gem::driver::vgem::{Vgem, VgemFenceAccess};
 use drm_gem::{
     Device, DmaBuf, DmaBufSync, DumbBuffer, DumbSpec, Errno, Error, FenceStatus, PrimeFlags, raw,
 };
-use fence_common::{closed_fd, expect_errno, expect_unsupported, fd_count, kernel_at_least};
-use kernel_tests::require_driver;
+use fence_common::{
+    closed_fd, expect_errno, expect_errno_quiet, expect_unsupported, fd_count, kernel_at_least,
+};
+use kernel_tests::{require_driver, unchanged};
 use rustix::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
@@ -67,9 +69,10 @@ fn set_name_shows_in_fdinfo() {
     assert_eq!(d.info().unwrap().name.as_deref(), Some(longest.as_str()));
 
     for len in [32, 33, 200] {
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             &format!("name of {len} bytes"),
-            d.set_name(&"x".repeat(len)),
+            || d.set_name(&"x".repeat(len)),
             "DMA_BUF_SET_NAME_B",
             Errno::INVAL,
         );
@@ -80,7 +83,7 @@ fn set_name_shows_in_fdinfo() {
         "a rejected name leaves the old one"
     );
     assert!(matches!(
-        d.set_name("a\0b"),
+        unchanged(&dev, "a name with a NUL", || d.set_name("a\0b")),
         Err(Error::InvalidArgument { .. })
     ));
     drop((d, buf));
@@ -95,7 +98,9 @@ fn set_name_on_an_attached_buffer_is_ebusy_on_5_10() {
     let imported = vkms
         .import(d.as_fd())
         .expect("vkms imports the vgem dma-buf");
-    let r = d.set_name("while-attached");
+    let r = unchanged(&dev, "rename while attached", || {
+        d.set_name("while-attached")
+    });
     // Linux 5.17+ (e73c317efbf9, "dma-buf: remove restriction of IOCTL:DMA_BUF_SET_NAME")
     // renames a buffer with attachments; before, EBUSY (5.10 and 5.15 here).
     if kernel_at_least(5, 17) {
@@ -125,15 +130,23 @@ fn sync_file_of_an_unfenced_buffer_is_signalled() {
     let dev = require_driver!("vgem", &["vgem"]);
     let (_buf, d) = vgem_dmabuf(&dev);
     if !has_sync_file_ioctls() {
-        expect_unsupported("export before 6.0", d.export_sync_file(DmaBufSync::READ));
+        expect_unsupported(
+            "export before 6.0",
+            unchanged(&dev, "export before 6.0", || {
+                d.export_sync_file(DmaBufSync::READ)
+            }),
+        );
         let null = std::fs::File::open("/dev/null").unwrap();
         expect_unsupported(
             "import before 6.0",
-            d.import_sync_file(null.as_fd(), DmaBufSync::WRITE),
+            unchanged(&dev, "import before 6.0", || {
+                d.import_sync_file(null.as_fd(), DmaBufSync::WRITE)
+            }),
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "raw import before 6.0",
-            raw::dma_buf_import_sync_file(d.as_fd(), null.as_raw_fd(), 1),
+            || raw::dma_buf_import_sync_file(d.as_fd(), null.as_raw_fd(), 1),
             "DMA_BUF_IOCTL_IMPORT_SYNC_FILE",
             Errno::NOTTY,
         );
@@ -218,36 +231,42 @@ fn bad_flags_and_fds_are_rejected() {
     const SYNC: &str = "DMA_BUF_IOCTL_SYNC";
     let fd = d.as_fd();
     // DMA_BUF_SYNC_START is 0, so flags 0 is a start with neither READ nor WRITE.
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "sync: no direction",
-        raw::dma_buf_sync(fd, 0),
+        || raw::dma_buf_sync(fd, 0),
         SYNC,
         Errno::INVAL,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "sync: END alone",
-        raw::dma_buf_sync(fd, 4),
+        || raw::dma_buf_sync(fd, 4),
         SYNC,
         Errno::INVAL,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "sync: unknown bit",
-        raw::dma_buf_sync(fd, 1 | 8),
+        || raw::dma_buf_sync(fd, 1 | 8),
         SYNC,
         Errno::INVAL,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "sync: all bits",
-        raw::dma_buf_sync(fd, u64::MAX),
+        || raw::dma_buf_sync(fd, u64::MAX),
         SYNC,
         Errno::INVAL,
     );
     assert!(matches!(
-        d.begin_cpu_access(false, false),
+        unchanged(&dev, "cpu access without a direction", || d
+            .begin_cpu_access(false, false)),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        d.wait_fences(DmaBufSync::empty(), ZERO),
+        unchanged(&dev, "wait for no fences", || d
+            .wait_fences(DmaBufSync::empty(), ZERO)),
         Err(Error::InvalidArgument { .. })
     ));
     if has_sync_file_ioctls() {
@@ -255,68 +274,83 @@ fn bad_flags_and_fds_are_rejected() {
         const IMPORT: &str = "DMA_BUF_IOCTL_IMPORT_SYNC_FILE";
         let inval = Errno::INVAL;
         let bits = DmaBufSync::from_bits_retain;
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "export: no flags",
-            d.export_sync_file(bits(0)),
+            || d.export_sync_file(bits(0)),
             EXPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "export: unknown bit",
-            d.export_sync_file(bits(4)),
+            || d.export_sync_file(bits(4)),
             EXPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "export: READ + unknown",
-            d.export_sync_file(bits(5)),
+            || d.export_sync_file(bits(5)),
             EXPORT,
             inval,
         );
         let sf = d.export_sync_file(DmaBufSync::READ).unwrap();
         let sfd = sf.as_fd();
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: no flags",
-            d.import_sync_file(sfd, bits(0)),
+            || d.import_sync_file(sfd, bits(0)),
             IMPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: unknown bit",
-            d.import_sync_file(sfd, bits(8)),
+            || d.import_sync_file(sfd, bits(8)),
             IMPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: /dev/null",
-            d.import_sync_file(null.as_fd(), DmaBufSync::WRITE),
+            || d.import_sync_file(null.as_fd(), DmaBufSync::WRITE),
             IMPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: a dma-buf",
-            d.import_sync_file(d.as_fd(), DmaBufSync::WRITE),
+            || d.import_sync_file(d.as_fd(), DmaBufSync::WRITE),
             IMPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: fd -1",
-            raw::dma_buf_import_sync_file(fd, -1, 2),
+            || raw::dma_buf_import_sync_file(fd, -1, 2),
             IMPORT,
             inval,
         );
-        expect_errno(
+        expect_errno_quiet(
+            &dev,
             "import: closed fd",
-            raw::dma_buf_import_sync_file(fd, closed_fd(), 2),
+            || raw::dma_buf_import_sync_file(fd, closed_fd(), 2),
             IMPORT,
             inval,
         );
         drop(sf);
     } else {
-        expect_unsupported("export on 5.10", d.export_sync_file(DmaBufSync::READ));
-        expect_errno(
+        expect_unsupported(
+            "export on 5.10",
+            unchanged(&dev, "export on 5.10", || {
+                d.export_sync_file(DmaBufSync::READ)
+            }),
+        );
+        expect_errno_quiet(
+            &dev,
             "raw import on 5.10",
-            raw::dma_buf_import_sync_file(fd, -1, 2),
+            || raw::dma_buf_import_sync_file(fd, -1, 2),
             "DMA_BUF_IOCTL_IMPORT_SYNC_FILE",
             Errno::NOTTY,
         );

@@ -2,7 +2,7 @@
 //! with the per-device handle table, CPU-access sync, capability probes, and bad input.
 
 use drm_gem::{Caps, Device, DumbBuffer, DumbSpec, Errno, Error, NodeKind, PrimeFlags};
-use kernel_tests::{open_driver, require_driver, require_feature, skip};
+use kernel_tests::{open_driver, require_driver, require_feature, skip, unchanged};
 use rustix::fd::AsFd;
 
 /// A 32 bpp dumb-buffer spec.
@@ -96,14 +96,14 @@ fn bad_dumb_specs_never_reach_the_kernel() {
         (u32::MAX / 2, 1, 32),
         (65536, 65536, 32),
     ] {
-        match DumbBuffer::create(
-            &dev,
-            DumbSpec {
-                width: w,
-                height: h,
-                bpp,
-            },
-        ) {
+        let spec = DumbSpec {
+            width: w,
+            height: h,
+            bpp,
+        };
+        match unchanged(&dev, "a refused dumb spec", || {
+            DumbBuffer::create(&dev, spec)
+        }) {
             Err(Error::InvalidArgument { .. }) => {}
             other => panic!("{w}x{h}@{bpp}: expected InvalidArgument, got {other:?}"),
         }
@@ -117,17 +117,17 @@ fn mapping_rejects_out_of_range_copies() {
     let mut m = b.map().unwrap();
     let len = m.len();
     assert!(matches!(
-        m.write_at(len - 1, &[1, 2]),
+        unchanged(&dev, "write past the end", || m.write_at(len - 1, &[1, 2])),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        m.write_at(usize::MAX, &[1]),
+        unchanged(&dev, "write at usize::MAX", || m.write_at(usize::MAX, &[1])),
         Err(Error::InvalidArgument { .. })
     ));
     let mut one = [0u8; 1];
     assert!(m.read_at(len - 1, &mut one).is_ok());
     assert!(matches!(
-        m.read_at(len, &mut one),
+        unchanged(&dev, "read past the end", || m.read_at(len, &mut one)),
         Err(Error::InvalidArgument { .. })
     ));
 }
@@ -202,7 +202,7 @@ fn prime_export_import_shares_memory_and_handles() {
 fn import_of_a_non_dmabuf_fd_is_einval() {
     let vgem = require_driver!("vgem", &["vgem"]);
     let null = std::fs::File::open("/dev/null").unwrap();
-    match vgem.import(null.as_fd()) {
+    match unchanged(&vgem, "import of /dev/null", || vgem.import(null.as_fd())) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_PRIME_FD_TO_HANDLE",
             errno,
@@ -217,10 +217,12 @@ fn import_of_a_non_dmabuf_fd_is_einval() {
 fn export_through_the_wrong_device_is_refused() {
     let (vkms, vgem) = require_prime_pair!();
     let b = DumbBuffer::create(&vkms, spec32(8, 8)).unwrap();
-    assert!(matches!(
-        vgem.export(b.gem(), PrimeFlags::default()),
-        Err(Error::InvalidArgument { .. })
-    ));
+    let r = unchanged(&vkms, "export through the wrong device", || {
+        unchanged(&vgem, "export through the wrong device", || {
+            vgem.export(b.gem(), PrimeFlags::default())
+        })
+    });
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })));
 }
 
 #[test]
@@ -229,7 +231,8 @@ fn cpu_access_needs_a_direction() {
     let b = DumbBuffer::create(&vkms, spec32(8, 8)).unwrap();
     let d = vkms.export(b.gem(), PrimeFlags::default()).unwrap();
     assert!(matches!(
-        d.begin_cpu_access(false, false),
+        unchanged(&vkms, "cpu access without a direction", || d
+            .begin_cpu_access(false, false)),
         Err(Error::InvalidArgument { .. })
     ));
     let _w = d.begin_cpu_access(true, true).expect("read-write access");
@@ -237,6 +240,7 @@ fn cpu_access_needs_a_direction() {
 
 #[test]
 fn caps_probe_on_every_node() {
+    kernel_tests::fds_shared();
     let Ok(nodes) = drm_gem::enumerate() else {
         skip!("no DRM nodes");
     };
@@ -282,7 +286,8 @@ fn flink_names_open_across_open_files() {
     assert_eq!(size, buf.size());
     assert_eq!(obj.owners(), 1);
     // A name nobody made: ENOENT, named after the ioctl.
-    match b.open_name(drm_gem::GemName::new(0x7fff_fff0).unwrap()) {
+    let unknown = drm_gem::GemName::new(0x7fff_fff0).unwrap();
+    match unchanged(&b, "GEM_OPEN of an unknown name", || b.open_name(unknown)) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_GEM_OPEN",
             errno,
@@ -302,7 +307,9 @@ fn render_nodes_refuse_dumb_create_and_flink_with_eacces() {
     };
     let render = Device::open(&node.path).unwrap();
     let spec = spec32(16, 16);
-    match DumbBuffer::create(&render, spec) {
+    match unchanged(&render, "CREATE_DUMB on a render node", || {
+        DumbBuffer::create(&render, spec)
+    }) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_MODE_CREATE_DUMB",
             errno,
@@ -315,7 +322,7 @@ fn render_nodes_refuse_dumb_create_and_flink_with_eacces() {
     let obj = render
         .import(dmabuf.as_fd())
         .expect("PRIME import on the render node");
-    match obj.flink() {
+    match unchanged(&render, "GEM_FLINK on a render node", || obj.flink()) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_GEM_FLINK",
             errno,

@@ -7,7 +7,9 @@
 use drm_gem::{Errno, Error};
 use hmm::{Dmirror, HmmLayout, MirrorProt, PageKind, PageRange, PageState};
 use kernel_tests::mem::{Access, Region, in_child, page};
-use kernel_tests::{kernel_version, open_fds, require_feature, skip};
+use kernel_tests::{
+    Delta, changes_process, kernel_version, open_fds, require_feature, skip, unchanged_process,
+};
 
 /// Pages in the ordinary test buffer (the selftest uses 4 MiB; 1 MiB keeps TCG quick).
 const NPAGES: usize = 256;
@@ -15,6 +17,7 @@ const NPAGES: usize = 256;
 macro_rules! mirror {
     ($unit:expr) => {{
         require_feature!("test_hmm");
+        kernel_tests::fds_shared();
         match Dmirror::open($unit) {
             Ok(d) => d,
             Err(e) => skip!("/dev/hmm_dmirror{}: {e}", $unit),
@@ -74,12 +77,19 @@ fn layout_is_detected_and_matches_the_kernel() {
     let null = std::fs::File::open("/dev/null").unwrap();
     let before = open_fds();
     assert!(matches!(
-        HmmLayout::detect(rustix::fd::AsFd::as_fd(&null)),
+        unchanged_process("detect on /dev/null", || HmmLayout::detect(
+            rustix::fd::AsFd::as_fd(&null)
+        )),
         Err(Error::InvalidArgument { .. })
     ));
     let dup = rustix::io::dup(&null).unwrap();
+    // The refused fd is closed: one fd fewer, nothing else.
     assert!(matches!(
-        Dmirror::from_fd(dup),
+        changes_process(
+            "adopt /dev/null",
+            |_| Delta::fds(-1),
+            || Dmirror::from_fd(dup)
+        ),
         Err(Error::InvalidArgument { .. })
     ));
     assert_eq!(open_fds(), before, "a refused fd was leaked");
@@ -114,7 +124,8 @@ fn anon_read_of_prot_none_is_efault() {
     r.fill(0, NPAGES, pattern);
     r.protect(0, NPAGES, Access::None);
     let mut out = pattern_bytes(NPAGES, negated);
-    assert_eq!(errno_of(d.read(r.range(), &mut out)), Errno::FAULT);
+    let res = unchanged_process("read of PROT_NONE", || d.read(r.range(), &mut out));
+    assert_eq!(errno_of(res), Errno::FAULT);
     // Neither the memory nor the device's copy changed.
     r.protect(0, NPAGES, Access::Read);
     assert_eq!(r.first_mismatch(0, NPAGES, pattern), None);
@@ -142,7 +153,10 @@ fn write_to_read_only_memory_is_eperm_until_made_writable() {
     let rep = d.read(r.pages(0, 1), &mut one).unwrap();
     assert_eq!((rep.cpages, rep.faults), (1, 1));
     let data = pattern_bytes(NPAGES, pattern);
-    assert_eq!(errno_of(r.device_write(&d, 0, NPAGES, &data)), Errno::PERM);
+    let res = unchanged_process("write to read-only", || {
+        r.device_write(&d, 0, NPAGES, &data)
+    });
+    assert_eq!(errno_of(res), Errno::PERM);
     assert_eq!(
         r.first_mismatch(0, NPAGES, |_| 0),
         None,
@@ -329,7 +343,8 @@ fn migrate_to_system_explicitly() {
     r.fill(0, NPAGES, pattern);
     let mut out = vec![0u8; r.len()];
     d.migrate_to_device(r.range(), &mut out).unwrap();
-    match d.migrate_to_system(r.range()) {
+    let res = unchanged_process("MIGRATE_TO_SYS", || d.migrate_to_system(r.range()));
+    match res {
         Ok(rep) => {
             assert!(is_6x(), "MIGRATE_TO_SYS worked on a 5.x kernel");
             assert_eq!(rep.cpages, NPAGES as u64);
@@ -380,10 +395,10 @@ fn shared_anonymous_memory_cannot_migrate() {
     let d = mirror!(0);
     let r = Region::anon_shared(NPAGES);
     let mut out = vec![0u8; r.len()];
-    assert_eq!(
-        errno_of(d.migrate_to_device(r.range(), &mut out)),
-        Errno::NOENT
-    );
+    let res = unchanged_process("migrate of shared memory", || {
+        d.migrate_to_device(r.range(), &mut out)
+    });
+    assert_eq!(errno_of(res), Errno::NOENT);
 }
 
 #[test]
@@ -444,13 +459,15 @@ fn another_devices_pages_are_enoent_and_still_readable() {
     // Device 1 takes the pages; device 0 cannot migrate them.
     assert_eq!(d1.migrate_to_device(r.range(), &mut out).unwrap().cpages, 6);
     let mut one = vec![0u8; page()];
-    assert_eq!(
-        errno_of(d0.migrate_to_device(r.pages(5, 1), &mut one)),
-        Errno::NOENT
-    );
+    let res = unchanged_process("migrate of another device's page", || {
+        d0.migrate_to_device(r.pages(5, 1), &mut one)
+    });
+    assert_eq!(errno_of(res), Errno::NOENT);
     // Since 6.0 device 0 can still read them (the read faults them back to system memory
     // through device 1); 5.10 cannot fault another device's private pages for a device.
-    let res = d0.read(r.range(), &mut out);
+    let res = unchanged_process("read of another device's pages", || {
+        d0.read(r.range(), &mut out)
+    });
     if is_6x() {
         let rep = res.expect("6.x reads another device's pages");
         assert_eq!((rep.cpages, rep.faults), (6, 1));
@@ -505,7 +522,7 @@ fn release_moves_device_pages_back() {
     r.fill(0, NPAGES, pattern);
     let mut out = vec![0u8; r.len()];
     d.migrate_to_device(r.range(), &mut out).unwrap();
-    match d.release() {
+    match unchanged_process("RELEASE", || d.release()) {
         Ok(()) => {
             assert!(is_6x(), "RELEASE worked on a 5.x kernel");
             let snap = d.snapshot(r.range()).unwrap();
@@ -534,11 +551,12 @@ macro_rules! needs_exclusive {
             let mut out = vec![0u8; page()];
             let r = Region::anon(1);
             assert!(matches!(
-                $d.make_exclusive(r.range(), &mut out),
+                unchanged_process("exclusive on 5.10", || $d
+                    .make_exclusive(r.range(), &mut out)),
                 Err(Error::Unsupported { .. })
             ));
             assert!(matches!(
-                $d.check_exclusive(r.range()),
+                unchanged_process("check exclusive on 5.10", || $d.check_exclusive(r.range())),
                 Err(Error::Unsupported { .. })
             ));
             return;
@@ -580,10 +598,11 @@ fn exclusive_then_read_only_write_is_eperm() {
     let mut out = vec![0u8; r.len()];
     d.make_exclusive(r.range(), &mut out).unwrap();
     r.protect(0, NPAGES, Access::Read);
-    assert_eq!(
-        errno_of(r.device_write(&d, 0, NPAGES, &pattern_bytes(NPAGES, negated))),
-        Errno::PERM
-    );
+    let data = pattern_bytes(NPAGES, negated);
+    let res = unchanged_process("write to read-only exclusive pages", || {
+        r.device_write(&d, 0, NPAGES, &data)
+    });
+    assert_eq!(errno_of(res), Errno::PERM);
     assert_eq!(r.first_mismatch(0, NPAGES, pattern), None);
 }
 
@@ -636,7 +655,9 @@ fn exclusive_on_a_transparent_huge_page_is_ebusy() {
     }
     let mut out = vec![0u8; r.len()];
     let (major, minor) = kernel_version();
-    let res = d.make_exclusive(r.range(), &mut out);
+    let res = unchanged_process("exclusive on a huge page", || {
+        d.make_exclusive(r.range(), &mut out)
+    });
     if (major, minor) < (6, 15) {
         assert_eq!(
             errno_of(res),
@@ -654,35 +675,41 @@ fn bad_input_is_refused_before_the_kernel() {
     let d = mirror!(0);
     let p = page();
     assert!(matches!(
-        PageRange::new(p + 8, 1),
+        unchanged_process("refused before the kernel", || PageRange::new(p + 8, 1)),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        PageRange::new(p, 0),
+        unchanged_process("refused before the kernel", || PageRange::new(p, 0)),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        PageRange::new(usize::MAX & !(p - 1), 2),
+        unchanged_process("refused before the kernel", || PageRange::new(
+            usize::MAX & !(p - 1),
+            2
+        )),
         Err(Error::InvalidArgument { .. })
     ));
     let r = Region::anon(4);
     let mut short = vec![0u8; p];
     assert!(matches!(
-        d.read(r.range(), &mut short),
+        unchanged_process("refused before the kernel", || d
+            .read(r.range(), &mut short)),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        d.migrate_to_device(r.range(), &mut short),
+        unchanged_process("refused before the kernel", || d
+            .migrate_to_device(r.range(), &mut short)),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        r.device_write(&d, 0, 4, &short),
+        unchanged_process("refused before the kernel", || r
+            .device_write(&d, 0, 4, &short)),
         Err(Error::InvalidArgument { .. })
     ));
     let mut unaligned = Region::anon(2);
     let s = &mut unaligned.as_mut_slice()[8..8 + p];
     assert!(matches!(
-        d.write_into(s, &short),
+        unchanged_process("refused before the kernel", || d.write_into(s, &short)),
         Err(Error::InvalidArgument { .. })
     ));
 }
@@ -768,7 +795,7 @@ fn bad_input_gets_the_kernels_errno() {
     for (what, req, (addr, npages), want) in cases {
         // Safe: a raw WRITE must lie in `r` (borrowed mutably; checked, and it has no
         // reference alive), and the command's buffer belongs to the call.
-        let got = dmirror_cmd(&d, req, addr, npages, &mut r);
+        let got = unchanged_process(what, || dmirror_cmd(&d, req, addr, npages, &mut r));
         if got != Err(want) {
             failures.push(format!("{what}: expected {want:?}, got {got:?}"));
         }
@@ -780,10 +807,10 @@ fn bad_input_gets_the_kernels_errno() {
     r2.fill(0, 1, pattern);
     let mut one = vec![0u8; page()];
     d1.migrate_to_device(r2.range(), &mut one).unwrap();
-    assert_eq!(
-        errno_of(d.migrate_to_device(r2.range(), &mut one)),
-        Errno::NOENT
-    );
+    let res = unchanged_process("migrate of another device's page", || {
+        d.migrate_to_device(r2.range(), &mut one)
+    });
+    assert_eq!(errno_of(res), Errno::NOENT);
     drop((r, r2, d1));
     assert_eq!(open_fds(), fds_before, "fds leaked");
 }

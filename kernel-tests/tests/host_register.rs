@@ -10,7 +10,7 @@
 use drm_gem::{DmaBuf, Errno, Error};
 use hmm::{Backend, HostRegistration, SealedMemfd};
 use kernel_tests::mem::{Access, Region, dma_buf_bytes, page, tagged_memfd};
-use kernel_tests::{expected, open_fds, skip};
+use kernel_tests::{expected, open_fds, skip, unchanged_process};
 use rustix::fd::AsFd;
 use rustix::fs::{MemfdFlags, SealFlags};
 
@@ -156,7 +156,9 @@ fn udmabuf_registration_refuses_what_is_no_shared_memfd_mapping() {
     // Anonymous memory.
     let mut anon = Region::anon(4);
     assert_invalid(
-        HostRegistration::new(anon.as_mut_slice(), Backend::Udmabuf),
+        unchanged_process("backed by anonymous memory", || {
+            HostRegistration::new(anon.as_mut_slice(), Backend::Udmabuf)
+        }),
         "backed by anonymous memory",
     );
     // A file that is not a memfd (tmpfs: shmem pages, but no memfd).
@@ -171,7 +173,9 @@ fn udmabuf_registration_refuses_what_is_no_shared_memfd_mapping() {
     file.set_len(4 * page() as u64).unwrap();
     let mut plain = Region::file(file.as_fd(), 4, true, Access::ReadWrite);
     assert_invalid(
-        HostRegistration::new(plain.as_mut_slice(), Backend::Udmabuf),
+        unchanged_process(&format!("backed by {path}"), || {
+            HostRegistration::new(plain.as_mut_slice(), Backend::Udmabuf)
+        }),
         &format!("backed by {path}"),
     );
     drop(plain);
@@ -181,26 +185,36 @@ fn udmabuf_registration_refuses_what_is_no_shared_memfd_mapping() {
     let m = memfd(0);
     let mut private = Region::file(m.as_fd(), NPAGES, false, Access::ReadWrite);
     assert_invalid(
-        HostRegistration::memfd(private.as_mut_slice(), &m),
+        unchanged_process("private (copy-on-write) mapping", || {
+            HostRegistration::memfd(private.as_mut_slice(), &m)
+        }),
         "private (copy-on-write) mapping",
     );
     // Not whole pages, and not the memfd given.
     let mut shared = Region::file(m.as_fd(), NPAGES, true, Access::ReadWrite);
     assert_invalid(
-        HostRegistration::memfd(&mut shared.as_mut_slice()[100..100 + page()], &m),
+        unchanged_process("whole pages", || {
+            HostRegistration::memfd(&mut shared.as_mut_slice()[100..100 + page()], &m)
+        }),
         "whole pages",
     );
     assert_invalid(
-        HostRegistration::memfd(&mut shared.as_mut_slice()[..page() + 1], &m),
+        unchanged_process("whole pages", || {
+            HostRegistration::memfd(&mut shared.as_mut_slice()[..page() + 1], &m)
+        }),
         "whole pages",
     );
     let other = memfd(1);
     assert_invalid(
-        HostRegistration::memfd(shared.as_mut_slice(), &other),
+        unchanged_process("not the memfd given", || {
+            HostRegistration::memfd(shared.as_mut_slice(), &other)
+        }),
         "not the memfd given",
     );
     assert_invalid(
-        HostRegistration::memfd(&mut [], &m),
+        unchanged_process("cannot register 0 bytes", || {
+            HostRegistration::memfd(&mut [], &m)
+        }),
         "cannot register 0 bytes",
     );
     drop((shared, private, other, m));
@@ -216,7 +230,9 @@ fn udmabuf_registration_checks_the_seals_and_the_size_limit() {
     rustix::fs::ftruncate(&raw, 4 * page() as u64).unwrap();
     let mut r = Region::file(raw.as_fd(), 4, true, Access::ReadWrite);
     assert_invalid(
-        HostRegistration::new(r.as_mut_slice(), Backend::Udmabuf),
+        unchanged_process("lacks F_SEAL_SHRINK", || {
+            HostRegistration::new(r.as_mut_slice(), Backend::Udmabuf)
+        }),
         "lacks F_SEAL_SHRINK",
     );
     // F_SEAL_FUTURE_WRITE can be added while a writable mapping exists (F_SEAL_WRITE
@@ -227,7 +243,9 @@ fn udmabuf_registration_checks_the_seals_and_the_size_limit() {
     );
     rustix::fs::fcntl_add_seals(&raw, SealFlags::SHRINK | SealFlags::FUTURE_WRITE).unwrap();
     assert_invalid(
-        HostRegistration::new(r.as_mut_slice(), Backend::Udmabuf),
+        unchanged_process("F_SEAL_FUTURE_WRITE", || {
+            HostRegistration::new(r.as_mut_slice(), Backend::Udmabuf)
+        }),
         "F_SEAL_FUTURE_WRITE",
     );
     drop((r, raw));
@@ -240,7 +258,9 @@ fn udmabuf_registration_checks_the_seals_and_the_size_limit() {
         << 20;
     let big = SealedMemfd::new("big", (limit + page()) as u64).unwrap();
     let mut whole = Region::file(big.as_fd(), limit / page() + 1, true, Access::ReadWrite);
-    let r = HostRegistration::memfd(whole.as_mut_slice(), &big);
+    let r = unchanged_process("over the driver's size limit", || {
+        HostRegistration::memfd(whole.as_mut_slice(), &big)
+    });
     let r = match r {
         Err(Error::Unsupported { .. }) if !expected("udmabuf") => return,
         Err(e @ Error::Unsupported { .. }) => skip!("udmabuf: {e}"),
@@ -298,8 +318,16 @@ fn dmirror_registration_faults_the_range_in_and_the_device_writes_it() {
         let w = reg.device_write(&data).expect("HMM_DMIRROR_WRITE");
         assert_eq!(w.cpages, n as u64);
         // Wrong buffer lengths are refused before the kernel is asked.
-        assert_invalid(reg.device_read(&mut out[..page()]), "bytes for a range of");
-        assert_invalid(reg.device_write(&data[..page()]), "bytes for a range of");
+        assert_invalid(
+            unchanged_process("bytes for a range of", || {
+                reg.device_read(&mut out[..page()])
+            }),
+            "bytes for a range of",
+        );
+        assert_invalid(
+            unchanged_process("bytes for a range of", || reg.device_write(&data[..page()])),
+            "bytes for a range of",
+        );
     }
     assert_eq!(open_fds(), before, "the mirror file was not closed on drop");
     assert_eq!(region.first_mismatch(0, n, |i| !pattern(i)), None);
@@ -311,15 +339,21 @@ fn dmirror_registration_refusals() {
     // Not whole pages (checked before the device is opened, on every kernel).
     let mut anon = Region::anon(4);
     assert_invalid(
-        HostRegistration::new(&mut anon.as_mut_slice()[8..8 + page()], Backend::Dmirror),
+        unchanged_process("not aligned to the page size", || {
+            HostRegistration::new(&mut anon.as_mut_slice()[8..8 + page()], Backend::Dmirror)
+        }),
         "not aligned to the page size",
     );
     assert_invalid(
-        HostRegistration::new(&mut anon.as_mut_slice()[..page() + 8], Backend::Dmirror),
+        unchanged_process("not a whole number of pages", || {
+            HostRegistration::new(&mut anon.as_mut_slice()[..page() + 8], Backend::Dmirror)
+        }),
         "not a whole number of pages",
     );
     assert_invalid(
-        HostRegistration::new(&mut [], Backend::Dmirror),
+        unchanged_process("cannot register 0 bytes", || {
+            HostRegistration::new(&mut [], Backend::Dmirror)
+        }),
         "cannot register 0 bytes",
     );
     assert_eq!(open_fds(), before, "a refusal leaked an fd");
@@ -331,8 +365,14 @@ fn dmirror_registration_refusals() {
         Err(e) => skip!("mlock of two pages: {e}"),
     };
     let mut out = vec![0u8; 2 * page()];
-    assert_invalid(reg.device_read(&mut out), "needs a Dmirror registration");
-    assert_invalid(reg.device_write(&out), "needs a Dmirror registration");
+    assert_invalid(
+        unchanged_process("needs a Dmirror registration", || reg.device_read(&mut out)),
+        "needs a Dmirror registration",
+    );
+    assert_invalid(
+        unchanged_process("needs a Dmirror registration", || reg.device_write(&out)),
+        "needs a Dmirror registration",
+    );
     drop(reg);
     // Where test_hmm is missing the registration says so.
     let r = HostRegistration::new(anon.as_mut_slice(), Backend::Dmirror);

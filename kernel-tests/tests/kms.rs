@@ -312,18 +312,27 @@ fn property_calls_with_bad_ids() {
 #[test]
 fn kms_on_a_driver_without_it() {
     require_feature!("vgem");
+    kernel_tests::fds_shared();
     let Ok(dev) = Device::open_driver("vgem", Some(NodeKind::Primary)) else {
         skip!("no vgem primary node");
     };
     assert_eq!(
-        lib_errno(dev.resources(), "DRM_IOCTL_MODE_GETRESOURCES"),
+        lib_errno(
+            kernel_tests::unchanged(&dev, "GETRESOURCES on vgem", || dev.resources()),
+            "DRM_IOCTL_MODE_GETRESOURCES"
+        ),
         Errno::OPNOTSUPP
     );
     let Ok(render) = Device::open_driver("vgem", Some(NodeKind::Render)) else {
         skip!("no vgem render node");
     };
     assert_eq!(
-        lib_errno(render.resources(), "DRM_IOCTL_MODE_GETRESOURCES"),
+        lib_errno(
+            kernel_tests::unchanged(&render, "GETRESOURCES on a render node", || {
+                render.resources()
+            }),
+            "DRM_IOCTL_MODE_GETRESOURCES"
+        ),
         Errno::ACCESS
     );
 }

@@ -6,7 +6,9 @@ use drm_gem::kms::{
 };
 use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec, Errno, Error, GemHandle, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, no_leak, raw, require_feature, skip, vkms};
+use kernel_tests::{
+    Delta, changes, kernel_version, no_leak, raw, require_feature, skip, unchanged, vkms,
+};
 use rustix::fd::AsFd;
 
 /// Framebuffers and blobs this file can see, for leak checks.
@@ -70,7 +72,17 @@ fn addfb2(edit: impl FnOnce(&mut sys::drm_mode_fb_cmd2)) -> Option<Errno> {
         assert_eq!(buf.pitch(), 4 * W, "the kernel's pitch for 1024 x 32 bpp");
         let mut a = fb_raw(buf.handle().get(), buf.pitch());
         edit(&mut a);
-        result = match raw::addfb2(dev.as_fd(), a) {
+        // An accepted request is one more framebuffer of this file; a refused one nothing.
+        let r = changes(
+            dev,
+            "ADDFB2",
+            |r| match r {
+                Ok(_) => Delta::framebuffers(1),
+                Err(_) => Delta::NONE,
+            },
+            || raw::addfb2(dev.as_fd(), a),
+        );
+        result = match r {
             Ok(made) => {
                 // Accepted: remove it again so nothing leaks, and report no errno.
                 raw::rmfb(dev.as_fd(), &mut { made.fb_id }).expect("RMFB");
@@ -225,7 +237,11 @@ fn atomic_unknown_object() {
         req.set(drm_gem::kms::CrtcId::new(0x7fff_fff0).unwrap(), active, 1);
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::NOENT
@@ -245,7 +261,11 @@ fn atomic_unknown_property() {
         // kernel is never asked to commit it (pointer_props.rs has the full check).
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_GETPROPERTY", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY,
+                    0
+                )),
                 "DRM_IOCTL_MODE_GETPROPERTY"
             ),
             Errno::NOENT
@@ -263,7 +283,11 @@ fn atomic_property_not_on_that_object() {
         req.set(crtc, prop(dev, plane, "FB_ID"), 0);
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::NOENT
@@ -282,7 +306,11 @@ fn atomic_value_out_of_range() {
         req.set(crtc, active.id, 2);
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -299,7 +327,11 @@ fn atomic_unknown_blob() {
         req.set(crtc, prop(dev, crtc, "MODE_ID"), 0x7fff_fff0);
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -317,7 +349,11 @@ fn atomic_blob_of_the_wrong_size() {
         req.set(crtc, prop(dev, crtc, "MODE_ID"), blob.id());
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY | AtomicFlags::ALLOW_MODESET,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -333,11 +369,11 @@ fn atomic_conflicting_flags() {
         // A test-only commit cannot send a flip event.
         assert_eq!(
             errno(
-                dev.atomic_commit(
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
                     &req,
                     AtomicFlags::TEST_ONLY | AtomicFlags::PAGE_FLIP_EVENT,
                     0
-                ),
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -352,7 +388,11 @@ fn atomic_unknown_flags() {
         let req = AtomicRequest::new();
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::from_bits_retain(0x8000), 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::from_bits_retain(0x8000),
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -363,13 +403,18 @@ fn atomic_unknown_flags() {
 #[test]
 fn atomic_without_the_client_cap() {
     require_feature!("vkms");
+    kernel_tests::fds_shared();
     let Ok(dev) = Device::open_driver("vkms", Some(NodeKind::Primary)) else {
         skip!("no vkms node");
     };
     let req = AtomicRequest::new();
     assert_eq!(
         errno(
-            dev.atomic_commit(&req, AtomicFlags::TEST_ONLY, 0),
+            unchanged(&dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                &req,
+                AtomicFlags::TEST_ONLY,
+                0
+            )),
             "DRM_IOCTL_MODE_ATOMIC"
         ),
         Errno::INVAL
@@ -387,7 +432,11 @@ fn atomic_in_fence_that_is_not_a_fence() {
         req.in_fence(plane, prop(dev, plane, "IN_FENCE_FD"), null.as_fd());
         assert_eq!(
             errno(
-                dev.atomic_commit(&req, AtomicFlags::TEST_ONLY, 0),
+                unchanged(dev, "DRM_IOCTL_MODE_ATOMIC", || dev.atomic_commit(
+                    &req,
+                    AtomicFlags::TEST_ONLY,
+                    0
+                )),
                 "DRM_IOCTL_MODE_ATOMIC"
             ),
             Errno::INVAL
@@ -402,7 +451,9 @@ fn getpropblob_of_an_id_that_is_another_object() {
         // A CRTC's id asked for as a blob: ids are shared by every object type.
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
-            dev.blob(drm_gem::kms::BlobId::new(crtc.get()).unwrap()),
+            unchanged(dev, "DRM_IOCTL_MODE_GETPROPBLOB", || {
+                dev.blob(drm_gem::kms::BlobId::new(crtc.get()).unwrap())
+            }),
             "DRM_IOCTL_MODE_GETPROPBLOB",
         );
         assert_eq!(e, Errno::NOENT);
@@ -418,13 +469,15 @@ fn setcrtc_with_an_unknown_framebuffer() {
         let conn = snap.resources.connectors[0];
         let mode = drm_gem::kms::Mode::from(&sys::drm_mode_modeinfo::default());
         let e = errno(
-            dev.set_crtc(
-                crtc,
-                FramebufferId::new(0x7fff_fff0).unwrap(),
-                (0, 0),
-                &[conn],
-                &mode,
-            ),
+            unchanged(dev, "DRM_IOCTL_MODE_SETCRTC", || {
+                dev.set_crtc(
+                    crtc,
+                    FramebufferId::new(0x7fff_fff0).unwrap(),
+                    (0, 0),
+                    &[conn],
+                    &mode,
+                )
+            }),
             "DRM_IOCTL_MODE_SETCRTC",
         );
         assert_eq!(e, Errno::NOENT);
@@ -437,12 +490,14 @@ fn setplane_of_an_unknown_plane() {
     no_kms_leak(&dev, "setplane_of_an_unknown_plane", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
-            dev.set_plane(
-                drm_gem::kms::PlaneId::new(0x7fff_fff0).unwrap(),
-                crtc,
-                None,
-                PlaneRect::full(64, 64),
-            ),
+            unchanged(dev, "DRM_IOCTL_MODE_SETPLANE", || {
+                dev.set_plane(
+                    drm_gem::kms::PlaneId::new(0x7fff_fff0).unwrap(),
+                    crtc,
+                    None,
+                    PlaneRect::full(64, 64),
+                )
+            }),
             "DRM_IOCTL_MODE_SETPLANE",
         );
         assert_eq!(e, Errno::NOENT);
@@ -454,7 +509,9 @@ fn cursor_on_an_unknown_crtc() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "cursor_on_an_unknown_crtc", |dev| {
         let e = errno(
-            dev.move_cursor(drm_gem::kms::CrtcId::new(0x7fff_fff0).unwrap(), (1, 1)),
+            unchanged(dev, "DRM_IOCTL_MODE_CURSOR2", || {
+                dev.move_cursor(drm_gem::kms::CrtcId::new(0x7fff_fff0).unwrap(), (1, 1))
+            }),
             "DRM_IOCTL_MODE_CURSOR2",
         );
         assert_eq!(e, Errno::NOENT);
@@ -467,7 +524,9 @@ fn cursor_with_an_unknown_buffer() {
     no_kms_leak(&dev, "cursor_with_an_unknown_buffer", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
-            dev.set_cursor(crtc, GemHandle::new(0xdead), (64, 64), (0, 0)),
+            unchanged(dev, "DRM_IOCTL_MODE_CURSOR2", || {
+                dev.set_cursor(crtc, GemHandle::new(0xdead), (64, 64), (0, 0))
+            }),
             "DRM_IOCTL_MODE_CURSOR2",
         );
         // The CRTC is off: 5.10/6.1 answer EINVAL before looking the buffer up; 6.12
@@ -494,7 +553,9 @@ fn page_flip_on_an_off_crtc() {
             .unwrap();
         // The legacy flip needs a framebuffer on the primary plane already.
         let e = errno(
-            dev.page_flip(crtc, fb.id(), Some(1)),
+            unchanged(dev, "DRM_IOCTL_MODE_PAGE_FLIP", || {
+                dev.page_flip(crtc, fb.id(), Some(1))
+            }),
             "DRM_IOCTL_MODE_PAGE_FLIP",
         );
         assert_eq!(e, Errno::BUSY);
@@ -522,7 +583,9 @@ fn page_flip_to_an_unknown_framebuffer() {
         dev.set_crtc(crtc, fb.id(), (0, 0), &[conn], &mode)
             .expect("SETCRTC");
         let e = errno(
-            dev.page_flip(crtc, FramebufferId::new(0x7fff_fff0).unwrap(), None),
+            unchanged(dev, "DRM_IOCTL_MODE_PAGE_FLIP", || {
+                dev.page_flip(crtc, FramebufferId::new(0x7fff_fff0).unwrap(), None)
+            }),
             "DRM_IOCTL_MODE_PAGE_FLIP",
         );
         assert_eq!(e, Errno::NOENT);
@@ -537,7 +600,9 @@ fn sequence_of_an_off_crtc() {
     no_kms_leak(&dev, "sequence_of_an_off_crtc", |dev| {
         let crtc = dev.resources().unwrap().crtcs[0];
         let e = errno(
-            dev.queue_sequence(crtc, 1, true, false, 0),
+            unchanged(dev, "DRM_IOCTL_CRTC_QUEUE_SEQUENCE", || {
+                dev.queue_sequence(crtc, 1, true, false, 0)
+            }),
             "DRM_IOCTL_CRTC_QUEUE_SEQUENCE",
         );
         assert_eq!(e, Errno::INVAL);
@@ -548,7 +613,10 @@ fn sequence_of_an_off_crtc() {
 fn wait_vblank_of_a_crtc_index_out_of_range() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "wait_vblank_of_a_crtc_index_out_of_range", |dev| {
-        let e = errno(dev.wait_vblank(7, 1, None), "DRM_IOCTL_WAIT_VBLANK");
+        let e = errno(
+            unchanged(dev, "DRM_IOCTL_WAIT_VBLANK", || dev.wait_vblank(7, 1, None)),
+            "DRM_IOCTL_WAIT_VBLANK",
+        );
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -564,7 +632,12 @@ fn set_gamma_of_the_wrong_size() {
             vec![0u16; size + 1],
             vec![0u16; size + 1],
         ];
-        let e = errno(dev.set_gamma(crtc, &ramps), "DRM_IOCTL_MODE_SETGAMMA");
+        let e = errno(
+            unchanged(dev, "DRM_IOCTL_MODE_SETGAMMA", || {
+                dev.set_gamma(crtc, &ramps)
+            }),
+            "DRM_IOCTL_MODE_SETGAMMA",
+        );
         // A CRTC without gamma (size 0: vkms before 6.12) has no gamma_set hook: ENOSYS.
         let want = if size == 0 {
             Errno::NOSYS
@@ -594,7 +667,16 @@ fn pipe_objects(dev: &Device) -> Vec<u32> {
 fn lease_of_nothing() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "lease_of_nothing", |dev| {
-        let r = dev.create_lease(&[]);
+        // A granted lease is one more fd (the lessee's file); a refused one is nothing.
+        let r = changes(
+            dev,
+            "an empty lease",
+            |r| match r {
+                Ok(_) => Delta::fds(1),
+                Err(_) => Delta::NONE,
+            },
+            || dev.create_lease(&[]),
+        );
         // Linux 5.16+ (4bb2d367a5a2, "drm/lease: allow empty leases") grants it (a
         // lessee that sees no objects); before, EINVAL (5.10 and 5.15 here).
         if kernel_version() < (5, 16) {
@@ -612,7 +694,12 @@ fn lease_with_duplicate_objects() {
     no_kms_leak(&dev, "lease_with_duplicate_objects", |dev| {
         let mut objs = pipe_objects(dev);
         objs.push(objs[0]);
-        let e = errno(dev.create_lease(&objs), "DRM_IOCTL_MODE_CREATE_LEASE");
+        let e = errno(
+            unchanged(dev, "DRM_IOCTL_MODE_CREATE_LEASE", || {
+                dev.create_lease(&objs)
+            }),
+            "DRM_IOCTL_MODE_CREATE_LEASE",
+        );
         // The second insert of one id into the lease's id table.
         assert_eq!(e, Errno::NOSPC);
     });
@@ -625,7 +712,12 @@ fn lease_of_a_non_kms_object() {
         let mut objs = pipe_objects(dev);
         let blob = dev.create_blob(&[0; 8]).unwrap();
         objs.push(blob.id().get());
-        let e = errno(dev.create_lease(&objs), "DRM_IOCTL_MODE_CREATE_LEASE");
+        let e = errno(
+            unchanged(dev, "DRM_IOCTL_MODE_CREATE_LEASE", || {
+                dev.create_lease(&objs)
+            }),
+            "DRM_IOCTL_MODE_CREATE_LEASE",
+        );
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -635,7 +727,9 @@ fn lease_of_an_unknown_object() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "lease_of_an_unknown_object", |dev| {
         let e = errno(
-            dev.create_lease(&[0x7fff_fff0]),
+            unchanged(dev, "DRM_IOCTL_MODE_CREATE_LEASE", || {
+                dev.create_lease(&[0x7fff_fff0])
+            }),
             "DRM_IOCTL_MODE_CREATE_LEASE",
         );
         assert_eq!(e, Errno::NOENT);
@@ -646,7 +740,12 @@ fn lease_of_an_unknown_object() {
 fn revoke_of_an_unknown_lessee() {
     let dev = vkms!(CAPS);
     no_kms_leak(&dev, "revoke_of_an_unknown_lessee", |dev| {
-        let e = errno(dev.revoke_lease(0x7fff), "DRM_IOCTL_MODE_REVOKE_LEASE");
+        let e = errno(
+            unchanged(dev, "DRM_IOCTL_MODE_REVOKE_LEASE", || {
+                dev.revoke_lease(0x7fff)
+            }),
+            "DRM_IOCTL_MODE_REVOKE_LEASE",
+        );
         assert_eq!(e, Errno::NOENT);
     });
 }
@@ -665,8 +764,14 @@ fn close_framebuffer_where_the_kernel_lacks_it() {
                 4 * W,
             ))
             .unwrap();
-        let r = dev.close_framebuffer(fb);
-        // Linux 6.8+ (d208d875667e, "drm: introduce CLOSEFB IOCTL").
+        // CLOSEFB, or RMFB where the kernel lacks it: the framebuffer is gone either way.
+        // CLOSEFB is Linux 6.8+ (d208d875667e, "drm: introduce CLOSEFB IOCTL").
+        let r = changes(
+            dev,
+            "CLOSEFB",
+            |_| Delta::framebuffers(-1),
+            || dev.close_framebuffer(fb),
+        );
         if kernel_version() >= (6, 8) {
             r.expect("CLOSEFB since 6.8");
         } else {

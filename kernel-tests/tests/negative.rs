@@ -8,7 +8,7 @@
 use drm_gem::kms::{FbSpec, FramebufferId};
 use drm_gem::{Device, DumbBuffer, DumbSpec, Errno, Error, GemHandle, GemName, NodeKind};
 use ioctl_sys::drm as sys;
-use kernel_tests::{kernel_version, no_leak, raw, require_driver, vkms};
+use kernel_tests::{kernel_version, no_leak, raw, require_driver, unchanged, vkms};
 use rustix::fd::AsFd;
 
 fn kernel_errno(r: Result<impl core::fmt::Debug, Errno>) -> Errno {
@@ -57,13 +57,27 @@ fn dumb_refused(width: u32, height: u32, bpp: u32, needle: &str, kernel: Option<
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     no_leak(&dev, "dumb_refused", |dev| {
         let spec = DumbSpec { width, height, bpp };
-        assert_invalid_argument(DumbBuffer::create(dev, spec), needle);
-        let r = raw::create_dumb(dev.as_fd(), raw_dumb(width, height, bpp));
+        assert_invalid_argument(
+            unchanged(dev, "refused by the library", || {
+                DumbBuffer::create(dev, spec)
+            }),
+            needle,
+        );
+        let ask = || raw::create_dumb(dev.as_fd(), raw_dumb(width, height, bpp));
         match kernel {
-            Some(e) => assert_eq!(kernel_errno(r), e),
+            Some(e) => assert_eq!(
+                kernel_errno(unchanged(dev, "refused by the kernel", ask)),
+                e
+            ),
             // The kernel accepts it (the library is stricter): destroy what it made.
             None => {
-                let made = r.expect("the kernel accepts this spec");
+                let made = kernel_tests::changes(
+                    dev,
+                    "accepted by the kernel",
+                    |_| kernel_tests::Delta::gem_handles(1),
+                    ask,
+                )
+                .expect("the kernel accepts this spec");
                 raw::destroy_dumb(
                     dev.as_fd(),
                     sys::drm_mode_destroy_dumb {
@@ -118,13 +132,15 @@ fn dumb_map_of_a_closed_handle() {
         let buf = small(dev);
         let h = buf.into_raw();
         dev.close_handle(h).unwrap();
-        let r = raw::map_dumb(
-            dev.as_fd(),
-            sys::drm_mode_map_dumb {
-                handle: h.get(),
-                ..Default::default()
-            },
-        );
+        let r = unchanged(dev, "MAP_DUMB of a closed handle", || {
+            raw::map_dumb(
+                dev.as_fd(),
+                sys::drm_mode_map_dumb {
+                    handle: h.get(),
+                    ..Default::default()
+                },
+            )
+        });
         assert_eq!(kernel_errno(r), Errno::NOENT);
     });
 }
@@ -160,7 +176,8 @@ fn gem_close_twice() {
         let buf = small(dev);
         let h = buf.into_raw();
         dev.close_handle(h).expect("first close");
-        let e = lib_ioctl_errno(dev.close_handle(h), "DRM_IOCTL_GEM_CLOSE");
+        let r = unchanged(dev, "second GEM_CLOSE", || dev.close_handle(h));
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_GEM_CLOSE");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -194,7 +211,9 @@ fn gem_close_of_an_owned_handle_is_refused_and_the_object_survives() {
         "gem_close_of_an_owned_handle_is_refused_and_the_object_survives",
         |dev| {
             let mut buf = small(dev);
-            assert_invalid_argument(dev.close_handle(buf.handle()), "still owned");
+            let h = buf.handle();
+            let r = unchanged(dev, "close of an owned handle", || dev.close_handle(h));
+            assert_invalid_argument(r, "still owned");
             // Still the caller's: it maps and destroys normally.
             let mut m = buf.map().expect("the object is still open");
             m.write_at(0, &[1, 2, 3, 4]).unwrap();
@@ -276,7 +295,8 @@ fn prime_import_of_a_drm_device_fd() {
     let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
     no_leak(&dev, "prime_import_of_a_drm_device_fd", |dev| {
         let other = Device::open_driver("vgem", Some(NodeKind::Render)).unwrap();
-        let e = lib_ioctl_errno(dev.import(other.as_fd()), "DRM_IOCTL_PRIME_FD_TO_HANDLE");
+        let r = unchanged(dev, "import of a DRM fd", || dev.import(other.as_fd()));
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_PRIME_FD_TO_HANDLE");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -286,7 +306,8 @@ fn prime_import_of_a_regular_file() {
     let dev = require_driver!("vgem", &["vgem"], NodeKind::Render);
     no_leak(&dev, "prime_import_of_a_regular_file", |dev| {
         let f = std::fs::File::open("/proc/self/status").unwrap();
-        let e = lib_ioctl_errno(dev.import(f.as_fd()), "DRM_IOCTL_PRIME_FD_TO_HANDLE");
+        let r = unchanged(dev, "import of a regular file", || dev.import(f.as_fd()));
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_PRIME_FD_TO_HANDLE");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -313,14 +334,16 @@ fn prime_export_with_bad_flags() {
     no_leak(&dev, "prime_export_with_bad_flags", |dev| {
         let buf = small(dev);
         // Only DRM_CLOEXEC | DRM_RDWR are defined; PrimeFlags cannot express others.
-        let r = raw::prime_handle_to_fd(
-            dev.as_fd(),
-            sys::drm_prime_handle {
-                handle: buf.handle().get(),
-                flags: 0x4,
-                fd: -1,
-            },
-        );
+        let r = unchanged(dev, "export with flag 0x4", || {
+            raw::prime_handle_to_fd(
+                dev.as_fd(),
+                sys::drm_prime_handle {
+                    handle: buf.handle().get(),
+                    flags: 0x4,
+                    fd: -1,
+                },
+            )
+        });
         assert_eq!(kernel_errno(r), Errno::INVAL);
     });
 }
@@ -332,7 +355,8 @@ fn master_drop_when_not_master() {
         // Become master (root may), drop it, then dropping again is refused.
         dev.set_master().expect("SET_MASTER as root");
         dev.drop_master().expect("DROP_MASTER");
-        let e = lib_ioctl_errno(dev.drop_master(), "DRM_IOCTL_DROP_MASTER");
+        let r = unchanged(dev, "second DROP_MASTER", || dev.drop_master());
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_DROP_MASTER");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -357,10 +381,10 @@ fn auth_of_an_unknown_magic() {
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     no_leak(&dev, "auth_of_an_unknown_magic", |dev| {
         dev.set_master().expect("SET_MASTER as root");
-        let e = lib_ioctl_errno(
-            dev.authenticate(drm_gem::AuthMagic(0x7fff_fff0)),
-            "DRM_IOCTL_AUTH_MAGIC",
-        );
+        let r = unchanged(dev, "AUTH_MAGIC of an unknown magic", || {
+            dev.authenticate(drm_gem::AuthMagic(0x7fff_fff0))
+        });
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_AUTH_MAGIC");
         assert_eq!(e, Errno::INVAL);
         dev.drop_master().unwrap();
     });
@@ -406,10 +430,12 @@ fn addfb2_of_an_unknown_format() {
     let dev = require_driver!("vkms", &["vkms"], NodeKind::Primary);
     no_leak(&dev, "addfb2_of_an_unknown_format", |dev| {
         let buf = small(dev);
-        let r = raw::addfb2(
-            dev.as_fd(),
-            fb_raw(buf.handle().get(), 16, 16, 0x2020_2020, 64),
-        );
+        let r = unchanged(dev, "ADDFB2 of format 0x20202020", || {
+            raw::addfb2(
+                dev.as_fd(),
+                fb_raw(buf.handle().get(), 16, 16, 0x2020_2020, 64),
+            )
+        });
         assert_eq!(kernel_errno(r), Errno::INVAL);
     });
 }
@@ -420,7 +446,8 @@ fn addfb2_with_pitch_0() {
     no_leak(&dev, "addfb2_with_pitch_0", |dev| {
         let buf = small(dev);
         let spec = FbSpec::single(16, 16, drm_gem::DrmFourcc::Xrgb8888, buf.handle(), 0);
-        let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
+        let r = unchanged(dev, "ADDFB2 with pitch 0", || dev.add_framebuffer(&spec));
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_MODE_ADDFB2");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -431,7 +458,8 @@ fn addfb2_larger_than_its_buffer() {
     no_leak(&dev, "addfb2_larger_than_its_buffer", |dev| {
         let buf = small(dev);
         let spec = FbSpec::single(16, 1024, drm_gem::DrmFourcc::Xrgb8888, buf.handle(), 64);
-        let e = lib_ioctl_errno(dev.add_framebuffer(&spec), "DRM_IOCTL_MODE_ADDFB2");
+        let r = unchanged(dev, "ADDFB2 past its buffer", || dev.add_framebuffer(&spec));
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_MODE_ADDFB2");
         assert_eq!(e, Errno::INVAL);
     });
 }
@@ -462,15 +490,21 @@ fn getfb2_of_an_unknown_framebuffer() {
 
 #[test]
 fn open_driver_names_what_it_found_instead() {
-    let _vkms = vkms!();
-    match Device::open_driver("no-such-driver", None) {
+    let vkms = vkms!();
+    let r = unchanged(&vkms, "open of an unknown driver", || {
+        Device::open_driver("no-such-driver", None)
+    });
+    match r {
         Err(Error::NotFound { what }) => {
             assert!(what.contains("no-such-driver"), "{what}");
             assert!(what.contains("vkms primary"), "{what}");
         }
         other => panic!("expected NotFound, got {other:?}"),
     }
-    match Device::open_driver("vkms", Some(NodeKind::Render)) {
+    let r = unchanged(&vkms, "open of vkms's render node", || {
+        Device::open_driver("vkms", Some(NodeKind::Render))
+    });
+    match r {
         Err(Error::NotFound { what }) => assert!(what.contains("render"), "{what}"),
         other => panic!("vkms has no render node, got {other:?}"),
     }
@@ -491,7 +525,10 @@ fn map_of_an_imported_object_is_refused() {
         let buf = small(exporter);
         let dmabuf = exporter.export(buf.gem(), Default::default()).unwrap();
         let mut obj = importer.import(dmabuf.as_fd()).unwrap();
-        let e = lib_ioctl_errno(obj.map(4096), "DRM_IOCTL_MODE_MAP_DUMB");
+        let r = unchanged(exporter, "map of an imported object (exporter)", || {
+            unchanged(importer, "map of an imported object", || obj.map(4096))
+        });
+        let e = lib_ioctl_errno(r, "DRM_IOCTL_MODE_MAP_DUMB");
         assert_eq!(e, Errno::INVAL);
     });
 }

@@ -14,7 +14,7 @@ use hmm::{
     PmemRegion, is_not_dax,
 };
 use kernel_tests::pmem::{MNT, RestoreRaw, fsdax_mount, namespace_name, set_mode, sh};
-use kernel_tests::{open_fds, require_feature, skip};
+use kernel_tests::{open_fds, require_feature, skip, unchanged_process};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -227,7 +227,7 @@ fn fsdax_pages_refuse_long_term_pins_with_a_reason() {
     // faults, and a read fault on a hole of a DAX file maps the (huge) zero page, not a
     // block of the NVDIMM.
     m.write_at(0, &pattern(2 * MIB, 1)).unwrap();
-    match m.check_longterm_pin() {
+    match unchanged_process("long-term pin of fsdax pages", || m.check_longterm_pin()) {
         Err(Error::Unsupported { reason, .. }) => {
             assert!(
                 reason.contains("FOLL_LONGTERM") && reason.contains("devdax"),
@@ -263,7 +263,9 @@ fn fsdax_pages_refuse_long_term_pins_with_a_reason() {
 /// Udmabuf refuses DAX memory (no memfd) naming what backs it; Dmirror reads it through
 /// HMM where test_hmm is loaded, and is Unsupported where it is not.
 fn other_backends_on_dax(m: &DaxMapping, backing: &str) {
-    match HostRegistration::dax(m, Backend::Udmabuf) {
+    match unchanged_process("udmabuf of DAX memory", || {
+        HostRegistration::dax(m, Backend::Udmabuf)
+    }) {
         Err(Error::InvalidArgument { what }) => assert!(
             what.contains("memfd pages only") && what.contains(backing),
             "{what}"
@@ -285,7 +287,9 @@ fn other_backends_on_dax(m: &DaxMapping, backing: &str) {
     let mut cpu = vec![0u8; m.len()];
     m.read_at(0, &mut cpu).unwrap();
     assert!(seen == cpu, "the device reads other bytes than the CPU");
-    match reg.device_write(&cpu) {
+    match unchanged_process("device write through a shared borrow", || {
+        reg.device_write(&cpu)
+    }) {
         Err(Error::InvalidArgument { what }) => assert!(what.contains("shared borrow"), "{what}"),
         other => panic!("the mapping is borrowed shared, no device writes: {other:?}"),
     }
@@ -300,7 +304,9 @@ fn map_sync_on_tmpfs_is_eopnotsupp() {
     let path = shm("notdax");
     let f = new_file(&path, 64 * 1024);
     let fds = open_fds();
-    let r = DaxMapping::map_file(&f, 0, 64 * 1024);
+    let r = unchanged_process("MAP_SYNC on tmpfs", || {
+        DaxMapping::map_file(&f, 0, 64 * 1024)
+    });
     assert!(r.as_ref().is_err_and(is_not_dax), "{r:?}");
     assert!(r.as_ref().unwrap_err().is_not_supported());
     assert_eq!(
@@ -321,7 +327,9 @@ fn map_sync_on_ext4_without_dax_is_eopnotsupp() {
     let (dir, _restore) = setup!(fsdax_mount(false));
     let f = new_file(&dir.join("nodax"), 2 * MIB as u64);
     let fds = open_fds();
-    let r = DaxMapping::map_file(&f, 0, 2 * MIB);
+    let r = unchanged_process("MAP_SYNC on ext4 without DAX", || {
+        DaxMapping::map_file(&f, 0, 2 * MIB)
+    });
     // Every kernel of the matrix: ext4 refuses MAP_SYNC unless the inode is DAX.
     assert_eq!(
         syscall_errno(r, "mmap(MAP_SHARED_VALIDATE|MAP_SYNC)"),
@@ -338,14 +346,35 @@ fn file_ranges_are_checked_before_the_kernel() {
     let path = std::env::temp_dir().join(format!("pmem-range-{}", std::process::id()));
     let f = new_file(&path, 8192);
     let fds = open_fds();
-    assert_invalid(DaxMapping::map_file(&f, 0, 0), "0 bytes");
-    assert_invalid(DaxMapping::map_file(&f, 4096, 8192), "exceed");
-    assert_invalid(DaxMapping::map_file(&f, u64::MAX, 1), "exceed");
-    assert_invalid(DaxMapping::map_file_without_sync(&f, 0, 8193), "exceed");
+    assert_invalid(
+        unchanged_process("0 bytes", || DaxMapping::map_file(&f, 0, 0)),
+        "0 bytes",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || DaxMapping::map_file(&f, 4096, 8192)),
+        "exceed",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || DaxMapping::map_file(&f, u64::MAX, 1)),
+        "exceed",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || DaxMapping::map_file_without_sync(&f, 0, 8193)),
+        "exceed",
+    );
     let mut m = DaxMapping::map_file_without_sync(&f, 0, 8192).unwrap();
-    assert_invalid(m.write_at(8190, b"abc"), "exceed");
-    assert_invalid(m.read_at(usize::MAX, &mut [0]), "exceed");
-    assert_invalid(m.persist(8000, 500), "exceed");
+    assert_invalid(
+        unchanged_process("exceed", || m.write_at(8190, b"abc")),
+        "exceed",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || m.read_at(usize::MAX, &mut [0])),
+        "exceed",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || m.persist(8000, 500)),
+        "exceed",
+    );
     drop(m);
     assert_eq!(open_fds(), fds, "fds leaked");
     std::fs::remove_file(&path).unwrap();
@@ -364,14 +393,18 @@ fn read_only_file_cannot_be_mapped_writable() {
     // mmap, so there EACCES comes first.)
     assert_eq!(
         syscall_errno(
-            DaxMapping::map_file_without_sync(&f, 0, 4096),
+            unchanged_process("writable mapping of a read-only file", || {
+                DaxMapping::map_file_without_sync(&f, 0, 4096)
+            }),
             "mmap(MAP_SHARED)"
         ),
         Errno::ACCESS
     );
     assert_eq!(
         syscall_errno(
-            DaxMapping::map_file(&f, 0, 4096),
+            unchanged_process("MAP_SYNC of a read-only file", || {
+                DaxMapping::map_file(&f, 0, 4096)
+            }),
             "mmap(MAP_SHARED_VALIDATE|MAP_SYNC)"
         ),
         Errno::OPNOTSUPP
@@ -397,7 +430,9 @@ fn devdax_at_a_wrong_alignment_is_einval() {
         (0, align + 4096),
         (align as u64 / 2, align),
     ] {
-        match DaxMapping::map_devdax(&dev, offset, len) {
+        match unchanged_process("misaligned devdax mapping", || {
+            DaxMapping::map_devdax(&dev, offset, len)
+        }) {
             Err(Error::InvalidArgument { what }) => {
                 assert!(what.contains("alignment"), "{what}")
             }
@@ -406,7 +441,9 @@ fn devdax_at_a_wrong_alignment_is_einval() {
     }
     for len in [4096, align + 4096, align / 2] {
         assert_eq!(
-            kernel_tests::raw::mmap_shared(dev.as_fd(), 0, len),
+            unchanged_process("the kernel's misaligned devdax mapping", || {
+                kernel_tests::raw::mmap_shared(dev.as_fd(), 0, len)
+            }),
             Err(Errno::INVAL),
             "the kernel's answer to len {len:#x}"
         );
@@ -415,8 +452,14 @@ fn devdax_at_a_wrong_alignment_is_einval() {
         kernel_tests::raw::mmap_shared(dev.as_fd(), 0, align),
         Ok(())
     );
-    assert_invalid(DaxMapping::map_devdax(&dev, 0, 0), "0 bytes");
-    assert_invalid(DaxMapping::map_devdax(&dev, dev.size(), align), "exceed");
+    assert_invalid(
+        unchanged_process("0 bytes", || DaxMapping::map_devdax(&dev, 0, 0)),
+        "0 bytes",
+    );
+    assert_invalid(
+        unchanged_process("exceed", || DaxMapping::map_devdax(&dev, dev.size(), align)),
+        "exceed",
+    );
     assert_eq!(open_fds(), fds, "fds leaked");
 }
 
@@ -426,14 +469,16 @@ fn devdax_open_refuses_other_nodes() {
     let fds = open_fds();
     let block = ns.block_device.unwrap();
     assert!(
-        matches!(DevDax::open(&block), Err(Error::NotFound { ref what }) if what.contains("not a character device")),
+        matches!(unchanged_process("devdax open of a block device", || DevDax::open(&block)), Err(Error::NotFound { ref what }) if what.contains("not a character device")),
         "{block:?}"
     );
     assert!(matches!(
-        DevDax::open("/dev/null"),
+        unchanged_process("devdax open of /dev/null", || DevDax::open("/dev/null")),
         Err(Error::NotFound { ref what }) if what.contains("not a devdax")
     ));
-    match DevDax::open("/dev/dax9.9") {
+    match unchanged_process("devdax open of a missing node", || {
+        DevDax::open("/dev/dax9.9")
+    }) {
         Err(Error::Open { errno, .. }) => assert_eq!(errno, Errno::NOENT),
         other => panic!("{other:?}"),
     }
@@ -446,12 +491,17 @@ fn host_registration_backends_refuse_what_they_cannot_do() {
     // Runs on the host too.
     let mut anon = vec![0u8; 4096];
     let fds = open_fds();
-    match HostRegistration::new(&mut anon, Backend::Udmabuf) {
+    match unchanged_process("udmabuf of heap memory", || {
+        HostRegistration::new(&mut anon, Backend::Udmabuf)
+    }) {
         Err(Error::InvalidArgument { what }) => assert!(what.contains("memfd"), "{what}"),
         other => panic!("udmabuf takes memfd pages only: {other:?}"),
     }
     assert!(matches!(
-        HostRegistration::new(&mut [], Backend::Pinned),
+        unchanged_process("pin of 0 bytes", || HostRegistration::new(
+            &mut [],
+            Backend::Pinned
+        )),
         Err(Error::InvalidArgument { .. })
     ));
     assert_eq!(open_fds(), fds, "fds leaked");

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 /// Every KMS primary node, opened with every client cap that shows more properties (atomic
 /// ones, writeback connectors); its driver name with it.
 fn kms_nodes() -> Vec<(String, Device)> {
+    kernel_tests::fds_shared();
     let Ok(nodes) = drm_gem::enumerate() else {
         return Vec::new();
     };
@@ -160,7 +161,7 @@ fn a_property_getproperty_refuses_fails_before_the_commit() {
     // past every object the driver made.
     for bogus in [crtc.get(), 0x7fff_fff0] {
         let id = PropertyId::new(bogus).unwrap();
-        let probe = dev.property(id);
+        let probe = kernel_tests::unchanged(&dev, "GETPROPERTY of a bogus id", || dev.property(id));
         assert!(
             matches!(probe, Err(Error::Ioctl { name: "DRM_IOCTL_MODE_GETPROPERTY", errno })
                 if errno == Errno::NOENT),
@@ -169,7 +170,10 @@ fn a_property_getproperty_refuses_fails_before_the_commit() {
         let mut req = AtomicRequest::new();
         req.set(crtc, id, 0x1000);
         for flags in [AtomicFlags::TEST_ONLY, AtomicFlags::empty()] {
-            match dev.atomic_commit(&req, flags, 0) {
+            let r = kernel_tests::unchanged(&dev, "commit of a bogus property", || {
+                dev.atomic_commit(&req, flags, 0)
+            });
+            match r {
                 Err(Error::Ioctl {
                     name: "DRM_IOCTL_MODE_GETPROPERTY",
                     errno,

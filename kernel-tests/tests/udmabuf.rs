@@ -7,13 +7,17 @@ use hmm::{SealedMemfd, Udmabuf, UdmabufRange};
 use ioctl_sys::udmabuf as usys;
 use kernel_tests::mem::{dma_buf_bytes, page, tagged_memfd};
 use kernel_tests::raw::{closed_fd_number, udmabuf_create, udmabuf_create_list};
-use kernel_tests::{kernel_version, open_fds, require_feature, skip};
+use kernel_tests::{
+    Delta, changes_process, kernel_version, open_fds, require_feature, skip, unchanged,
+    unchanged_process,
+};
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
 use rustix::fs::SealFlags;
 
 macro_rules! udmabuf {
     () => {{
         require_feature!("udmabuf");
+        kernel_tests::fds_shared();
         match Udmabuf::open() {
             Ok(u) => u,
             Err(e) => skip!("/dev/udmabuf: {e}"),
@@ -42,11 +46,13 @@ fn sealed_memfd_carries_shrink_and_seal_never_write() {
     assert!(!seals.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE));
     // F_SEAL_SEAL: nobody can add a write seal later.
     assert_eq!(
-        rustix::fs::fcntl_add_seals(&m, SealFlags::WRITE),
+        unchanged_process("F_SEAL_WRITE after F_SEAL_SEAL", || {
+            rustix::fs::fcntl_add_seals(&m, SealFlags::WRITE)
+        }),
         Err(Errno::PERM)
     );
     assert_eq!(
-        rustix::fs::ftruncate(&m, 0),
+        unchanged_process("shrink", || rustix::fs::ftruncate(&m, 0)),
         Err(Errno::PERM),
         "shrinking is sealed"
     );
@@ -59,18 +65,32 @@ fn sealed_memfd_carries_shrink_and_seal_never_write() {
     )
     .unwrap();
     assert!(matches!(
-        SealedMemfd::from_fd(plain),
+        changes_process(
+            "adopt an unsealed memfd",
+            |_| Delta::fds(-1),
+            || { SealedMemfd::from_fd(plain) }
+        ),
         Err(Error::InvalidArgument { .. })
     ));
     let written = rustix::fs::memfd_create("w", rustix::fs::MemfdFlags::ALLOW_SEALING).unwrap();
     rustix::fs::fcntl_add_seals(&written, SealFlags::SHRINK | SealFlags::WRITE).unwrap();
     assert!(matches!(
-        SealedMemfd::from_fd(written),
+        changes_process(
+            "adopt a write-sealed memfd",
+            |_| Delta::fds(-1),
+            || { SealedMemfd::from_fd(written) }
+        ),
         Err(Error::InvalidArgument { .. })
     ));
     let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     assert_eq!(
-        SealedMemfd::from_fd(null).unwrap_err().errno(),
+        changes_process(
+            "adopt /dev/null",
+            |_| Delta::fds(-1),
+            || { SealedMemfd::from_fd(null) }
+        )
+        .unwrap_err()
+        .errno(),
         Some(Errno::INVAL)
     );
     let ok = rustix::fs::memfd_create("ok", rustix::fs::MemfdFlags::ALLOW_SEALING).unwrap();
@@ -230,7 +250,9 @@ fn imports_into_virtio_gpu() {
     let before = open_fds();
     let m = memfd(4, 42);
     let buf = u.create(&m, 0, 4 * page() as u64).unwrap();
-    match dev.import(buf.as_fd()) {
+    match unchanged(&dev, "PRIME import of a udmabuf", || {
+        dev.import(buf.as_fd())
+    }) {
         Err(Error::Ioctl {
             name: "DRM_IOCTL_PRIME_FD_TO_HANDLE",
             errno,
@@ -255,11 +277,34 @@ fn bad_input_is_refused_before_the_kernel() {
     let m = memfd(4, 0);
     let p = page() as u64;
     let invalid = |r: drm_gem::Result<DmaBuf>| matches!(r, Err(Error::InvalidArgument { .. }));
-    assert!(invalid(u.create(&m, 100, p)), "misaligned offset");
-    assert!(invalid(u.create(&m, 0, p + 1)), "misaligned size");
-    assert!(invalid(u.create(&m, 0, 0)), "empty");
-    assert!(invalid(u.create(&m, 2 * p, 4 * p)), "past the end");
-    assert!(invalid(u.create_list(&[])), "empty list");
+    assert!(
+        invalid(unchanged_process("misaligned offset", || u.create(&m, 100, p))),
+        "misaligned offset"
+    );
+    assert!(
+        invalid(unchanged_process("misaligned size", || u.create(
+            &m,
+            0,
+            p + 1
+        ))),
+        "misaligned size"
+    );
+    assert!(
+        invalid(unchanged_process("empty", || u.create(&m, 0, 0))),
+        "empty"
+    );
+    assert!(
+        invalid(unchanged_process("past the end", || u.create(
+            &m,
+            2 * p,
+            4 * p
+        ))),
+        "past the end"
+    );
+    assert!(
+        invalid(unchanged_process("empty list", || u.create_list(&[]))),
+        "empty list"
+    );
     let limits = u.limits();
     assert!(
         limits.size_limit >= 64 << 20 && limits.list_limit >= 1,
@@ -267,7 +312,11 @@ fn bad_input_is_refused_before_the_kernel() {
     );
     let big = SealedMemfd::new("big", limits.size_limit + p).unwrap();
     assert!(
-        invalid(u.create(&big, 0, limits.size_limit + p)),
+        invalid(unchanged_process("over the size limit", || u.create(
+            &big,
+            0,
+            limits.size_limit + p
+        ))),
         "over the size limit"
     );
     let many = vec![
@@ -278,7 +327,10 @@ fn bad_input_is_refused_before_the_kernel() {
         };
         limits.list_limit as usize + 1
     ];
-    assert!(invalid(u.create_list(&many)), "over the list limit");
+    assert!(
+        invalid(unchanged_process("over the list limit", || u.create_list(&many))),
+        "over the list limit"
+    );
     drop((m, big));
     assert_eq!(open_fds(), before, "fds leaked");
 }
@@ -398,7 +450,7 @@ fn bad_input_gets_the_kernels_errno() {
     ];
     let mut failures = Vec::new();
     for (what, arg, want) in cases {
-        match udmabuf_create(fd, arg) {
+        match unchanged_process(what, || udmabuf_create(fd, arg)) {
             Err(e) if e == want => {}
             other => failures.push(format!("{what}: expected {want:?}, got {other:?}")),
         }
@@ -421,7 +473,7 @@ fn bad_input_gets_the_kernels_errno() {
         ),
     ];
     for (what, count, items, want) in lists {
-        match udmabuf_create_list(fd, flags, count, &items) {
+        match unchanged_process(what, || udmabuf_create_list(fd, flags, count, &items)) {
             Err(e) if e == want => {}
             other => failures.push(format!("{what}: expected {want:?}, got {other:?}")),
         }
@@ -448,12 +500,33 @@ fn bad_input_gets_the_kernels_errno() {
             (6, 12, 7),
         ],
     );
+    // Created, each is one more fd and one more dma-buf; refused, nothing.
+    let counted = |what: &str, call: &dyn Fn() -> Result<OwnedFd, Errno>| {
+        changes_process(
+            what,
+            |r| match r {
+                Ok(_) => Delta::fds(1) + Delta::dma_bufs(1),
+                Err(_) => Delta::NONE,
+            },
+            call,
+        )
+    };
     for (what, r, refused) in [
-        ("zero size", udmabuf_create(fd, one(mfd, 0, 0)), sanity),
-        ("empty list", udmabuf_create_list(fd, flags, 0, &[]), sanity),
+        (
+            "zero size",
+            counted("zero size", &|| udmabuf_create(fd, one(mfd, 0, 0))),
+            sanity,
+        ),
+        (
+            "empty list",
+            counted("empty list", &|| udmabuf_create_list(fd, flags, 0, &[])),
+            sanity,
+        ),
         (
             "F_SEAL_FUTURE_WRITE",
-            udmabuf_create(fd, one(future_sealed.as_raw_fd(), 0, p)),
+            counted("F_SEAL_FUTURE_WRITE", &|| {
+                udmabuf_create(fd, one(future_sealed.as_raw_fd(), 0, p))
+            }),
             future_write,
         ),
     ] {
@@ -470,7 +543,15 @@ fn bad_input_gets_the_kernels_errno() {
     // times) until Linux 6.11 ("udmabuf: pin the pages using memfd_pin_folios() API":
     // memfd_pin_folios refuses an empty range with EINVAL), refused from then on (6.12
     // here). The safe API refuses it everywhere.
-    let zero_item = udmabuf_create_list(fd, flags, 2, &[good, item(mfd, p, 0)]);
+    // Accepted, it is one more fd and one more dma-buf; refused, nothing.
+    let zero_item = changes_process(
+        "a zero-length item",
+        |r| match r {
+            Ok(_) => Delta::fds(1) + Delta::dma_bufs(1),
+            Err(_) => Delta::NONE,
+        },
+        || udmabuf_create_list(fd, flags, 2, &[good, item(mfd, p, 0)]),
+    );
     if kernel_version() < (6, 11) {
         let b = DmaBuf::from_fd(zero_item.expect("before 6.11 a zero-length item is skipped"));
         assert_eq!(b.size().unwrap(), p);

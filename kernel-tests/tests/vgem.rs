@@ -10,8 +10,8 @@ use drm_gem::{
     Device, DmaBuf, DmaBufSync, DumbBuffer, DumbSpec, Errno, FenceStatus, GemHandle, PrimeFlags,
     raw,
 };
-use fence_common::{expect_errno, expect_unsupported, fd_count, kernel_at_least};
-use kernel_tests::require_driver;
+use fence_common::{expect_errno_quiet, expect_unsupported, fd_count, kernel_at_least};
+use kernel_tests::{require_driver, unchanged};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -51,7 +51,10 @@ fn vgem_is_checked_by_driver_name() {
     let vgem_dev = require_driver!("vgem", &["vgem"]);
     let vkms = require_driver!("vkms", &["vkms"]);
     assert!(Vgem::new(&vgem_dev).is_ok());
-    expect_unsupported("Vgem::new on vkms", Vgem::new(&vkms));
+    expect_unsupported(
+        "Vgem::new on vkms",
+        unchanged(&vkms, "Vgem::new on vkms", || Vgem::new(&vkms)),
+    );
 }
 
 #[test]
@@ -85,7 +88,12 @@ fn write_fence_holds_readers_and_writers_until_signalled() {
         assert_eq!(info.status, FenceStatus::Signaled);
         assert!(info.fences[0].timestamp_ns > 0);
     } else {
-        expect_unsupported("EXPORT_SYNC_FILE on 5.10", d.export_sync_file(READ));
+        expect_unsupported(
+            "EXPORT_SYNC_FILE on 5.10",
+            unchanged(&dev, "EXPORT_SYNC_FILE on 5.10", || {
+                d.export_sync_file(READ)
+            }),
+        );
         fence.signal().expect("VGEM_FENCE_SIGNAL");
     }
     assert!(d.wait_fences(READ, ZERO).unwrap());
@@ -118,9 +126,10 @@ fn read_fences_hold_only_writers_and_conflict_with_a_write_fence() {
         .attach_fence(buf.handle(), VgemFenceAccess::Read)
         .expect("a second reader");
     assert_ne!(r1.id(), r2.id());
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "write fence over unsignalled readers",
-        vgem.attach_fence(buf.handle(), VgemFenceAccess::Write),
+        || vgem.attach_fence(buf.handle(), VgemFenceAccess::Write),
         ATTACH,
         Errno::BUSY,
     );
@@ -134,9 +143,10 @@ fn read_fences_hold_only_writers_and_conflict_with_a_write_fence() {
     let w = vgem
         .attach_fence(buf.handle(), VgemFenceAccess::Write)
         .expect("write fence once the readers signalled");
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "read fence over an unsignalled writer",
-        vgem.attach_fence(buf.handle(), VgemFenceAccess::Read),
+        || vgem.attach_fence(buf.handle(), VgemFenceAccess::Read),
         ATTACH,
         Errno::BUSY,
     );
@@ -217,7 +227,13 @@ fn fence_given_up_is_signalled_by_id_and_only_once() {
     );
     vgem.signal_fence(id).expect("signal by id");
     assert!(d.wait_fences(READ, ZERO).unwrap());
-    expect_errno("double signal", vgem.signal_fence(id), SIGNAL, Errno::NOENT);
+    expect_errno_quiet(
+        &dev,
+        "double signal",
+        || vgem.signal_fence(id),
+        SIGNAL,
+        Errno::NOENT,
+    );
 }
 
 #[test]
@@ -232,13 +248,20 @@ fn kernel_signals_a_forgotten_fence_after_its_timeout() {
     assert!(!d.wait_fences(READ, ZERO).unwrap());
     // Nobody signals it: the kernel's timer does (VGEM_FENCE_TIMEOUT, 10 s).
     assert!(d.wait_fences(READ, None).unwrap());
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "signal after the kernel's timeout",
-        vgem.signal_fence(id),
+        || vgem.signal_fence(id),
         SIGNAL,
         Errno::TIMEDOUT,
     );
-    expect_errno("signal again", vgem.signal_fence(id), SIGNAL, Errno::NOENT);
+    expect_errno_quiet(
+        &dev,
+        "signal again",
+        || vgem.signal_fence(id),
+        SIGNAL,
+        Errno::NOENT,
+    );
 }
 
 #[test]
@@ -249,33 +272,38 @@ fn bad_input_is_rejected_with_exact_errnos() {
     let before = fd_count();
     let h = buf.handle().get();
     let (inval, noent) = (Errno::INVAL, Errno::NOENT);
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "attach: unknown flag",
-        raw::vgem_fence_attach(&vgem, h, 2, 0),
+        || raw::vgem_fence_attach(&vgem, h, 2, 0),
         ATTACH,
         inval,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "attach: every flag",
-        raw::vgem_fence_attach(&vgem, h, u32::MAX, 0),
+        || raw::vgem_fence_attach(&vgem, h, u32::MAX, 0),
         ATTACH,
         inval,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "attach: pad",
-        raw::vgem_fence_attach(&vgem, h, 0, 1),
+        || raw::vgem_fence_attach(&vgem, h, 0, 1),
         ATTACH,
         inval,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "attach: unknown handle",
-        vgem.attach_fence(GemHandle::new(0x7fff_fff0).unwrap(), VgemFenceAccess::Read),
+        || vgem.attach_fence(GemHandle::new(0x7fff_fff0).unwrap(), VgemFenceAccess::Read),
         ATTACH,
         noent,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "attach: handle 0",
-        raw::vgem_fence_attach(&vgem, 0, 0, 0),
+        || raw::vgem_fence_attach(&vgem, 0, 0, 0),
         ATTACH,
         noent,
     );
@@ -285,24 +313,27 @@ fn bad_input_is_rejected_with_exact_errnos() {
     );
 
     let unknown = VgemFenceId::new(0x7fff_fff0).unwrap();
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "signal: unknown id",
-        vgem.signal_fence(unknown),
+        || vgem.signal_fence(unknown),
         SIGNAL,
         noent,
     );
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "signal: id 0",
-        raw::vgem_fence_signal(&vgem, 0, 0),
+        || raw::vgem_fence_signal(&vgem, 0, 0),
         SIGNAL,
         noent,
     );
     let f = vgem
         .attach_fence(buf.handle(), VgemFenceAccess::Write)
         .unwrap();
-    expect_errno(
+    expect_errno_quiet(
+        &dev,
         "signal: flags",
-        raw::vgem_fence_signal(&vgem, f.id().get(), 1),
+        || raw::vgem_fence_signal(&vgem, f.id().get(), 1),
         SIGNAL,
         inval,
     );
@@ -312,7 +343,13 @@ fn bad_input_is_rejected_with_exact_errnos() {
     );
     let id = f.id();
     f.signal().unwrap();
-    expect_errno("signal: twice", vgem.signal_fence(id), SIGNAL, noent);
+    expect_errno_quiet(
+        &dev,
+        "signal: twice",
+        || vgem.signal_fence(id),
+        SIGNAL,
+        noent,
+    );
     // A raw attach returns an id nobody owns; signal it by hand.
     let raw_id = raw::vgem_fence_attach(&vgem, h, 1, 0).expect("raw write fence");
     raw::vgem_fence_signal(&vgem, raw_id, 0).expect("raw signal");

@@ -47,6 +47,20 @@ pub fn expect_errno<T: Debug>(case: &str, r: drm_gem::Result<T>, name: &str, err
     }
 }
 
+/// [`expect_errno`] of `call`, run between two kernel censuses of `dev` (and of this
+/// process) that must agree: the failing call left nothing behind.
+#[track_caller]
+pub fn expect_errno_quiet<T: Debug>(
+    dev: &drm_gem::Device,
+    case: &str,
+    call: impl FnOnce() -> drm_gem::Result<T>,
+    name: &str,
+    errno: Errno,
+) {
+    let r = kernel_tests::unchanged(dev, case, call);
+    expect_errno(case, r, name, errno);
+}
+
 /// Asserts that `r` is [`Error::Unsupported`] (decided without asking the kernel).
 #[track_caller]
 pub fn expect_unsupported<T: Debug>(case: &str, r: drm_gem::Result<T>) {
