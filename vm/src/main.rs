@@ -329,7 +329,7 @@ fn unknown_kernel(n: &str) -> VmError {
 
 fn kernels() -> ExitCode {
     println!(
-        "{:<18} {:<9} {:<26} {:<52} about",
+        "{:<18} {:<9} {:<26} {:<62} about",
         "name", "matrix", "cached", "verified on its lane"
     );
     for k in catalog::CATALOG {
@@ -353,7 +353,7 @@ fn kernels() -> ExitCode {
             }
         };
         println!(
-            "{:<18} {:<9} {:<26} {:<52} {}",
+            "{:<18} {:<9} {:<26} {:<62} {}",
             k.name,
             if k.default_matrix { "default" } else { "-" },
             state,
