@@ -304,12 +304,14 @@ fn build_tree(
     }
     let obj = root.join("build").join(key);
     mkdirs(&obj)?;
-    let log_path = obj.join("build.log");
+    // One log per attempt (build.log.1, .2, ...; build.log links to the newest), so a
+    // failure's error lines are this attempt's.
+    let log_path = crate::buildlog::fresh_log(&obj, "build.log")?;
     let make = |args: &[&str], phase: &str| -> Result<()> {
         let mut c = Command::new("make");
         c.arg("-C").arg(tree).arg(format!("O={}", obj.display()));
         c.args(args);
-        run_logged(c, &log_path, phase, start)
+        run_logged(c, &log_path, phase, start, version)
     };
 
     progress(
@@ -418,8 +420,14 @@ pub const SELFTESTS: &[(&str, &str)] = &[
     ("dmabuf-heaps", "dmabuf-heap"),
 ];
 
+/// The directory of a kernel's cache entry that holds its selftests: named after the
+/// recipe, so a change of [`ensure_selftests`] builds them anew instead of reusing what an
+/// older recipe made (`selftests/`, without 5.15's `local_config.h`, has no hmm-tests) and
+/// never rewrites a directory another run may be using.
+pub const SELFTESTS_DIR: &str = "selftests-2";
+
 /// Builds the kernel's own selftests for `k` (from the same source tree, against its
-/// installed uapi headers) into `<cache>/selftests`, once. Returns the directory. A test
+/// installed uapi headers) into `<cache>/`[`SELFTESTS_DIR`], once. Returns the directory. A test
 /// that does not compile is left out, with the compiler's message in `<name>.build-error`
 /// (the in-guest runner then reports it as a failure).
 pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
@@ -429,7 +437,7 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
             k.name
         )));
     };
-    let out = dir.join("selftests");
+    let out = dir.join(SELFTESTS_DIR);
     if out.join(".complete").exists() {
         return Ok(out);
     }
@@ -466,12 +474,20 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
             v
         })
         .unwrap_or_default();
+    let hmm_src = t.join(hmm_dir).join("hmm-tests.c");
+    let mut hmm_incs = vec![t.clone(), inc.clone(), tree.clone()];
+    // Trees around 5.15 include "./local_config.h", which their Makefile makes with
+    // check_config.sh (it probes libhugetlbfs); the tree is never written, so the header is
+    // made in the object directory and found through -I.
+    let hmm_libs = match local_config(&hmm_src, &obj.join("selftest-config"))? {
+        Some((dir, libs)) => {
+            hmm_incs.push(dir);
+            Some(libs)
+        }
+        None => None,
+    };
     let recipes: Vec<(&str, Vec<PathBuf>, Vec<PathBuf>)> = vec![
-        (
-            "hmm-tests",
-            vec![t.join(hmm_dir).join("hmm-tests.c")],
-            vec![t.clone(), inc.clone(), tree.clone()],
-        ),
+        ("hmm-tests", vec![hmm_src.clone()], hmm_incs),
         ("sync_test", sync_srcs, vec![inc.clone()]),
         (
             "udmabuf",
@@ -493,12 +509,21 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
             c.arg("-I").arg(i);
         }
         c.args(&srcs).args(["-lpthread", "-lrt"]);
-        // 5.10's hmm-tests uses libhugetlbfs (Debian libhugetlbfs-dev).
-        if srcs
-            .iter()
-            .any(|s| fs::read_to_string(s).is_ok_and(|t| t.contains("<hugetlbfs.h>")))
-        {
-            c.arg("-lhugetlbfs");
+        match (&hmm_libs, exe) {
+            // What check_config.sh found (HMM_EXTRA_LIBS).
+            (Some(libs), "hmm-tests") => {
+                c.args(libs);
+            }
+            // 5.10's hmm-tests includes <hugetlbfs.h> unconditionally (Debian
+            // libhugetlbfs-dev).
+            _ => {
+                if srcs
+                    .iter()
+                    .any(|s| fs::read_to_string(s).is_ok_and(|t| t.contains("<hugetlbfs.h>")))
+                {
+                    c.arg("-lhugetlbfs");
+                }
+            }
         }
         match c.output() {
             Ok(o) if o.status.success() => built.push(exe),
@@ -523,4 +548,97 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
         &format!("{}: selftests built: {}", k.name, built.join(", ")),
     );
     Ok(out)
+}
+
+/// For an hmm-tests source that includes `local_config.h` (5.x trees before `mm/`), runs
+/// the tree's `check_config.sh` beside it with `cc` in `dir` (created) and returns `dir`
+/// and the libraries its `local_config.mk` asks for (`HMM_EXTRA_LIBS`); `None` for a
+/// source that needs no such header.
+fn local_config(hmm_src: &Path, dir: &Path) -> Result<Option<(PathBuf, Vec<String>)>> {
+    let uses = fs::read_to_string(hmm_src).is_ok_and(|t| t.contains("local_config.h"));
+    let Some(script) = hmm_src.parent().map(|d| d.join("check_config.sh")) else {
+        return Ok(None);
+    };
+    if !uses || !script.is_file() {
+        return Ok(None);
+    }
+    let _ = fs::remove_dir_all(dir);
+    mkdirs(dir)?;
+    run_checked(
+        Command::new("sh").arg(&script).arg("cc").current_dir(dir),
+        "check_config.sh (the hmm selftest's local_config.h)",
+    )?;
+    if !dir.join("local_config.h").is_file() {
+        return Err(VmError::new(format!(
+            "{} made no local_config.h in {}",
+            script.display(),
+            dir.display()
+        )));
+    }
+    let mk = fs::read_to_string(dir.join("local_config.mk")).unwrap_or_default();
+    Ok(Some((dir.to_path_buf(), extra_libs(&mk, "HMM_EXTRA_LIBS"))))
+}
+
+/// The `-l` flags of `VAR = ...` in a make fragment (`local_config.mk`).
+pub fn extra_libs(mk: &str, var: &str) -> Vec<String> {
+    mk.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == var).then_some(v)
+        })
+        .flat_map(|v| v.split_whitespace())
+        .filter(|w| {
+            w.strip_prefix("-l").is_some_and(|n| {
+                !n.is_empty()
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'+')
+            })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libraries_from_local_config_mk() {
+        assert_eq!(
+            extra_libs("HMM_EXTRA_LIBS = -lhugetlbfs\n", "HMM_EXTRA_LIBS"),
+            ["-lhugetlbfs"]
+        );
+        let none = "# No libhugetlbfs support found, so:\nHMM_EXTRA_LIBS = \n";
+        assert!(extra_libs(none, "HMM_EXTRA_LIBS").is_empty());
+        assert!(extra_libs("IOURING_EXTRA_LIBS = -luring\n", "HMM_EXTRA_LIBS").is_empty());
+        assert!(extra_libs("HMM_EXTRA_LIBS = -l; rm -rf / $(x)\n", "HMM_EXTRA_LIBS").is_empty());
+    }
+
+    #[test]
+    fn local_config_runs_the_trees_check_config() {
+        let base = std::env::temp_dir().join(format!("vm-localcfg-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let src = base.join("tree/tools/testing/selftests/vm");
+        fs::create_dir_all(&src).unwrap();
+        let hmm = src.join("hmm-tests.c");
+        fs::write(&hmm, "#include \"./local_config.h\"\n").unwrap();
+        // A check_config.sh as 5.15 has it, reduced: writes both files into the cwd.
+        fs::write(
+            src.join("check_config.sh"),
+            "echo '#define LOCAL_CONFIG_HAVE_LIBHUGETLBFS 1' > local_config.h\n\
+             echo 'HMM_EXTRA_LIBS = -lhugetlbfs' > local_config.mk\n",
+        )
+        .unwrap();
+        let out = base.join("obj/selftest-config");
+        let (dir, libs) = local_config(&hmm, &out).unwrap().unwrap();
+        assert_eq!(dir, out);
+        assert!(out.join("local_config.h").is_file());
+        assert_eq!(libs, ["-lhugetlbfs"]);
+        // The tree is not written.
+        assert!(!src.join("local_config.h").exists());
+        // A newer source without the include needs nothing.
+        fs::write(&hmm, "#include \"../kselftest_harness.h\"\n").unwrap();
+        assert_eq!(local_config(&hmm, &out).unwrap(), None);
+        let _ = fs::remove_dir_all(&base);
+    }
 }

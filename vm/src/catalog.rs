@@ -147,6 +147,46 @@ pub const VKMS_FDINFO_PATCH: &str = include_str!("../config/vkms-fdinfo.patch");
 /// after a failed one; later kernels only retry with size 1. The patch makes that change.
 pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.patch");
 
+/// Kernels of the signal-storm lane (`scripts/guest-storm`'s default `KERNELS`).
+pub const STORM_KERNELS: &[&str] = &["debian-6.12", "stock-6.1"];
+/// Kernels of the virgl lane (`scripts/guest-virgl`'s default `KERNELS`).
+pub const VIRGL_KERNELS: &[&str] = &["debian-5.10", "debian-6.1", "debian-6.12"];
+/// The kernel of the power-cut check in `scripts/guest-matrix`.
+pub const POWERCUT_KERNELS: &[&str] = &["debian-6.12"];
+/// The kernel of the oops-recovery check (`scripts/guest-oops`'s default `KERNEL`).
+pub const OOPS_KERNELS: &[&str] = &["debian-6.12"];
+
+/// What CI verifies on a kernel's lane (`scripts/test`'s guest steps): the strict suite
+/// (every kernel-tests test, `vm test`), the kernel's own selftests (only kernels built
+/// from a source tree), the signal storm, virgl, the power cuts, the oops recovery. A
+/// kernel outside the default matrix is verified only on demand.
+pub fn verified(k: &CatalogKernel) -> String {
+    let stock = matches!(k.source, Source::DebianStock { .. });
+    let mut v: Vec<&str> = vec!["strict suite"];
+    if !stock {
+        v.push("selftests");
+    }
+    if !k.default_matrix {
+        return format!("on demand (vm test --kernel {}): {}", k.name, v.join(" + "));
+    }
+    for (lane, list) in [
+        ("storm", STORM_KERNELS),
+        ("virgl", VIRGL_KERNELS),
+        ("powercut", POWERCUT_KERNELS),
+        ("oops", OOPS_KERNELS),
+    ] {
+        if list.contains(&k.name) {
+            v.push(lane);
+        }
+    }
+    v.join(", ")
+}
+
+/// What a bring-your-own kernel gets from `vm test`.
+pub const BRING_YOUR_OWN: &str = "--kernel-source DIR: strict suite + selftests (built and \
+    cached from your tree); --kernel PATH [--modules DIR]: strict suite, plus selftests when \
+    PATH is a vmlinux/bzImage in a cache entry built from a tree; never in CI";
+
 /// Looks a kernel up by name.
 pub fn find(name: &str) -> Option<&'static CatalogKernel> {
     CATALOG.iter().find(|k| k.name == name)
@@ -234,6 +274,34 @@ mod tests {
             let k = find(n).unwrap();
             assert!(matches!(k.source, Source::DebianStock { .. }), "{n}");
         }
+    }
+
+    #[test]
+    fn lanes_match_the_scripts() {
+        let scripts = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/");
+        let read = |f: &str| std::fs::read_to_string(format!("{scripts}{f}")).unwrap();
+        assert!(read("guest-storm").contains(&format!(
+            "KERNELS=${{KERNELS:-\"{}\"}}",
+            STORM_KERNELS.join(" ")
+        )));
+        assert!(read("guest-virgl").contains(&format!(
+            "KERNELS=${{KERNELS:-{}}}",
+            VIRGL_KERNELS.join(" ")
+        )));
+        assert!(
+            read("guest-matrix")
+                .contains(&format!("KERNEL={} scripts/powercut", POWERCUT_KERNELS[0]))
+        );
+        assert!(read("guest-oops").contains(&format!("KERNEL=${{KERNEL:-{}}}", OOPS_KERNELS[0])));
+        assert_eq!(
+            verified(find("debian-6.12").unwrap()),
+            "strict suite, selftests, storm, virgl, powercut, oops"
+        );
+        assert_eq!(verified(find("stock-6.12").unwrap()), "strict suite");
+        assert_eq!(
+            verified(find("src-5.15").unwrap()),
+            "on demand (vm test --kernel src-5.15): strict suite + selftests"
+        );
     }
 
     #[test]

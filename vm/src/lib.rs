@@ -16,12 +16,15 @@
 pub mod accel;
 pub mod apt;
 pub mod build;
+pub mod buildlog;
 pub mod cache;
 pub mod catalog;
 pub mod cpio;
 pub mod error;
 pub mod guest;
 pub mod kconfig;
+pub mod lane;
+pub mod oops;
 pub mod report;
 pub mod runner;
 pub mod stock;

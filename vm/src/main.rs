@@ -80,12 +80,32 @@ enum Cmd {
     },
     /// Boot each kernel with the full device set and run every kernel test, strictly.
     Test {
-        /// A catalog name, `all` (the default matrix) or a kernel path.
+        /// A catalog name, `all` (the default matrix) or a kernel path (a vmlinux/bzImage in
+        /// a cache entry of `~/.cache/drm-toolkit/kernels` brings its modules and selftests).
         #[arg(long, default_value = "all")]
         kernel: String,
         /// Modules for a kernel path.
         #[arg(long)]
         modules: Option<PathBuf>,
+        /// Build this kernel source tree with the project's config (cached) and test it,
+        /// with its own selftests.
+        #[arg(long, conflicts_with = "modules")]
+        kernel_source: Option<PathBuf>,
+        /// Only these kernel-tests test targets (repeatable, `cargo test --test NAME`; a
+        /// target that is `test = false`, like `crash`, is built only when named here).
+        #[arg(long = "test")]
+        tests: Vec<String>,
+        /// Extra environment for the tests in the guest (repeatable, KEY=VALUE).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// Kernel crashes (oops, panic) per kernel after which no new boot is tried; what
+        /// never ran is then reported as not run.
+        #[arg(long, default_value_t = vm::lane::MAX_OOPSES)]
+        max_oopses: usize,
+        /// Run only the kernel-tests binaries: no kernel selftests, no libdrm programs (for
+        /// short checks such as scripts/guest-oops).
+        #[arg(long)]
+        kernel_tests_only: bool,
         /// Accelerator: auto, kvm or tcg.
         #[arg(long, default_value = "auto", env = "VM_ACCEL")]
         accel: String,
@@ -167,6 +187,10 @@ enum Cmd {
         /// Also run libdrm's test programs and drm_info.
         #[arg(long)]
         libdrm: bool,
+        /// A unit an earlier boot ran already (`suite::name`, as its `start` record named
+        /// it; repeatable): left out.
+        #[arg(long = "skip-unit")]
+        skip_units: Vec<String>,
     },
 }
 
@@ -218,11 +242,28 @@ fn main() -> ExitCode {
         Cmd::Test {
             kernel,
             modules,
+            kernel_source,
+            tests,
+            env,
+            max_oopses,
+            kernel_tests_only,
             accel,
             json,
             junit,
             timeout,
-        } => test(&kernel, modules, &accel, json, junit, timeout),
+        } => test(&TestArgs {
+            kernel,
+            modules,
+            kernel_source,
+            tests,
+            env,
+            max_oopses,
+            kernel_tests_only,
+            accel,
+            json,
+            junit,
+            timeout,
+        }),
         Cmd::Powercut {
             k,
             cuts,
@@ -255,7 +296,15 @@ fn main() -> ExitCode {
             test_timeout,
             selftests,
             libdrm,
-        } => guest_tests(&bins, strict, test_timeout, selftests.as_deref(), libdrm),
+            skip_units,
+        } => guest_tests(
+            &bins,
+            strict,
+            test_timeout,
+            selftests.as_deref(),
+            libdrm,
+            &skip_units,
+        ),
     }
 }
 
@@ -279,7 +328,10 @@ fn unknown_kernel(n: &str) -> VmError {
 }
 
 fn kernels() -> ExitCode {
-    println!("{:<18} {:<9} {:<26} about", "name", "matrix", "cached");
+    println!(
+        "{:<18} {:<9} {:<26} {:<62} about",
+        "name", "matrix", "cached", "verified on its lane"
+    );
     for k in catalog::CATALOG {
         let stock = matches!(k.source, catalog::Source::DebianStock { .. });
         let state = if stock {
@@ -301,15 +353,16 @@ fn kernels() -> ExitCode {
             }
         };
         println!(
-            "{:<18} {:<9} {:<26} {}",
+            "{:<18} {:<9} {:<26} {:<62} {}",
             k.name,
             if k.default_matrix { "default" } else { "-" },
             state,
+            catalog::verified(k),
             k.about
         );
     }
     println!("cache: {}", catalog::cache_root().display());
-    println!("bring your own: --kernel PATH [--modules DIR], or --kernel-source DIR");
+    println!("bring your own: {}", catalog::BRING_YOUR_OWN);
     ExitCode::SUCCESS
 }
 
@@ -328,6 +381,9 @@ fn resolve_kernel(
     let p = Path::new(name);
     if !p.exists() {
         return Err(unknown_kernel(name));
+    }
+    if let Some(k) = cached_entry_of(p, modules) {
+        return Ok(k);
     }
     let (mods, release) = match modules {
         None => (None, "unknown".to_string()),
@@ -372,6 +428,52 @@ fn resolve_kernel(
         extra_modules: Vec::new(),
         early_modules: Vec::new(),
     })
+}
+
+/// A kernel path inside an intact cache entry (`kernels/<key>/vmlinux` or `bzImage`) is
+/// that entry: its modules (unless `--modules` names others), its features and, for a
+/// kernel the harness built from source, its tree (so `vm test` builds its selftests).
+fn cached_entry_of(image: &Path, modules: Option<&Path>) -> Option<BuiltKernel> {
+    if modules.is_some() {
+        return None;
+    }
+    let dir = image.parent()?;
+    if !dir.join("manifest.json").is_file() {
+        return None;
+    }
+    let m = match cache::verify(dir) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!(
+                "vm: {} is in cache entry {} ({why}): booting it as a plain path",
+                image.display(),
+                dir.display()
+            );
+            return None;
+        }
+    };
+    let name = image.file_name()?.to_string_lossy().into_owned();
+    if !m.files.iter().any(|f| f.path == name) {
+        return None;
+    }
+    let mut k = if m.obj.as_os_str().is_empty() {
+        vm::stock::as_built(dir, &m)
+    } else {
+        cache::as_built(dir, &m)
+    };
+    k.image = image.to_path_buf();
+    eprintln!(
+        "vm: {} is the cache entry of {} ({}){}",
+        image.display(),
+        m.name,
+        m.release,
+        if k.built_from.is_some() {
+            "; its source tree is known"
+        } else {
+            ""
+        }
+    );
+    Some(k)
 }
 
 fn parse_devices(list: &[String]) -> Result<Vec<DeviceKind>, VmError> {
@@ -562,7 +664,7 @@ fn boot_breakdown(r: &guest::BootResult) -> String {
 }
 
 /// Builds the kernel-tests test binaries and returns their paths.
-fn build_test_binaries() -> Result<Vec<PathBuf>, VmError> {
+fn build_test_binaries(targets: &[String]) -> Result<Vec<PathBuf>, VmError> {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "test",
@@ -571,6 +673,7 @@ fn build_test_binaries() -> Result<Vec<PathBuf>, VmError> {
             "--no-run",
             "--message-format=json-render-diagnostics",
         ])
+        .args(targets.iter().flat_map(|t| ["--test", t.as_str()]))
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| {
@@ -600,26 +703,63 @@ fn build_test_binaries() -> Result<Vec<PathBuf>, VmError> {
     Ok(bins)
 }
 
-fn test(
-    kernel: &str,
+/// `vm test` settings.
+#[derive(Debug)]
+struct TestArgs {
+    kernel: String,
     modules: Option<PathBuf>,
-    accel_s: &str,
+    kernel_source: Option<PathBuf>,
+    tests: Vec<String>,
+    env: Vec<String>,
+    max_oopses: usize,
+    kernel_tests_only: bool,
+    accel: String,
     json: Option<PathBuf>,
     junit: Option<PathBuf>,
     timeout: u64,
-) -> ExitCode {
-    let Some(choice) = AccelChoice::parse(accel_s) else {
+}
+
+/// What every kernel of a `vm test` run shares.
+struct TestPlan {
+    /// The guest's busybox.
+    busybox: PathBuf,
+    /// `vm guest-tests --strict --bin ...` (absolute paths).
+    argv: Vec<String>,
+    /// The libtest units of the test binaries, as `suite::name` (listed on the host), for
+    /// the not-run list of a lane that gives up.
+    units: Vec<String>,
+    /// `--env` pairs.
+    env: Vec<(String, String)>,
+    choice: AccelChoice,
+    timeout: Duration,
+    max_oopses: usize,
+    /// No kernel selftests, no libdrm programs.
+    kernel_tests_only: bool,
+}
+
+fn test(a: &TestArgs) -> ExitCode {
+    let Some(choice) = AccelChoice::parse(&a.accel) else {
         return fail(&VmError::new(format!(
-            "--accel {accel_s:?}: use auto, kvm or tcg"
+            "--accel {:?}: use auto, kvm or tcg",
+            a.accel
         )));
     };
-    let names = if kernel == "all" {
+    let mut env = Vec::new();
+    for e in &a.env {
+        match e.split_once('=') {
+            Some((k, v)) if !k.is_empty() => env.push((k.to_string(), v.to_string())),
+            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
+        }
+    }
+    let names = if a.kernel_source.is_some() {
+        vec!["custom".to_string()]
+    } else if a.kernel == "all" {
         catalog::default_matrix()
             .into_iter()
             .map(String::from)
             .collect()
     } else {
-        vec![kernel.to_string()]
+        vec![a.kernel.clone()]
     };
     let busybox = match guest::busybox_binary() {
         Ok(b) => b,
@@ -628,7 +768,7 @@ fn test(
     if let Err(e) = guest::qemu_binary() {
         return fail(&e);
     }
-    let bins = match build_test_binaries() {
+    let bins = match build_test_binaries(&a.tests) {
         Ok(b) => b,
         Err(e) => return fail(&e),
     };
@@ -641,14 +781,35 @@ fn test(
         "guest-tests".into(),
         "--strict".into(),
     ];
+    let mut units = Vec::new();
     for b in &bins {
         argv.push("--bin".into());
         argv.push(b.to_string_lossy().into_owned());
+        let suite = runner::suite_name(b);
+        let (_, list, _) = runner::run_limited(
+            std::process::Command::new(b).args(["--list", "--format", "terse"]),
+            Duration::from_secs(30),
+        );
+        units.extend(
+            runner::parse_list(&list)
+                .iter()
+                .map(|n| runner::unit_id(&suite, n)),
+        );
     }
+    let plan = TestPlan {
+        busybox,
+        argv,
+        units,
+        env,
+        choice,
+        timeout: Duration::from_secs(a.timeout),
+        max_oopses: a.max_oopses,
+        kernel_tests_only: a.kernel_tests_only,
+    };
     let mut reports = Vec::new();
     for n in &names {
         eprintln!("\n=== {n} ===");
-        let kernel = match resolve_kernel(n, modules.as_deref(), None) {
+        let kernel = match resolve_kernel(n, a.modules.as_deref(), a.kernel_source.as_deref()) {
             Ok(k) => k,
             Err(e) => {
                 eprintln!("vm: {e}");
@@ -656,73 +817,19 @@ fn test(
                 continue;
             }
         };
-        let mut argv = argv.clone();
-        match vm::build::ensure_selftests(&kernel) {
-            Ok(dir) => {
-                argv.push("--selftests".into());
-                argv.push(dir.to_string_lossy().into_owned());
-            }
-            Err(e) => eprintln!("vm: {n}: no kernel selftests: {e}"),
-        }
-        argv.push("--libdrm".into());
-        let decision = accel::decide(choice, &kernel, &busybox);
-        eprintln!(
-            "vm: {} | kernel {n} ({}){}",
-            decision.note,
-            kernel.release,
-            decision.detail_text()
-        );
-        let missing = missing_features(&kernel);
-        if !missing.is_empty() {
-            eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
-        }
-        let spec = GuestSpec {
-            kernel,
-            devices: DeviceKind::ALL.to_vec(),
-            payload: Payload {
-                argv,
-                cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
-                env: vec![
-                    ("KERNEL_TESTS_STRICT".into(), "1".into()),
-                    ("VM_KERNEL".into(), n.clone()),
-                    ("VM_MISSING_FEATURES".into(), missing.clone()),
-                    ("VM_ACCEL".into(), decision.accel.name().into()),
-                ],
-                host_root: true,
-            },
-            accel: decision.accel,
-            timeout: Duration::from_secs(timeout),
-            // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
-            memory_mib: 2048,
-            probe_only: false,
-            stream_output: true,
-        };
-        let tag = catalog::path_safe(n);
-        let files = match RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}")) {
-            Ok(f) => f,
-            Err(e) => return fail(&e),
-        };
-        match guest::boot(&spec, files, &busybox) {
-            Ok(r) => {
-                let rep = KernelReport::from_boot(n, decision.accel.name(), &r);
-                if rep.passed {
-                    let _ = std::fs::remove_dir_all(&r.files.dir);
-                } else {
-                    eprintln!("vm: {n}: files kept in {}", r.files.dir.display());
-                }
-                reports.push(rep);
-            }
+        match test_kernel(n, kernel, &plan) {
+            Ok(rep) => reports.push(rep),
             Err(e) => return fail(&e),
         }
     }
     print!("{}", report::summary(&reports));
-    if let Some(p) = json
-        && let Err(e) = std::fs::write(&p, report::json(&reports))
+    if let Some(p) = &a.json
+        && let Err(e) = std::fs::write(p, report::json(&reports))
     {
         return fail(&VmError::new(format!("{}: {e}", p.display())));
     }
-    if let Some(p) = junit
-        && let Err(e) = std::fs::write(&p, report::junit(&reports))
+    if let Some(p) = &a.junit
+        && let Err(e) = std::fs::write(p, report::junit(&reports))
     {
         return fail(&VmError::new(format!("{}: {e}", p.display())));
     }
@@ -731,6 +838,133 @@ fn test(
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// One kernel's lane: boots it with the full device set and runs the suite; after a boot
+/// that a kernel crash ended, boots again for what had not run (at most
+/// `plan.max_oopses` crashes).
+fn test_kernel(n: &str, kernel: BuiltKernel, plan: &TestPlan) -> Result<KernelReport, VmError> {
+    let t0 = std::time::Instant::now();
+    let mut argv = plan.argv.clone();
+    let mut units = plan.units.clone();
+    if plan.kernel_tests_only {
+        eprintln!("vm: {n}: --kernel-tests-only: no kernel selftests, no libdrm programs");
+    } else {
+        match vm::build::ensure_selftests(&kernel) {
+            Ok(dir) => {
+                argv.push("--selftests".into());
+                argv.push(dir.to_string_lossy().into_owned());
+                units.extend(
+                    vm::build::SELFTESTS
+                        .iter()
+                        .map(|(suite, _)| runner::unit_id(suite, runner::KSELFTEST_UNIT)),
+                );
+            }
+            Err(e) => eprintln!("vm: {n}: no kernel selftests: {e}"),
+        }
+        argv.push("--libdrm".into());
+        units.push(runner::unit_id("libdrm", "*"));
+    }
+    let decision = accel::decide(plan.choice, &kernel, &plan.busybox);
+    eprintln!(
+        "vm: {} | kernel {n} ({}){}",
+        decision.note,
+        kernel.release,
+        decision.detail_text()
+    );
+    let missing = missing_features(&kernel);
+    if !missing.is_empty() {
+        eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
+    }
+    let mut env = vec![
+        ("KERNEL_TESTS_STRICT".to_string(), "1".to_string()),
+        ("VM_KERNEL".into(), n.to_string()),
+        ("VM_MISSING_FEATURES".into(), missing.clone()),
+        ("VM_ACCEL".into(), decision.accel.name().into()),
+    ];
+    env.extend(plan.env.iter().cloned());
+    let mut spec = GuestSpec {
+        kernel,
+        devices: DeviceKind::ALL.to_vec(),
+        payload: Payload {
+            argv: argv.clone(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+            env,
+            host_root: true,
+        },
+        accel: decision.accel,
+        timeout: plan.timeout,
+        // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
+        memory_mib: 2048,
+        probe_only: false,
+        stream_output: true,
+    };
+    let tag = catalog::path_safe(n);
+    let mut lane = vm::lane::Lane::new(plan.max_oopses);
+    let mut boots = Vec::new();
+    let not_run = loop {
+        let files = RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}"))?;
+        let r = guest::boot(&spec, files, &plan.busybox)?;
+        let console = String::from_utf8_lossy(&std::fs::read(&r.files.console).unwrap_or_default())
+            .into_owned();
+        let panicked = matches!(r.ending, Ending::Panic(_));
+        let (next, failed) = lane.after_boot(&r.parsed.records, panicked, &console);
+        if let Some(c) = lane.crashes.last().filter(|_| panicked) {
+            eprintln!(
+                "vm: {n}: boot {}: {} (files kept in {})",
+                lane.boots,
+                c.verdict(),
+                r.files.dir.display()
+            );
+            for l in &c.oops.excerpt {
+                eprintln!("    ! {l}");
+            }
+        }
+        boots.push((r, failed));
+        match next {
+            vm::lane::Next::Done => break Vec::new(),
+            vm::lane::Next::GiveUp => {
+                let nr = lane.not_run(&units);
+                eprintln!(
+                    "vm: {n}: NOT RUN: {} unit(s) after {} kernel crash(es){}",
+                    nr.len(),
+                    lane.crashes.len(),
+                    if lane.crashes.len() >= lane.max_oopses {
+                        " (the limit, --max-oopses)"
+                    } else {
+                        " (the crash came before any test)"
+                    }
+                );
+                break nr;
+            }
+            vm::lane::Next::Resume(done) => {
+                eprintln!(
+                    "vm: {n}: booting again (boot {}) for what had not run; {} unit(s) done",
+                    lane.boots + 1,
+                    done.len()
+                );
+                spec.payload.argv = argv.clone();
+                for u in done {
+                    spec.payload.argv.push("--skip-unit".into());
+                    spec.payload.argv.push(u);
+                }
+                // The kernel's time limit covers all its boots.
+                spec.timeout = plan
+                    .timeout
+                    .saturating_sub(t0.elapsed())
+                    .max(Duration::from_secs(120));
+            }
+        }
+    };
+    let rep = KernelReport::from_lane(n, decision.accel.name(), &boots, &lane, not_run);
+    for (r, _) in &boots {
+        if rep.passed {
+            let _ = std::fs::remove_dir_all(&r.files.dir);
+        } else {
+            eprintln!("vm: {n}: files kept in {}", r.files.dir.display());
+        }
+    }
+    Ok(rep)
 }
 
 /// `vm powercut` settings.
@@ -932,8 +1166,16 @@ fn guest_tests(
     test_timeout: u64,
     selftests: Option<&Path>,
     libdrm: bool,
+    skip_units: &[String],
 ) -> ExitCode {
     let mut sink = runner::Sink::from_env();
+    sink.done.extend(skip_units.iter().cloned());
+    if !skip_units.is_empty() {
+        sink.note(&format!(
+            "resumed after a kernel crash: {} unit(s) ran in earlier boots",
+            skip_units.len()
+        ));
+    }
     let bins: Vec<runner::TestBinary> = bins
         .iter()
         .map(|p| runner::TestBinary {

@@ -1,6 +1,7 @@
 //! Per-kernel reports of `vm test`: the summary printed for people, JSON and JUnit for CI.
 
 use crate::guest::{BootResult, Ending};
+use crate::lane::Lane;
 use crate::stream::{Outcome, Record};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -38,6 +39,21 @@ pub struct ModuleResult {
     pub detail: String,
 }
 
+/// A kernel crash during a kernel's run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OopsReport {
+    /// The boot it ended (1 for the first).
+    pub boot: usize,
+    /// The unit that was running (`suite::name`), if any.
+    pub unit: Option<String>,
+    /// `oops in <function> [<module>] during <unit>`.
+    pub verdict: String,
+    /// The function (and module) it happened in, or the report's first line.
+    pub location: String,
+    /// The report's first lines, the `RIP:` line, the top of the call trace, the panic line.
+    pub excerpt: Vec<String>,
+}
+
 /// Everything one kernel's run produced.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct KernelReport {
@@ -67,34 +83,130 @@ pub struct KernelReport {
     pub notes: Vec<String>,
     /// Last console lines when the boot failed.
     pub console_tail: Vec<String>,
-    /// Whether this kernel passed: clean exit, no failed test, every module loaded.
+    /// Boots this kernel took: more than one when the run went on after a kernel crash.
+    pub boots: usize,
+    /// Kernel crashes (oops, panic), in order.
+    pub oopses: Vec<OopsReport>,
+    /// Units (`suite::name`) no boot ran: the run gave up after the crash limit, or after a
+    /// crash before any test.
+    pub not_run: Vec<String>,
+    /// Whether this kernel passed: clean exit, no kernel crash, no failed test, every
+    /// module loaded, nothing left unrun.
     pub passed: bool,
 }
 
 impl KernelReport {
     /// Builds a report from a boot.
     pub fn from_boot(kernel: &str, accel: &str, r: &BootResult) -> Self {
+        Self::from_lane(
+            kernel,
+            accel,
+            &[(r.clone(), None)],
+            &Lane::new(1),
+            Vec::new(),
+        )
+    }
+
+    /// Builds a report from every boot of a kernel's lane, each with the failed result the
+    /// lane recorded for the unit its crash interrupted; `not_run` lists what never ran.
+    pub fn from_lane(
+        kernel: &str,
+        accel: &str,
+        boots: &[(BootResult, Option<Record>)],
+        lane: &Lane,
+        not_run: Vec<String>,
+    ) -> Self {
+        let Some((first, _)) = boots.first() else {
+            return Self::not_built(kernel, "no boot");
+        };
+        let last = &boots[boots.len() - 1].0;
         let mut rep = KernelReport {
             kernel: kernel.to_string(),
             accel: accel.to_string(),
-            boot_s: r.boot_time.map(|d| d.as_secs_f64()),
-            payload_s: r.payload_time.map(|d| d.as_secs_f64()),
-            test_s: r.run_time.as_secs_f64(),
-            ending: r.ending.to_string(),
+            boot_s: first.boot_time.map(|d| d.as_secs_f64()),
+            payload_s: first.payload_time.map(|d| d.as_secs_f64()),
+            test_s: boots.iter().map(|(b, _)| b.run_time.as_secs_f64()).sum(),
+            ending: last.ending.to_string(),
+            boots: boots.len(),
+            not_run,
             ..Default::default()
         };
-        for rec in &r.parsed.records {
+        for (i, (r, crashed)) in boots.iter().enumerate() {
+            rep.add_records(i, r.parsed.records.iter().chain(crashed));
+            for c in &r.parsed.corrupt {
+                rep.notes.push(format!("corrupt record: {c}"));
+            }
+        }
+        for c in &lane.crashes {
+            rep.oopses.push(OopsReport {
+                boot: c.boot,
+                unit: c.unit.clone(),
+                verdict: c.verdict(),
+                location: c.oops.location(),
+                excerpt: c.oops.excerpt.clone(),
+            });
+        }
+        if let Some(first) = rep.oopses.first() {
+            let mut e = first.verdict.clone();
+            if rep.oopses.len() > 1 {
+                let more: Vec<&str> = rep.oopses[1..].iter().map(|o| o.verdict.as_str()).collect();
+                e.push_str(&format!(" (+{} more: {})", more.len(), more.join("; ")));
+            }
+            if !rep.not_run.is_empty() {
+                e.push_str(&format!(
+                    "; gave up after {} oops(es): {} unit(s) not run",
+                    rep.oopses.len(),
+                    rep.not_run.len()
+                ));
+            } else if boots.len() > 1 {
+                e.push_str(&format!(
+                    "; resumed, {} boots, the last {}",
+                    boots.len(),
+                    last.ending
+                ));
+            }
+            rep.ending = e;
+        }
+        let clean = matches!(last.ending, Ending::Exited(0)) && rep.oopses.is_empty();
+        let tests_ok = rep
+            .tests
+            .iter()
+            .all(|t| t.outcome != Outcome::Fail.as_str() || t.known());
+        let mods_ok = rep.modules.iter().all(|m| m.ok);
+        rep.passed = clean && tests_ok && mods_ok && rep.not_run.is_empty();
+        // After an oops its excerpt says what the console said; a clean boot's tail says
+        // nothing new.
+        let tail_useful = match last.ending {
+            Ending::Exited(0) => !rep.passed && rep.oopses.is_empty(),
+            Ending::Panic(_) => rep.oopses.is_empty(),
+            _ => true,
+        };
+        if tail_useful {
+            rep.console_tail = last.console_tail.clone();
+        }
+        rep
+    }
+
+    /// Adds the records of boot `i` (0 for the first): a later boot adds only the modules
+    /// that failed anew, no nodes, and its notes marked with the boot.
+    fn add_records<'a>(&mut self, i: usize, records: impl Iterator<Item = &'a Record>) {
+        for rec in records {
             match rec {
-                Record::Boot { uptime_s, release } => {
-                    rep.release = release.clone();
-                    rep.kernel_boot_s = Some(*uptime_s);
+                Record::Boot { uptime_s, release } if i == 0 => {
+                    self.release = release.clone();
+                    self.kernel_boot_s = Some(*uptime_s);
                 }
-                Record::Module { name, ok, detail } => rep.modules.push(ModuleResult {
-                    name: name.clone(),
-                    ok: *ok,
-                    detail: detail.clone(),
-                }),
-                Record::Node { path, driver } => rep
+                Record::Module { name, ok, detail } => {
+                    let m = ModuleResult {
+                        name: name.clone(),
+                        ok: *ok,
+                        detail: detail.clone(),
+                    };
+                    if i == 0 || (!m.ok && !self.modules.contains(&m)) {
+                        self.modules.push(m);
+                    }
+                }
+                Record::Node { path, driver } if i == 0 => self
                     .nodes
                     .push((path.clone(), driver.clone().unwrap_or_else(|| "-".into()))),
                 Record::Test {
@@ -103,31 +215,18 @@ impl KernelReport {
                     outcome,
                     duration_ms,
                     reason,
-                } => rep.tests.push(TestResult {
+                } => self.tests.push(TestResult {
                     suite: suite.clone(),
                     name: name.clone(),
                     outcome: outcome.as_str(),
                     duration_ms: *duration_ms,
                     reason: reason.clone(),
                 }),
-                Record::Note(n) => rep.notes.push(n.clone()),
+                Record::Note(n) if i == 0 => self.notes.push(n.clone()),
+                Record::Note(n) => self.notes.push(format!("boot {}: {n}", i + 1)),
                 _ => {}
             }
         }
-        for c in &r.parsed.corrupt {
-            rep.notes.push(format!("corrupt record: {c}"));
-        }
-        let clean = matches!(r.ending, Ending::Exited(0));
-        let tests_ok = rep
-            .tests
-            .iter()
-            .all(|t| t.outcome != Outcome::Fail.as_str() || t.known());
-        let mods_ok = rep.modules.iter().all(|m| m.ok);
-        rep.passed = clean && tests_ok && mods_ok;
-        if !clean || !rep.passed {
-            rep.console_tail = r.console_tail.clone();
-        }
-        rep
     }
 
     /// The report of a kernel that could not be built or found, so it never boots.
@@ -207,6 +306,25 @@ pub fn summary(reports: &[KernelReport]) -> String {
             continue;
         }
         writeln!(s, "\n{} ({}):", r.kernel, r.ending).unwrap();
+        for o in &r.oopses {
+            writeln!(s, "  OOPS (boot {}): {}", o.boot, o.verdict).unwrap();
+            for l in &o.excerpt {
+                writeln!(s, "    ! {l}").unwrap();
+            }
+        }
+        if !r.not_run.is_empty() {
+            writeln!(
+                s,
+                "  NOT RUN: {} unit(s), the kernel crashed {} time(s) (limit reached or a crash \
+                 before any test):",
+                r.not_run.len(),
+                r.oopses.len()
+            )
+            .unwrap();
+            for u in &r.not_run {
+                writeln!(s, "    NOT RUN {u}").unwrap();
+            }
+        }
         for m in bad_mods {
             writeln!(s, "  module {} failed to load: {}", m.name, m.detail).unwrap();
         }
@@ -229,11 +347,23 @@ pub fn summary(reports: &[KernelReport]) -> String {
         (a.0 + c.0, a.1 + c.1, a.2 + c.2)
     });
     let bad = reports.iter().filter(|r| !r.passed).count();
+    let not_run: usize = reports.iter().map(|r| r.not_run.len()).sum();
+    let oopses: usize = reports.iter().map(|r| r.oopses.len()).sum();
     writeln!(
         s,
-        "\nkernels: {} passed, {} failed; tests: {p} passed, {f} failed, {k} skipped",
+        "\nkernels: {} passed, {} failed; tests: {p} passed, {f} failed, {k} skipped{}{}",
         reports.len() - bad,
-        bad
+        bad,
+        if not_run > 0 {
+            format!(", {not_run} NOT RUN")
+        } else {
+            String::new()
+        },
+        if oopses > 0 {
+            format!("; kernel oopses: {oopses}")
+        } else {
+            String::new()
+        }
     )
     .unwrap();
     s
@@ -278,8 +408,8 @@ pub fn junit(reports: &[KernelReport]) -> String {
             s,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
             xml_escape(&r.kernel),
-            r.tests.len() + 1,
-            f + usize::from(boot_failed),
+            r.tests.len() + r.not_run.len() + 1,
+            f + r.not_run.len() + usize::from(boot_failed),
             k,
             r.test_s
         )
@@ -292,11 +422,17 @@ pub fn junit(reports: &[KernelReport]) -> String {
         )
         .unwrap();
         if boot_failed {
+            let body: Vec<String> = r
+                .oopses
+                .iter()
+                .flat_map(|o| std::iter::once(o.verdict.clone()).chain(o.excerpt.iter().cloned()))
+                .chain(r.console_tail.iter().cloned())
+                .collect();
             write!(
                 s,
                 "<failure message=\"{}\">{}</failure>",
                 xml_escape(&r.ending),
-                xml_escape(&r.console_tail.join("\n"))
+                xml_escape(&body.join("\n"))
             )
             .unwrap();
         }
@@ -317,6 +453,18 @@ pub fn junit(reports: &[KernelReport]) -> String {
                 _ => {}
             }
             s.push_str("</testcase>\n");
+        }
+        for u in &r.not_run {
+            let (suite, name) = u.split_once("::").unwrap_or(("", u));
+            writeln!(
+                s,
+                "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"0.000\"><failure message=\"not run: the kernel crashed {} time(s)\"/></testcase>",
+                xml_escape(&r.kernel),
+                xml_escape(suite),
+                xml_escape(name),
+                r.oopses.len()
+            )
+            .unwrap();
         }
         s.push_str("  </testsuite>\n");
     }

@@ -60,38 +60,96 @@ pub fn outcome_of(success: bool, output: &str) -> (Outcome, String) {
     (Outcome::Fail, reason)
 }
 
-/// Where results go.
+/// Where results go: straight to the result port when the init hands one over
+/// (`$VM_RESULTS_PORT`, each record framed and written as it is made, so a kernel crash
+/// loses none of the results before it), else one payload per line to `$VM_RESULTS_FILE`
+/// for the init to forward when the payload exits.
 pub struct Sink {
     file: Option<std::fs::File>,
+    /// The result port, and the file where the number of records written to it is kept
+    /// (`$VM_RESULTS_SENT`: the init adds it to its own count for the `end` record).
+    port: Option<(std::fs::File, PathBuf)>,
+    sent: u64,
     /// Counts per outcome: pass, fail, skip.
     pub counts: [usize; 3],
     /// Failures listed in [`KNOWN_FAILURES`] (also counted in `counts[1]`).
     pub known: usize,
+    /// Units ([`Sink::start`]) an earlier boot of this kernel ran already, as
+    /// `suite::name`: the runner leaves them out.
+    pub done: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for Sink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sink")
             .field("counts", &self.counts)
+            .field("sent", &self.sent)
             .finish()
     }
 }
 
+/// The id of a unit the runner starts: `suite::name`.
+pub fn unit_id(suite: &str, name: &str) -> String {
+    format!("{suite}::{name}")
+}
+
 impl Sink {
-    /// Opens `$VM_RESULTS_FILE` (or discards results when unset, printing them only).
+    /// Opens `$VM_RESULTS_PORT` (with `$VM_RESULTS_SENT`), else `$VM_RESULTS_FILE`, else
+    /// discards results, printing them only.
     pub fn from_env() -> Self {
-        let file = std::env::var_os("VM_RESULTS_FILE").and_then(|p| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .ok()
+        let port = std::env::var_os("VM_RESULTS_PORT").and_then(|p| {
+            let sent = PathBuf::from(std::env::var_os("VM_RESULTS_SENT")?);
+            let f = std::fs::OpenOptions::new().write(true).open(p).ok()?;
+            std::fs::write(&sent, "0").ok()?;
+            Some((f, sent))
         });
+        let file = if port.is_some() {
+            None
+        } else {
+            std::env::var_os("VM_RESULTS_FILE").and_then(|p| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .ok()
+            })
+        };
         Self {
             file,
+            port,
+            sent: 0,
             counts: [0; 3],
             known: 0,
+            done: Default::default(),
         }
+    }
+
+    fn emit(&mut self, r: &Record) {
+        let payload = r.to_payload();
+        if let Some((f, sent)) = &mut self.port {
+            if f.write_all(crate::stream::encode(&payload).as_bytes())
+                .is_ok()
+            {
+                self.sent += 1;
+                let _ = std::fs::write(sent, self.sent.to_string());
+            }
+        } else if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{payload}");
+        }
+    }
+
+    /// Whether an earlier boot ran this unit already ([`Sink::done`]).
+    pub fn is_done(&self, suite: &str, name: &str) -> bool {
+        self.done.contains(&unit_id(suite, name))
+    }
+
+    /// Announces the unit about to run (a `start` record), so a kernel crash during it is
+    /// attributed to it.
+    pub fn start(&mut self, suite: &str, name: &str) {
+        self.emit(&Record::Start {
+            suite: suite.to_string(),
+            name: name.to_string(),
+        });
     }
 
     /// Records one result and echoes a line to stdout.
@@ -121,17 +179,13 @@ impl Sink {
                 format!(": {reason}")
             }
         );
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{}", r.to_payload());
-        }
+        self.emit(&r);
     }
 
     /// Records a note line.
     pub fn note(&mut self, text: &str) {
         println!("note: {text}");
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{}", Record::Note(text.to_string()).to_payload());
-        }
+        self.emit(&Record::Note(text.to_string()));
     }
 }
 
@@ -318,7 +372,7 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String, Duratio
 }
 
 /// Runs every test of every binary, one process per test (so one crash cannot hide the
-/// others, and skips are attributed exactly).
+/// others, and skips are attributed exactly), leaving out the units [`Sink::done`] lists.
 pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: Duration) {
     for b in bins {
         let (ok, list, _) = run_limited(
@@ -337,6 +391,10 @@ pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: D
             continue;
         }
         for name in names {
+            if sink.is_done(&b.suite, &name) {
+                continue;
+            }
+            sink.start(&b.suite, &name);
             let mut c = Command::new(&b.path);
             c.args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"]);
             if strict {
@@ -492,9 +550,16 @@ pub fn with_thp_madvise<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// The unit name of a whole kernel selftest program (its results are per TAP line).
+pub const KSELFTEST_UNIT: &str = "(run)";
+
 /// Runs one kselftest program and records each TAP result; a program that printed no TAP
 /// result is one failure (never an empty pass).
 pub fn run_kselftest(exe: &Path, suite: &str, sink: &mut Sink, limit: Duration) {
+    if sink.is_done(suite, KSELFTEST_UNIT) {
+        return;
+    }
+    sink.start(suite, KSELFTEST_UNIT);
     if !exe.exists() {
         sink.record(
             suite,
@@ -562,6 +627,10 @@ pub fn run_libdrm(sink: &mut Sink, limit: Duration) {
         .filter(|d| nodes.iter().any(|n| n == d))
         .collect();
     if kms.is_empty() {
+        if sink.is_done("libdrm", "(drivers)") {
+            return;
+        }
+        sink.start("libdrm", "(drivers)");
         sink.record(
             "libdrm",
             "(drivers)",
@@ -608,6 +677,10 @@ fn check_program(
     must: &str,
     limit: Duration,
 ) {
+    if sink.is_done("libdrm", name) {
+        return;
+    }
+    sink.start("libdrm", name);
     if !Path::new(prog).exists() {
         let why = format!("{prog} is not installed on the host (libdrm-tests, drm-info)");
         sink.record("libdrm", name, Outcome::Skip, Duration::ZERO, &why);

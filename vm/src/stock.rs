@@ -605,7 +605,13 @@ fn prepare(k: &CatalogKernel, img: &StockImage, key: &str, start: Instant) -> Re
         .arg("CONFIG_DEBUG_INFO_BTF_MODULES=")
         .arg(format!("-j{jobs}"))
         .arg("modules");
-    util::run_logged(c, &work.join("vkms-build.log"), "vkms out of tree", start)?;
+    util::run_logged(
+        c,
+        &work.join("vkms-build.log"),
+        "vkms out of tree",
+        start,
+        &img.version,
+    )?;
     let ko = vkms_src.join("vkms.ko");
     util::run_checked(
         Command::new("strip").arg("--strip-debug").arg(&ko),

@@ -80,6 +80,15 @@ pub enum Record {
         /// Failure or skip reason (may be empty).
         reason: String,
     },
+    /// `start <suite> <name>`: the in-guest runner is about to run this unit (one libtest
+    /// test, a kernel selftest program as `<suite> (run)`, a libdrm program). Sent before
+    /// the unit starts, so after a kernel crash the last one names what was running.
+    Start {
+        /// Test suite.
+        suite: String,
+        /// Unit name.
+        name: String,
+    },
     /// `exit <code>`: the guest's program exit status.
     Exit {
         /// Exit status.
@@ -126,6 +135,7 @@ impl Record {
                 }
                 s
             }
+            Record::Start { suite, name } => format!("start {suite} {name}"),
             Record::Exit { code } => format!("exit {code}"),
             Record::Note(text) => format!("note {text}"),
             Record::End { count } => format!("end {count}"),
@@ -192,6 +202,18 @@ impl Record {
                     outcome: Outcome::parse(outcome)?,
                     duration_ms: ms.parse().ok()?,
                     reason: reason.to_owned(),
+                }
+            }
+            "start" => {
+                let [suite, name] = fields(rest, 2)?[..] else {
+                    return None;
+                };
+                if name.is_empty() {
+                    return None;
+                }
+                Record::Start {
+                    suite: suite.to_owned(),
+                    name: name.to_owned(),
                 }
             }
             "exit" => Record::Exit {
@@ -351,6 +373,14 @@ mod tests {
                 duration_ms: u64::MAX,
                 reason: "assertion `x == y` failed".into(),
             },
+            Record::Start {
+                suite: "gem".into(),
+                name: "dumb::create_and_map".into(),
+            },
+            Record::Start {
+                suite: "hmm-tests".into(),
+                name: "(run)".into(),
+            },
             Record::Exit { code: -11 },
             Record::Note("hello  world ".into()),
             Record::Note(String::new()),
@@ -401,6 +431,9 @@ mod tests {
             "test a  b pass 3",
             "exit 1 2",
             "end -1",
+            "start gem",
+            "start gem ",
+            "start  x",
         ] {
             assert_eq!(
                 parse(encode(p).as_bytes()).records,

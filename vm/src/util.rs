@@ -21,9 +21,17 @@ pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-/// Runs a command with its output appended to `log`, printing elapsed time every 30 s; on
-/// failure reports the last lines of the log and recognises a full disk.
-pub(crate) fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant) -> Result<()> {
+/// Runs a command with its output appended to `log` (one log per build attempt: see
+/// [`crate::buildlog::fresh_log`]), printing elapsed time every 30 s; on failure shows the
+/// log's error lines with some context ([`crate::buildlog::error_lines`]) and a fix that
+/// fits them for kernel `version` and the host's gcc, and recognises a full disk.
+pub(crate) fn run_logged(
+    mut c: Command,
+    log: &Path,
+    phase: &str,
+    start: Instant,
+    version: &str,
+) -> Result<()> {
     let file = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -55,11 +63,19 @@ pub(crate) fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant
     if status.success() {
         return Ok(());
     }
-    let text = fs::read_to_string(log).unwrap_or_default();
-    let tail: Vec<&str> = text.lines().rev().take(25).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    for l in &tail {
-        eprintln!("    | {l}");
+    let bytes = fs::read(log).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let errors = crate::buildlog::error_lines(&text, 3, 3, 60);
+    if errors.is_empty() {
+        eprintln!("    (no error line in the log; its last lines:)");
+        let tail: Vec<&str> = text.lines().rev().take(25).collect();
+        for l in tail.into_iter().rev() {
+            eprintln!("    | {l}");
+        }
+    } else {
+        for l in &errors {
+            eprintln!("    | {l}");
+        }
     }
     if text.contains("No space left on device") {
         return Err(VmError::with_fix(
@@ -70,12 +86,19 @@ pub(crate) fn run_logged(mut c: Command, log: &Path, phase: &str, start: Instant
             "free space, or point VM_CACHE_DIR at a larger disk",
         ));
     }
+    let gcc = run_capture(Command::new("cc").arg("-dumpversion"))
+        .ok()
+        .and_then(|v| crate::buildlog::gcc_major(&v));
+    let fix = crate::buildlog::suggest_fix(&errors, version, gcc).unwrap_or_else(|| {
+        "scripts/setup installs the build dependencies; then vm kernel build NAME --rebuild"
+            .to_string()
+    });
     Err(VmError::with_fix(
         format!(
             "kernel build failed in {phase} ({status}); log: {}",
             log.display()
         ),
-        "scripts/setup installs the build dependencies; then vm kernel build NAME --rebuild",
+        fix,
     ))
 }
 

@@ -1,0 +1,543 @@
+//! Recognising a kernel crash in the guest's serial console: the oops or panic report
+//! (`BUG:`, `Oops:`, `general protection fault`, `kernel BUG at`, `Kernel panic`), the
+//! function it happened in (the kernel-mode `RIP:` line, else the first reliable call-trace
+//! frame below the panic machinery) and a bounded excerpt for the report.
+//!
+//! The console is hostile text (anything the kernel printed, interleaved, possibly cut
+//! short): nothing here indexes blindly or trusts a line's shape.
+
+/// A kernel crash found in console text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oops {
+    /// The report's first line, without its timestamp (`BUG: kernel NULL pointer
+    /// dereference, address: 0000000000000008`, or the panic line for a plain `panic()`).
+    pub headline: String,
+    /// The `Kernel panic - not syncing: ...` line, when the console has one.
+    pub panic: Option<String>,
+    /// The kernel-mode `RIP:` line, when the report has one.
+    pub rip: Option<String>,
+    /// The function the kernel crashed in.
+    pub function: Option<String>,
+    /// The module that function is in (the `[vkms]` after it), when it is in one.
+    pub module: Option<String>,
+    /// The report, bounded: its first lines, the `RIP:` line, the top of the call trace and
+    /// the panic line; timestamps removed.
+    pub excerpt: Vec<String>,
+}
+
+/// Lines of the report kept from its start.
+const HEAD_LINES: usize = 8;
+/// Call-trace frames kept.
+const TRACE_FRAMES: usize = 8;
+/// How far before the panic line the start of the report is looked for.
+const LOOK_BACK: usize = 400;
+/// How far after the panic line the report's end (and a plain panic's call trace) is.
+const LOOK_AHEAD: usize = 80;
+
+/// Functions of the crash machinery itself, skipped when the call trace names the culprit.
+const MACHINERY: &[&str] = &[
+    "show_stack",
+    "show_trace_log_lvl",
+    "panic",
+    "vpanic",
+    "nmi_panic",
+    "check_panic_on_warn",
+    "die",
+    "__die",
+    "__die_body",
+    "die_body",
+    "oops_end",
+    "__warn",
+    "warn_slowpath_fmt",
+    "report_bug",
+    "handle_bug",
+    "do_trap",
+    "do_error_trap",
+    "exc_invalid_op",
+    "asm_exc_invalid_op",
+    "no_context",
+    "page_fault_oops",
+    "kernelmode_fixup_or_oops",
+    "__bad_area_nosemaphore",
+    "bad_area_nosemaphore",
+    "do_user_addr_fault",
+    "exc_page_fault",
+    "asm_exc_page_fault",
+    "do_general_protection",
+    "exc_general_protection",
+    "asm_exc_general_protection",
+    "kasan_report",
+    "__kasan_report",
+    "print_report",
+];
+
+impl Oops {
+    /// Where the kernel crashed: `vkms_vblank_simulate [vkms]`, `sysrq_handle_crash`, or the
+    /// headline when no function is known.
+    pub fn location(&self) -> String {
+        match (&self.function, &self.module) {
+            (Some(f), Some(m)) => format!("{f} [{m}]"),
+            (Some(f), None) => f.clone(),
+            _ => self.headline.clone(),
+        }
+    }
+
+    /// One line for a test's failure reason: the location, the headline and the panic line.
+    pub fn summary(&self) -> String {
+        let mut s = format!("kernel oops in {}: {}", self.location(), self.headline);
+        if let Some(p) = &self.panic
+            && *p != self.headline
+        {
+            s.push_str(" | ");
+            s.push_str(p);
+        }
+        if let Some(r) = &self.rip {
+            s.push_str(" | ");
+            s.push_str(r);
+        }
+        s
+    }
+}
+
+/// A console line without its printk timestamp (`[   12.345678] `) and caller id
+/// (`[    T1] `), and without trailing white space or `\r`.
+pub fn strip_timestamp(line: &str) -> &str {
+    let mut l = line.trim_end();
+    for _ in 0..2 {
+        let t = l.trim_start();
+        let Some(rest) = t.strip_prefix('[') else {
+            break;
+        };
+        let Some(end) = rest.find(']') else {
+            break;
+        };
+        let inner = rest[..end].trim();
+        let stamp = !inner.is_empty() && inner.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        let caller = inner.len() > 1
+            && matches!(inner.as_bytes()[0], b'T' | b'C')
+            && inner[1..].bytes().all(|b| b.is_ascii_digit());
+        if !(stamp || caller) {
+            break;
+        }
+        l = &rest[end + 1..];
+        // The message starts after one space; frames keep their own indent.
+        l = l.strip_prefix(' ').unwrap_or(l);
+    }
+    l
+}
+
+/// The `die()` header of an oops: `...: 0000 [#1] ...` (`Oops: 0002 [#1] SMP`,
+/// `general protection fault, ...: 0000 [#1] PREEMPT SMP NOPTI`, `invalid opcode: 0000 [#1]`).
+fn is_die_header(l: &str) -> bool {
+    let Some(i) = l.find(" [#") else {
+        return false;
+    };
+    let after = &l[i + 3..];
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || after.as_bytes().get(digits) != Some(&b']') {
+        return false;
+    }
+    // Four hex digits (the error code) before " [#".
+    let before = &l.as_bytes()[..i];
+    before.len() >= 6
+        && before[before.len() - 4..]
+            .iter()
+            .all(|b| b.is_ascii_hexdigit())
+        && before[before.len() - 5] == b' '
+}
+
+/// Lines that start a crash report (besides the die header and the panic line).
+fn is_report_start(l: &str) -> bool {
+    let t = l.trim_start();
+    t.starts_with("BUG:")
+        || t.starts_with("Oops:")
+        || t.starts_with("general protection fault")
+        || t.contains("kernel BUG at ")
+        || t.starts_with("WARNING: CPU:")
+}
+
+fn is_panic_line(l: &str) -> bool {
+    l.contains("Kernel panic - not syncing")
+}
+
+/// Parses `name+0xOFF/0xLEN [module]` out of a frame or `RIP:` text; `None` for a frame
+/// the kernel marked unreliable (`? name+...`) or a user-space address.
+pub fn parse_frame(text: &str) -> Option<(String, Option<String>)> {
+    let toks: Vec<&str> = text.split_whitespace().collect();
+    for (i, tok) in toks.iter().enumerate() {
+        let t = tok.rsplit(':').next().unwrap_or(tok);
+        let Some((name, off)) = t.split_once('+') else {
+            continue;
+        };
+        let Some((a, b)) = off.split_once('/') else {
+            continue;
+        };
+        let hex = |s: &str| {
+            s.strip_prefix("0x")
+                .is_some_and(|h| !h.is_empty() && h.bytes().all(|c| c.is_ascii_hexdigit()))
+        };
+        if name.is_empty() || name.starts_with("0x") || !hex(a) || !hex(b) {
+            continue;
+        }
+        if !name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.')
+        {
+            continue;
+        }
+        if i > 0 && toks[i - 1] == "?" {
+            return None;
+        }
+        let module = toks
+            .get(i + 1)
+            .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
+            .filter(|m| {
+                !m.is_empty()
+                    && m.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+            })
+            .map(str::to_string);
+        return Some((name.to_string(), module));
+    }
+    None
+}
+
+/// The first line of the oops whose die header is line `h`: a `BUG:` or `kernel BUG at`
+/// line just above it (across the `#PF:` and page-table lines), else the header itself.
+fn first_line_of(lines: &[&str], h: usize) -> usize {
+    let mut start = h;
+    for i in (h.saturating_sub(6)..h).rev() {
+        let t = lines[i].trim_start();
+        if t.starts_with("BUG:") || t.contains("kernel BUG at ") {
+            start = i;
+        } else if !(t.starts_with("#PF:")
+            || ["PGD ", "P4D ", "PUD ", "PMD "]
+                .iter()
+                .any(|p| t.starts_with(p))
+            || t.is_empty())
+        {
+            break;
+        }
+    }
+    start
+}
+
+fn is_machinery(name: &str) -> bool {
+    name.starts_with("dump_stack") || MACHINERY.contains(&name)
+}
+
+/// Finds the crash that ended a boot: the `Kernel panic - not syncing` line and the report
+/// that led to it, or, without a panic line, the last report start (a console cut short).
+/// `None` when the console shows no crash.
+pub fn find(console: &str) -> Option<Oops> {
+    let lines: Vec<&str> = console.lines().map(strip_timestamp).collect();
+    let panic_at = lines.iter().position(|l| is_panic_line(l));
+    let (start, end) = match panic_at {
+        Some(p) => {
+            let from = p.saturating_sub(LOOK_BACK);
+            // The fatal oops is the last die header before the panic; a BUG:/kernel BUG
+            // line just above it is the report's first line.
+            let start = match (from..p).rev().find(|&i| is_die_header(lines[i])) {
+                Some(h) => first_line_of(&lines, h),
+                None => (from..p)
+                    .rev()
+                    .find(|&i| is_report_start(lines[i]))
+                    .unwrap_or(p),
+            };
+            let limit = (p + LOOK_AHEAD).min(lines.len());
+            let end = (p..limit)
+                .find(|&i| lines[i].contains("---[ end Kernel panic"))
+                .map_or(limit, |i| i + 1);
+            (start, end)
+        }
+        None => {
+            let s = lines
+                .iter()
+                .rposition(|l| is_die_header(l) || is_report_start(l))?;
+            // A lone warning (a WARN without panic_on_warn) is not a crash.
+            if lines[s].trim_start().starts_with("WARNING: CPU:") && !is_die_header(lines[s]) {
+                return None;
+            }
+            let s = if is_die_header(lines[s]) {
+                first_line_of(&lines, s)
+            } else {
+                s
+            };
+            (s, (s + LOOK_AHEAD).min(lines.len()))
+        }
+    };
+    let report = &lines[start..end];
+    let headline = report
+        .first()
+        .map_or(String::new(), |l| l.trim().to_string());
+    let panic = panic_at.map(|p| lines[p].trim().to_string());
+    let rip_at = report.iter().position(|l| {
+        l.trim_start()
+            .strip_prefix("RIP:")
+            .is_some_and(|r| parse_frame(r).is_some())
+    });
+    let rip = rip_at.map(|i| report[i].trim().to_string());
+    let mut culprit = rip_at.and_then(|i| parse_frame(report[i].trim_start().get(4..)?));
+    let trace_at = report
+        .iter()
+        .position(|l| l.trim_start().starts_with("Call Trace:"));
+    let mut frames = Vec::new();
+    if let Some(t) = trace_at {
+        for l in &report[t + 1..] {
+            let s = l.trim();
+            if s.starts_with('<') && s.ends_with('>') {
+                continue;
+            }
+            if !s.contains("+0x") {
+                break;
+            }
+            frames.push(*l);
+        }
+    }
+    if culprit.is_none() {
+        culprit = frames
+            .iter()
+            .filter_map(|f| parse_frame(f))
+            .find(|(name, _)| !is_machinery(name));
+    }
+    let mut excerpt: Vec<String> = Vec::new();
+    let mut keep = |l: &str| {
+        let l = l.trim_end().to_string();
+        let marker = l.trim().starts_with('<') && l.trim().ends_with('>');
+        if !l.trim().is_empty() && !marker && !excerpt.contains(&l) {
+            excerpt.push(l);
+        }
+    };
+    report.iter().take(HEAD_LINES).for_each(|l| keep(l));
+    if let Some(r) = &rip {
+        keep(r);
+    }
+    if trace_at.is_some() {
+        keep("Call Trace:");
+        frames.iter().take(TRACE_FRAMES).for_each(|l| keep(l));
+    }
+    if let Some(p) = &panic {
+        keep(p);
+    }
+    let (function, module) = match culprit {
+        Some((f, m)) => (Some(f), m),
+        None => (None, None),
+    };
+    Some(Oops {
+        headline,
+        panic,
+        rip,
+        function,
+        module,
+        excerpt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NULL dereference in a module, as 6.12 prints it (shortened), with boot noise
+    /// before it and an earlier, harmless warning.
+    const NULL_DEREF_6_12: &str = "\
+[    1.000000] Linux version 6.12.117 (gcc 12.2.0)\r
+[    3.100000] ------------[ cut here ]------------\r
+[    3.100001] WARNING: CPU: 0 PID: 1 at drivers/base/dd.c:12 really_probe+0x10/0x20\r
+[    3.100002] ---[ end trace 0000000000000000 ]---\r
+[   12.345678] BUG: kernel NULL pointer dereference, address: 0000000000000008\r
+[   12.345679] #PF: supervisor read access in kernel mode\r
+[   12.345680] #PF: error_code(0x0000) - not-present page\r
+[   12.345681] PGD 0 P4D 0 \r
+[   12.345682] Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI\r
+[   12.345683] CPU: 1 UID: 0 PID: 312 Comm: gem-1234 Not tainted 6.12.117 #1\r
+[   12.345684] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996)\r
+[   12.345685] RIP: 0010:vkms_gem_create+0x2a/0x90 [vkms]\r
+[   12.345686] Code: 48 8b 47 08 <48> 8b 00 c3\r
+[   12.345687] RSP: 0018:ffffc90000abfd38 EFLAGS: 00010246\r
+[   12.345688] Call Trace:\r
+[   12.345689]  <TASK>\r
+[   12.345690]  ? __die+0x1e/0x60\r
+[   12.345691]  ? page_fault_oops+0x17b/0x4a0\r
+[   12.345692]  vkms_gem_create+0x2a/0x90 [vkms]\r
+[   12.345693]  drm_ioctl_kernel+0xad/0x100 [drm]\r
+[   12.345694]  drm_ioctl+0x23f/0x4a0 [drm]\r
+[   12.345695]  __x64_sys_ioctl+0x90/0xd0\r
+[   12.345696]  do_syscall_64+0x82/0x170\r
+[   12.345697]  entry_SYSCALL_64_after_hwframe+0x76/0x7e\r
+[   12.345698] RIP: 0033:0x7f3a1c2b3c5b\r
+[   12.345699]  </TASK>\r
+[   12.345700] Modules linked in: vkms vgem test_hmm\r
+[   12.345701] CR2: 0000000000000008\r
+[   12.345702] ---[ end trace 0000000000000000 ]---\r
+[   12.345703] RIP: 0010:vkms_gem_create+0x2a/0x90 [vkms]\r
+[   12.345704] Kernel panic - not syncing: Fatal exception\r
+[   12.345705] Kernel Offset: disabled\r
+[   12.345706] ---[ end Kernel panic - not syncing: Fatal exception ]---\r
+";
+
+    /// `echo c > /proc/sysrq-trigger` on 5.10: a plain panic(), no RIP line.
+    const SYSRQ_5_10: &str = "\
+[    9.000000] sysrq: Trigger a crash
+[    9.000001] Kernel panic - not syncing: sysrq triggered crash
+[    9.000002] CPU: 0 PID: 301 Comm: crash-9f3e Not tainted 5.10.262 #1
+[    9.000003] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996)
+[    9.000004] Call Trace:
+[    9.000005]  dump_stack+0x6d/0x88
+[    9.000006]  panic+0x10a/0x2e9
+[    9.000007]  ? printk+0x58/0x6f
+[    9.000008]  sysrq_handle_crash+0x16/0x20
+[    9.000009]  __handle_sysrq.cold+0x43/0x113
+[    9.000010]  write_sysrq_trigger+0x24/0x40
+[    9.000011]  proc_reg_write+0x51/0x90
+[    9.000012]  vfs_write+0xc0/0x260
+[    9.000013] Kernel Offset: disabled
+[    9.000014] ---[ end Kernel panic - not syncing: sysrq triggered crash ]---
+";
+
+    #[test]
+    fn null_deref_in_a_module() {
+        let o = find(NULL_DEREF_6_12).expect("an oops");
+        assert_eq!(
+            o.headline,
+            "BUG: kernel NULL pointer dereference, address: 0000000000000008"
+        );
+        assert_eq!(o.function.as_deref(), Some("vkms_gem_create"));
+        assert_eq!(o.module.as_deref(), Some("vkms"));
+        assert_eq!(o.location(), "vkms_gem_create [vkms]");
+        assert_eq!(
+            o.rip.as_deref(),
+            Some("RIP: 0010:vkms_gem_create+0x2a/0x90 [vkms]")
+        );
+        assert_eq!(
+            o.panic.as_deref(),
+            Some("Kernel panic - not syncing: Fatal exception")
+        );
+        assert_eq!(o.excerpt[0], o.headline);
+        assert!(
+            o.excerpt
+                .contains(&"Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI".to_string())
+        );
+        assert!(o.excerpt.contains(&"Call Trace:".to_string()));
+        assert!(
+            o.excerpt.iter().any(|l| l.contains("drm_ioctl_kernel")),
+            "{:?}",
+            o.excerpt
+        );
+        assert!(!o.excerpt.iter().any(|l| l.contains("really_probe")));
+        assert!(o.excerpt.iter().all(|l| !l.contains('\r')));
+        let s = o.summary();
+        assert!(
+            s.starts_with("kernel oops in vkms_gem_create [vkms]: BUG: kernel NULL"),
+            "{s}"
+        );
+        assert!(s.contains("Fatal exception"), "{s}");
+    }
+
+    #[test]
+    fn sysrq_panic_names_the_first_real_frame() {
+        let o = find(SYSRQ_5_10).expect("a panic");
+        assert_eq!(
+            o.headline,
+            "Kernel panic - not syncing: sysrq triggered crash"
+        );
+        assert_eq!(o.rip, None);
+        assert_eq!(o.function.as_deref(), Some("sysrq_handle_crash"));
+        assert_eq!(o.module, None);
+        assert_eq!(o.location(), "sysrq_handle_crash");
+        assert_eq!(
+            o.summary(),
+            "kernel oops in sysrq_handle_crash: Kernel panic - not syncing: sysrq triggered crash"
+        );
+        // ` ? printk` is unreliable and skipped; the trace is kept from its top.
+        assert!(o.excerpt.iter().any(|l| l.contains("dump_stack+0x6d")));
+    }
+
+    #[test]
+    fn general_protection_fault_and_kernel_bug() {
+        let gpf = "[ 5.1] general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] SMP NOPTI\n\
+                   [ 5.2] CPU: 0 PID: 1 Comm: x\n\
+                   [ 5.3] RIP: 0010:list_del+0x9/0x30\n\
+                   [ 5.4] Kernel panic - not syncing: Fatal exception\n";
+        let o = find(gpf).unwrap();
+        assert!(o.headline.starts_with("general protection fault"));
+        assert_eq!(o.location(), "list_del");
+        let bug = "[ 7.0] ------------[ cut here ]------------\n\
+                   [ 7.1] kernel BUG at mm/slub.c:379!\n\
+                   [ 7.2] invalid opcode: 0000 [#1] PREEMPT SMP\n\
+                   [ 7.3] RIP: 0010:[<ffffffff8139b8f6>]  [<ffffffff8139b8f6>] kfree+0x1c6/0x1d0\n\
+                   [ 7.4] Kernel panic - not syncing: Fatal exception in interrupt\n";
+        let o = find(bug).unwrap();
+        assert_eq!(o.headline, "kernel BUG at mm/slub.c:379!");
+        assert_eq!(o.location(), "kfree");
+    }
+
+    #[test]
+    fn quiet_consoles_and_warnings_are_no_crash() {
+        assert_eq!(find(""), None);
+        assert_eq!(
+            find("[ 1.0] Linux version 6.1\n[ 2.0] reboot: Power down\n"),
+            None
+        );
+        let warn = "[ 3.0] WARNING: CPU: 0 PID: 1 at x.c:1 f+0x1/0x2\n[ 3.1] ---[ end trace ]---\n";
+        assert_eq!(find(warn), None);
+    }
+
+    #[test]
+    fn a_console_cut_short_still_names_the_oops() {
+        let cut = "[ 4.0] BUG: unable to handle page fault for address: ffffffffc0201000\n\
+                   [ 4.1] Oops: 0002 [#1] SMP\n[ 4.2] RIP: 0010:vgem_fence_signal+0x1";
+        let o = find(cut).unwrap();
+        assert_eq!(
+            o.headline,
+            "BUG: unable to handle page fault for address: ffffffffc0201000"
+        );
+        assert_eq!(o.panic, None);
+        // The RIP line was cut mid-frame: no function, so the headline stands in.
+        assert_eq!(o.function, None);
+        assert_eq!(o.location(), o.headline);
+    }
+
+    #[test]
+    fn timestamps_caller_ids_and_hostile_lines() {
+        assert_eq!(strip_timestamp("[   12.345678] BUG: x\r"), "BUG: x");
+        assert_eq!(strip_timestamp("[    1.0][    T1] Oops: y"), "Oops: y");
+        assert_eq!(strip_timestamp("[not a stamp] z"), "[not a stamp] z");
+        assert_eq!(strip_timestamp("[   1.0]  frame+0x1/0x2"), " frame+0x1/0x2");
+        assert_eq!(
+            parse_frame(" vkms_x+0x1/0x2 [vkms]"),
+            Some(("vkms_x".into(), Some("vkms".into())))
+        );
+        assert_eq!(parse_frame(" ? page_fault_oops+0x17b/0x4a0"), None);
+        assert_eq!(parse_frame("0033:0x7f3a1c2b3c5b"), None);
+        assert_eq!(parse_frame("f+0x1/0xZZ"), None);
+        assert_eq!(parse_frame("ünï+0x1/0x2"), None);
+        assert_eq!(
+            parse_frame("f+0x1/0x2 [bad module!]"),
+            Some(("f".into(), None))
+        );
+        for junk in [
+            "[",
+            "[]",
+            "[ ]",
+            " [#",
+            "x [#1]",
+            "a: 000 [#1]",
+            "RIP:",
+            "RIP: 0010:",
+            "\u{0}\u{ff}",
+        ] {
+            let _ = find(junk);
+            let _ = is_die_header(junk);
+            let _ = strip_timestamp(junk);
+        }
+        assert!(is_die_header("Oops: 0000 [#1] SMP"));
+        assert!(!is_die_header("Oops: 0000 [#x] SMP"));
+        // A panic with no report before it and nothing after it.
+        let o = find("Kernel panic - not syncing: VFS: Unable to mount root fs").unwrap();
+        assert_eq!(
+            o.location(),
+            "Kernel panic - not syncing: VFS: Unable to mount root fs"
+        );
+        assert_eq!(o.excerpt.len(), 1);
+    }
+}
