@@ -27,3 +27,4 @@ pub mod runner;
 pub mod stock;
 pub mod stream;
 pub mod util;
+pub mod wbcache;
