@@ -1069,3 +1069,21 @@ fn missing_features(kernel: &BuiltKernel) -> String {
     }
     m.join(",")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn powercut_reads_check_and_refused_lines() {
+        let out = "mounted\nACK 0\nCHECK acked=5 intact=3 lost=2\nACK 1\n";
+        assert_eq!(parse_check(out), Some((5, 3, 2)));
+        assert_eq!(parse_check("CHECK acked=5 lost=2\n"), None);
+        assert_eq!(parse_refused(out), None);
+        let r = "READY\nREFUSED MAP_SYNC: EOPNOTSUPP\n";
+        assert_eq!(parse_refused(r), Some("REFUSED MAP_SYNC: EOPNOTSUPP"));
+        assert_eq!(PmemCache::parse("volatile"), Some(PmemCache::Volatile));
+        assert_eq!(PmemCache::parse("direct"), Some(PmemCache::Direct));
+        assert_eq!(PmemCache::parse("none"), None);
+    }
+}
