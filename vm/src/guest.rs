@@ -33,6 +33,9 @@ pub enum DeviceKind {
     TestHmm,
     /// An emulated NVDIMM backed by a host file: `/dev/pmem0`.
     Nvdimm,
+    /// A virtio-pmem device backed by a host file (`/dev/pmem0`, flushed by an fsync of
+    /// that file). Not in [`DeviceKind::ALL`]: `vm powercut --cache volatile` attaches it.
+    VirtioPmem,
 }
 
 impl DeviceKind {
@@ -57,12 +60,16 @@ impl DeviceKind {
             Self::Qxl => "qxl",
             Self::TestHmm => "test_hmm",
             Self::Nvdimm => "nvdimm",
+            Self::VirtioPmem => "virtio-pmem",
         }
     }
 
     /// Parses a `--device` name.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.name() == s)
+        Self::ALL
+            .into_iter()
+            .chain([Self::VirtioPmem])
+            .find(|d| d.name() == s)
     }
 
     /// Modules the init loads explicitly (devices without a bus to trigger them).
@@ -185,11 +192,19 @@ pub fn init_env(spec: &GuestSpec) -> String {
     let pci = spec.devices.iter().any(|d| {
         matches!(
             d,
-            DeviceKind::VirtioGpu | DeviceKind::Bochs | DeviceKind::Qxl | DeviceKind::Nvdimm
+            DeviceKind::VirtioGpu
+                | DeviceKind::Bochs
+                | DeviceKind::Qxl
+                | DeviceKind::Nvdimm
+                | DeviceKind::VirtioPmem
         )
     });
     s.push_str(&format!("VM_MODALIAS={}\n", u8::from(pci)));
-    if spec.devices.contains(&DeviceKind::Nvdimm) {
+    if spec
+        .devices
+        .iter()
+        .any(|d| matches!(d, DeviceKind::Nvdimm | DeviceKind::VirtioPmem))
+    {
         s.push_str("VM_WAIT_PMEM=1\n");
     }
     s.push_str(&format!(
@@ -294,7 +309,7 @@ pub struct RunFiles {
     pub results: PathBuf,
     /// The payload's stdout and stderr.
     pub output: PathBuf,
-    /// NVDIMM backing file.
+    /// NVDIMM (or virtio-pmem) backing file.
     pub nvdimm: PathBuf,
 }
 
@@ -354,7 +369,8 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
         },
     ]);
     push(&["-smp", "2"]);
-    let mem = if nvdimm {
+    let pmem = nvdimm || spec.devices.contains(&DeviceKind::VirtioPmem);
+    let mem = if pmem {
         format!(
             "{}M,slots=2,maxmem={}M",
             spec.memory_mib,
@@ -430,6 +446,17 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
                     ),
                 ]);
                 push(&["-device", "nvdimm,id=nvdimm0,memdev=nvmem0"]);
+            }
+            DeviceKind::VirtioPmem => {
+                push(&[
+                    "-object",
+                    &format!(
+                        "memory-backend-file,id=vpmem0,share=on,mem-path={},size={}M",
+                        files.nvdimm.display(),
+                        NVDIMM_MIB
+                    ),
+                ]);
+                push(&["-device", "virtio-pmem-pci,id=virtio-pmem0,memdev=vpmem0"]);
             }
             _ => {}
         }
@@ -612,7 +639,11 @@ pub fn boot_with(
     for f in [&files.console, &files.results, &files.output] {
         fs::write(f, b"").map_err(|e| VmError::new(format!("{}: {e}", f.display())))?;
     }
-    if spec.devices.contains(&DeviceKind::Nvdimm) && !(opts.keep_nvdimm && files.nvdimm.exists()) {
+    let pmem = spec
+        .devices
+        .iter()
+        .any(|d| matches!(d, DeviceKind::Nvdimm | DeviceKind::VirtioPmem));
+    if pmem && !(opts.keep_nvdimm && files.nvdimm.exists()) {
         let f = fs::File::create(&files.nvdimm)
             .map_err(|e| VmError::new(format!("{}: {e}", files.nvdimm.display())))?;
         f.set_len(u64::from(NVDIMM_MIB) << 20)
@@ -944,6 +975,27 @@ mod tests {
         for absent in ["nvdimm", "virtio-9p", "-vga", "qxl", "virtio-gpu"] {
             assert!(!a.contains(absent), "{absent} in {a}");
         }
+    }
+
+    #[test]
+    fn qemu_command_for_virtio_pmem() {
+        let s = spec(vec![DeviceKind::VirtioPmem]);
+        let a = qemu_args(&s, &files()).join(" ");
+        for want in [
+            "-machine pc ",
+            "-m 1024M,slots=2,maxmem=3072M",
+            "memory-backend-file,id=vpmem0,share=on,mem-path=/r/nvdimm.img,size=256M",
+            "-device virtio-pmem-pci,id=virtio-pmem0,memdev=vpmem0",
+        ] {
+            assert!(a.contains(want), "missing {want:?} in {a}");
+        }
+        assert!(!a.contains("nvdimm=on"), "{a}");
+        assert!(init_env(&s).contains("VM_WAIT_PMEM=1\n"));
+        assert_eq!(
+            DeviceKind::parse("virtio-pmem"),
+            Some(DeviceKind::VirtioPmem)
+        );
+        assert!(!DeviceKind::ALL.contains(&DeviceKind::VirtioPmem));
     }
 
     #[test]

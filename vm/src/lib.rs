@@ -30,3 +30,4 @@ pub mod runner;
 pub mod stock;
 pub mod stream;
 pub mod util;
+pub mod wbcache;

@@ -129,7 +129,13 @@ enum Cmd {
     /// each is durable. After --min-acks acknowledgements and a random delay below
     /// --max-delay-ms QEMU is killed. The last boot (POWERCUT_LAST=1) only checks and exits
     /// 0. Exit status: 0 when nothing acknowledged was lost (or --allow-loss), 1 on a loss,
-    /// 125 when the harness or the payload broke the protocol.
+    /// 3 when the payload refused its mode on this device (a `REFUSED ...` line, e.g.
+    /// MAP_SYNC on virtio-pmem), 125 when the harness or the payload broke the protocol.
+    ///
+    /// --cache direct (default): an emulated NVDIMM whose backing file is the memory
+    /// itself, so under TCG every store is durable at once. --cache volatile: a virtio-pmem
+    /// device whose backing file is served by a FUSE server with a volatile write cache:
+    /// only what the guest flushed (virtio-pmem flush, QEMU's fsync) survives a cut.
     Powercut {
         #[command(flatten)]
         k: KernelArgs,
@@ -145,9 +151,15 @@ enum Cmd {
         /// Seed of the random delays (default: from the clock; printed).
         #[arg(long)]
         seed: Option<u64>,
-        /// NVDIMM backing file to use and keep (default: a fresh one, removed at the end).
+        /// NVDIMM backing file to use and keep (default: a fresh one, removed at the end);
+        /// with --cache volatile, the stable image behind the cache.
         #[arg(long)]
         nvdimm_file: Option<PathBuf>,
+        /// What stands between the guest's persistent memory and the backing file: direct
+        /// (an NVDIMM) or volatile (virtio-pmem on a write-back cache that only a flush
+        /// empties, dropped at each cut).
+        #[arg(long, default_value = "direct")]
+        cache: String,
         /// Wall-clock limit per boot, in seconds.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
@@ -271,6 +283,7 @@ fn main() -> ExitCode {
             max_delay_ms,
             seed,
             nvdimm_file,
+            cache,
             timeout,
             allow_loss,
             env,
@@ -283,6 +296,7 @@ fn main() -> ExitCode {
                 max_delay: Duration::from_millis(max_delay_ms),
                 seed,
                 nvdimm_file,
+                cache,
                 timeout: Duration::from_secs(timeout),
                 allow_loss,
             },
@@ -975,8 +989,33 @@ struct PowercutArgs {
     max_delay: Duration,
     seed: Option<u64>,
     nvdimm_file: Option<PathBuf>,
+    cache: String,
     timeout: Duration,
     allow_loss: bool,
+}
+
+/// `--cache` of `vm powercut`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PmemCache {
+    /// The NVDIMM: stores reach the backing file at once.
+    Direct,
+    /// virtio-pmem on [`vm::wbcache`]: only flushed data survives a cut.
+    Volatile,
+}
+
+impl PmemCache {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "direct" => Some(Self::Direct),
+            "volatile" => Some(Self::Volatile),
+            _ => None,
+        }
+    }
+}
+
+/// The first `REFUSED ...` line of a payload's output: it refused its mode on this device.
+fn parse_refused(out: &str) -> Option<&str> {
+    out.lines().find(|l| l.starts_with("REFUSED "))
 }
 
 /// The `CHECK acked=<n> intact=<i> lost=<l>` line of a payload's output.
@@ -999,6 +1038,12 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
+    let Some(cache) = PmemCache::parse(&a.cache) else {
+        return fail(&VmError::new(format!(
+            "--cache {:?}: use direct or volatile",
+            a.cache
+        )));
+    };
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1016,8 +1061,23 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
     if a.nvdimm_file.is_none() {
         let _ = std::fs::remove_file(&nvdimm);
     }
+    // The cache layer serves a stable file that must exist with the device's size.
+    if cache == PmemCache::Volatile && !nvdimm.exists() {
+        let made = std::fs::File::create(&nvdimm)
+            .and_then(|f| f.set_len(u64::from(guest::NVDIMM_MIB) << 20));
+        if let Err(e) = made {
+            return fail(&VmError::new(format!("{}: {e}", nvdimm.display())));
+        }
+    }
+    let (device, setup) = match cache {
+        PmemCache::Direct => (DeviceKind::Nvdimm, "nvdimm"),
+        PmemCache::Volatile => (
+            DeviceKind::VirtioPmem,
+            "virtio-pmem on a volatile write-back cache (FUSE)",
+        ),
+    };
     eprintln!(
-        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, nvdimm {}{}",
+        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, {setup}, backing file {}{}",
         decision.note,
         kernel.name,
         kernel.release,
@@ -1041,7 +1101,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         }
         let spec = GuestSpec {
             kernel: kernel.clone(),
-            devices: vec![DeviceKind::Nvdimm],
+            devices: vec![device],
             payload: Payload {
                 argv: argv.clone(),
                 cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
@@ -1065,13 +1125,29 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         // A boot that died before the payload started (a TCG timer-check panic on a loaded
         // host was seen) touched nothing on the NVDIMM: it is retried once, visibly.
         let mut attempt = 0;
+        let mut stats;
         let r = loop {
             let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-powercut-round") {
                 Ok(f) => f,
                 Err(e) => return fail(&e),
             };
             files.nvdimm = nvdimm.clone();
-            let r = match guest::boot_with(&spec, files, &busybox, &opts) {
+            let layer = match cache {
+                PmemCache::Direct => None,
+                PmemCache::Volatile => {
+                    match vm::wbcache::CacheLayer::start(&nvdimm, &scratch.dir.join("wbcache")) {
+                        Ok(l) => {
+                            files.nvdimm = l.file();
+                            Some(l)
+                        }
+                        Err(e) => return fail(&e),
+                    }
+                }
+            };
+            let r = guest::boot_with(&spec, files, &busybox, &opts);
+            // QEMU is dead (killed or exited): the cut of the cache drops what it held.
+            stats = layer.map(vm::wbcache::CacheLayer::cut);
+            let r = match r {
                 Ok(r) => r,
                 Err(e) => return fail(&e),
             };
@@ -1093,6 +1169,13 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
             (Ending::PowerCut { .. }, false) | (Ending::Exited(0), true)
         );
         let check = parse_check(&out);
+        if let (Some(refused), Ending::Exited(_)) = (parse_refused(&out), &r.ending) {
+            println!("round {round:>2}: {refused}");
+            println!("powercut: the payload refused its mode on {setup} (exit 3)");
+            let _ = std::fs::remove_dir_all(&r.files.dir);
+            let _ = std::fs::remove_dir_all(&scratch.dir);
+            return ExitCode::from(3);
+        }
         if !ok_ending || (round > 0 && check.is_none()) {
             eprintln!(
                 "vm: powercut round {round}: {} (expected {})",
@@ -1130,11 +1213,17 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         } else {
             line.push_str(" final boot");
         }
+        if let Some(st) = stats {
+            line.push_str(&format!(
+                "; cache: {} flushes, {} unflushed pages dropped",
+                st.commits, st.dropped_pages
+            ));
+        }
         println!("{line}");
         let _ = std::fs::remove_dir_all(&r.files.dir);
     }
     println!(
-        "powercut: {} cuts, {acked_total} records acknowledged, {lost_total} lost (per cut: {losses:?}), seed {seed}",
+        "powercut: {} cuts, {acked_total} records acknowledged, {lost_total} lost (per cut: {losses:?}), seed {seed}, {setup}",
         a.cuts
     );
     // Holds the NVDIMM file unless the caller brought one (then it is empty).
@@ -1221,4 +1310,22 @@ fn missing_features(kernel: &BuiltKernel) -> String {
         m.push("virgl".into());
     }
     m.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn powercut_reads_check_and_refused_lines() {
+        let out = "mounted\nACK 0\nCHECK acked=5 intact=3 lost=2\nACK 1\n";
+        assert_eq!(parse_check(out), Some((5, 3, 2)));
+        assert_eq!(parse_check("CHECK acked=5 lost=2\n"), None);
+        assert_eq!(parse_refused(out), None);
+        let r = "READY\nREFUSED MAP_SYNC: EOPNOTSUPP\n";
+        assert_eq!(parse_refused(r), Some("REFUSED MAP_SYNC: EOPNOTSUPP"));
+        assert_eq!(PmemCache::parse("volatile"), Some(PmemCache::Volatile));
+        assert_eq!(PmemCache::parse("direct"), Some(PmemCache::Direct));
+        assert_eq!(PmemCache::parse("none"), None);
+    }
 }

@@ -60,6 +60,9 @@ pub const WANTED_MODULES: &[&str] = &[
     "nd_pmem",
     "dax_pmem",
     "device_dax",
+    // virtio-pmem (nd_virtio comes as its dependency): the persistent memory of
+    // `vm powercut --cache volatile`, loaded by its virtio modalias.
+    "virtio_pmem",
     // Buffer sharing and HMM, where the kernel has them as modules.
     "udmabuf",
     "system_heap",
