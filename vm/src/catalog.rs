@@ -151,8 +151,9 @@ pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.pa
 pub const STORM_KERNELS: &[&str] = &["debian-6.12", "stock-6.1"];
 /// Kernels of the virgl lane (`scripts/guest-virgl`'s default `KERNELS`).
 pub const VIRGL_KERNELS: &[&str] = &["debian-5.10", "debian-6.1", "debian-6.12"];
-/// The kernel of the power-cut check in `scripts/guest-matrix`.
-pub const POWERCUT_KERNELS: &[&str] = &["debian-6.12"];
+/// The kernels of the power-cut checks in `scripts/guest-matrix` (the NVDIMM on debian-6.12,
+/// virtio-pmem behind the write-back cache layer on stock-6.12).
+pub const POWERCUT_KERNELS: &[&str] = &["debian-6.12", "stock-6.12"];
 /// The kernel of the oops-recovery check (`scripts/guest-oops`'s default `KERNEL`).
 pub const OOPS_KERNELS: &[&str] = &["debian-6.12"];
 
@@ -292,12 +293,19 @@ mod tests {
             read("guest-matrix")
                 .contains(&format!("KERNEL={} scripts/powercut", POWERCUT_KERNELS[0]))
         );
+        assert!(
+            read("guest-matrix")
+                .contains(&format!("VKERNEL={} scripts/powercut", POWERCUT_KERNELS[1]))
+        );
         assert!(read("guest-oops").contains(&format!("KERNEL=${{KERNEL:-{}}}", OOPS_KERNELS[0])));
         assert_eq!(
             verified(find("debian-6.12").unwrap()),
             "strict suite, selftests, storm, virgl, powercut, oops"
         );
-        assert_eq!(verified(find("stock-6.12").unwrap()), "strict suite");
+        assert_eq!(
+            verified(find("stock-6.12").unwrap()),
+            "strict suite, powercut"
+        );
         assert_eq!(
             verified(find("src-5.15").unwrap()),
             "on demand (vm test --kernel src-5.15): strict suite + selftests"
