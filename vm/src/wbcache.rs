@@ -648,11 +648,16 @@ mod tests {
         assert_eq!(o.read(PAGE - 1, 2).unwrap(), [9, 9]);
     }
 
-    /// The layer mounted for real: needs root and /dev/fuse, so it is run by hand
-    /// (`cargo test -p vm --lib -- --ignored wbcache`) and by `vm powercut --cache volatile`.
+    /// The layer mounted for real: needs root (mount(2)) and /dev/fuse. Where either is
+    /// missing it says so loudly and passes (a plain developer host); CI runs as root.
     #[test]
-    #[ignore]
     fn mounted_layer_commits_on_fsync_and_forgets_at_the_cut() {
+        if !rustix::process::geteuid().is_root() || !std::path::Path::new("/dev/fuse").exists() {
+            eprintln!(
+                "SKIP mounted_layer_commits_on_fsync_and_forgets_at_the_cut: needs root and /dev/fuse"
+            );
+            return;
+        }
         let (d, f) = stable(16 * PAGE, 0);
         drop(f);
         let stable_path = d.0.join("stable.img");
