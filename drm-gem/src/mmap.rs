@@ -207,6 +207,11 @@ mod tests {
         Prot::READ | Prot::WRITE
     }
 
+    /// A shared read-write mapping without options, the common case of these tests.
+    fn shared_rw(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Mmap> {
+        Mmap::map(fd, offset, len, rw(), Sharing::Shared, MmapOptions::empty())
+    }
+
     fn in_maps(addr: usize) -> bool {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let start = format!("{addr:x}-");
@@ -216,15 +221,7 @@ mod tests {
     #[test]
     fn copies_stay_inside_the_mapping() {
         let fd = memfd(8192);
-        let mut m = Mmap::map(
-            fd.as_fd(),
-            0,
-            8192,
-            rw(),
-            Sharing::Shared,
-            MmapOptions::empty(),
-        )
-        .unwrap();
+        let mut m = shared_rw(fd.as_fd(), 0, 8192).unwrap();
         assert_eq!((m.len(), m.is_empty(), m.prot()), (8192, false, rw()));
         assert_eq!(m.sharing(), Sharing::Shared);
         // Every alignment of head, body and tail, across the page boundary.
@@ -248,15 +245,7 @@ mod tests {
     #[test]
     fn out_of_range_copies_are_refused_and_copy_nothing() {
         let fd = memfd(4096);
-        let mut m = Mmap::map(
-            fd.as_fd(),
-            0,
-            4096,
-            rw(),
-            Sharing::Shared,
-            MmapOptions::empty(),
-        )
-        .unwrap();
+        let mut m = shared_rw(fd.as_fd(), 0, 4096).unwrap();
         m.write_at(4088, &[1; 8]).unwrap();
         for (off, n) in [(4089, 8), (4096, 1), (usize::MAX, 2), (0, 4097)] {
             let r = m.write_at(off, &vec![9; n]);
@@ -315,15 +304,7 @@ mod tests {
     #[test]
     fn a_shared_memfd_mapping_is_seen_by_a_second_mapping_and_the_file() {
         let fd = memfd(8192);
-        let mut a = Mmap::map(
-            fd.as_fd(),
-            0,
-            8192,
-            rw(),
-            Sharing::Shared,
-            MmapOptions::empty(),
-        )
-        .unwrap();
+        let mut a = shared_rw(fd.as_fd(), 0, 8192).unwrap();
         let b = Mmap::map(
             fd.as_fd(),
             4096,
@@ -364,15 +345,7 @@ mod tests {
     #[test]
     fn drop_unmaps_once() {
         let fd = memfd(4096);
-        let m = Mmap::map(
-            fd.as_fd(),
-            0,
-            4096,
-            rw(),
-            Sharing::Shared,
-            MmapOptions::empty(),
-        )
-        .unwrap();
+        let m = shared_rw(fd.as_fd(), 0, 4096).unwrap();
         let addr = m.addr();
         assert!(in_maps(addr));
         let before = crate::unowned_release_failures().count;
@@ -435,15 +408,7 @@ mod tests {
         // Buffer mappings are, through their Mmap (before it they were neither).
         both::<crate::Mapping<'static>>();
         let fd = memfd(4096);
-        let mut m = Mmap::map(
-            fd.as_fd(),
-            0,
-            4096,
-            rw(),
-            Sharing::Shared,
-            MmapOptions::empty(),
-        )
-        .unwrap();
+        let mut m = shared_rw(fd.as_fd(), 0, 4096).unwrap();
         m.write_at(0, b"t").unwrap();
         let m = std::thread::spawn(move || {
             let mut b = [0u8];
