@@ -304,6 +304,13 @@ impl Device {
     /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`: imports a dma-buf. Importing the same dma-buf again
     /// on this device returns the same handle with one more owner; it is closed once the
     /// last owner is dropped.
+    ///
+    /// Kernels before upstream ea2aa97ca37a ("drm/gem: Fix GEM handle release errors",
+    /// 6.0; stable 5.15.68) can answer a closed handle's number here when an object had
+    /// two handles in this file (`GEM_OPEN` of its flink name, `GETFB2`), both were
+    /// exported and one was closed: the number is then dead or another object's. This
+    /// library cannot tell from the answer; on such kernels keep one handle per object in
+    /// a file (open names through another `Device`).
     pub fn import(&self, buf: BorrowedFd<'_>) -> Result<GemObject<&Device>> {
         GemObject::import(self, buf)
     }

@@ -17,9 +17,11 @@
 
 pub mod census;
 pub mod fixtures;
+pub mod kernel_release;
 pub mod leaks;
 pub mod mem;
 pub mod pmem;
+pub mod prime;
 mod sys_call;
 
 pub use sys_call::raw;

@@ -198,6 +198,28 @@ fn prime_export_import_shares_memory_and_handles() {
     assert_eq!(back, data);
 }
 
+/// The kernel's PRIME lookup after one of two handles of an exported object is closed
+/// (`kernel_tests::prime`): exact on kernels with ea2aa97ca37a, a stale answer only where
+/// the fix is missing; DRM core, so one driver with dumb buffers and flink (vgem) and one
+/// KMS driver (vkms).
+#[test]
+fn prime_lookup_after_closing_a_second_handle() {
+    use kernel_tests::prime;
+    for (name, dev) in [
+        ("vgem", require_driver!("vgem", &["vgem"])),
+        ("vkms", require_driver!("vkms", &["vkms"])),
+    ] {
+        let lookup = unchanged(&dev, "prime probe (on its own open file)", || {
+            prime::probe(&dev)
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match prime::verdict(lookup) {
+            Ok(line) => eprintln!("{name}: {line}"),
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+}
+
 #[test]
 fn import_of_a_non_dmabuf_fd_is_einval() {
     let vgem = require_driver!("vgem", &["vgem"]);

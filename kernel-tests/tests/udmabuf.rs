@@ -5,6 +5,7 @@
 use drm_gem::{Device, DmaBuf, Errno, Error, NodeKind, PrimeFlags};
 use hmm::{SealedMemfd, Udmabuf, UdmabufRange};
 use ioctl_sys::udmabuf as usys;
+use kernel_tests::kernel_release::{has_fix, release};
 use kernel_tests::mem::{dma_buf_bytes, page, tagged_memfd};
 use kernel_tests::raw::{closed_fd_number, udmabuf_create, udmabuf_create_list};
 use kernel_tests::{
@@ -347,38 +348,6 @@ fn item(fd: i32, offset: u64, size: u64) -> usys::udmabuf_create_item {
 }
 
 /// The kernel's own answers (raw requests, bypassing the checks above).
-/// The running kernel's release (major, minor, patch): uname's, except where a
-/// distribution keeps an ABI name there (Debian's stock "6.1.0-37-amd64") and names the
-/// real release in `/proc/sys/kernel/version` ("... Debian 6.1.140-1 ...").
-fn release() -> (u32, u32, u32) {
-    fn parse(text: &str) -> (u32, u32, u32) {
-        let mut it = text
-            .split(|c: char| !c.is_ascii_digit())
-            .map(|p| p.parse().unwrap_or(0));
-        let mut next = || it.next().unwrap_or(0);
-        (next(), next(), next())
-    }
-    let r = rustix::system::uname();
-    let uname = parse(&r.release().to_string_lossy());
-    let debian = std::fs::read_to_string("/proc/sys/kernel/version")
-        .ok()
-        .and_then(|v| Some(parse(v.split_once(" Debian ")?.1)));
-    match debian {
-        Some(d) if (d.0, d.1) == (uname.0, uname.1) => d,
-        _ => uname,
-    }
-}
-
-/// Whether this kernel has a fix that landed in `mainline` and was backported to the
-/// stable series listed (each with the first patch level that carries it).
-fn has_fix(mainline: (u32, u32), stable: &[(u32, u32, u32)]) -> bool {
-    let (major, minor, patch) = release();
-    (major, minor) >= mainline
-        || stable
-            .iter()
-            .any(|&(a, b, c)| (a, b) == (major, minor) && patch >= c)
-}
-
 #[test]
 fn bad_input_gets_the_kernels_errno() {
     let u = udmabuf!();
