@@ -133,7 +133,18 @@ pub struct GuestSpec {
     /// Only boot and report (the accelerator probe).
     pub probe_only: bool,
     /// Print the payload's output while it runs.
-    pub stream_output: bool,
+    pub stream_output: Stream,
+}
+
+/// Whether and how a boot prints its payload's output while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stream {
+    /// Not at all (the output is still kept in the run's files).
+    Off,
+    /// As it comes.
+    Plain,
+    /// Whole lines, each after this prefix (lanes that run side by side: `[debian-6.12] `).
+    Prefixed(String),
 }
 
 /// Quotes a string for a POSIX shell.
@@ -718,8 +729,8 @@ pub fn boot_with(
                 break;
             }
         }
-        if spec.stream_output {
-            out_pos = copy_new(&files.output, out_pos);
+        if spec.stream_output != Stream::Off {
+            out_pos = copy_new(&files.output, out_pos, &spec.stream_output, false);
         }
         if boot_at.is_none() || payload_at.is_none() {
             let bytes = fs::read(&files.results).unwrap_or_default();
@@ -746,8 +757,8 @@ pub fn boot_with(
         std::thread::sleep(Duration::from_millis(if cut_at.is_some() { 1 } else { 25 }));
     }
     let end = start.elapsed();
-    if spec.stream_output {
-        copy_new(&files.output, out_pos);
+    if spec.stream_output != Stream::Off {
+        copy_new(&files.output, out_pos, &spec.stream_output, true);
     }
     let mut qemu_err = String::new();
     if let Some(mut e) = child.stderr.take() {
@@ -778,7 +789,7 @@ fn kill(child: &mut Child) {
 }
 
 /// Copies bytes appended to `path` since `pos` to stdout; returns the new position.
-fn copy_new(path: &Path, pos: u64) -> u64 {
+fn copy_new(path: &Path, pos: u64, how: &Stream, last: bool) -> u64 {
     let Ok(mut f) = fs::File::open(path) else {
         return pos;
     };
@@ -787,12 +798,35 @@ fn copy_new(path: &Path, pos: u64) -> u64 {
     }
     let mut buf = Vec::new();
     let n = f.read_to_end(&mut buf).unwrap_or(0);
-    if n > 0 {
+    let (out, used) = match how {
+        Stream::Prefixed(prefix) => prefix_lines(&buf, prefix, last),
+        _ => (buf, n),
+    };
+    if !out.is_empty() {
         let mut o = std::io::stdout().lock();
-        let _ = o.write_all(&buf);
+        let _ = o.write_all(&out);
         let _ = o.flush();
     }
-    pos + n as u64
+    pos + used as u64
+}
+
+/// The whole lines of `buf`, each after `prefix` (and the unfinished last one too when
+/// `last`), with how many bytes of `buf` they took.
+fn prefix_lines(buf: &[u8], prefix: &str, last: bool) -> (Vec<u8>, usize) {
+    let used = if last {
+        buf.len()
+    } else {
+        buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+    };
+    let mut out = Vec::with_capacity(used + used / 16);
+    for line in buf[..used].split_inclusive(|&b| b == b'\n') {
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    (out, used)
 }
 
 /// Whether guests get a virgl-capable virtio-gpu (`VM_VIRGL=1`): `virtio-gpu-gl-pci` with
@@ -896,6 +930,19 @@ pub fn busybox_binary() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixed_lines_wait_for_their_newline() {
+        let (out, used) = prefix_lines(b"PASS a\nPASS b\npart", "[k] ", false);
+        assert_eq!(out, b"[k] PASS a\n[k] PASS b\n");
+        assert_eq!(used, 14, "the unfinished line stays for the next read");
+        let (out, used) = prefix_lines(b"part", "[k] ", false);
+        assert!(out.is_empty());
+        assert_eq!(used, 0);
+        let (out, used) = prefix_lines(b"part", "[k] ", true);
+        assert_eq!(out, b"[k] part\n");
+        assert_eq!(used, 4);
+    }
     use crate::stream::encode;
 
     fn spec(devices: Vec<DeviceKind>) -> GuestSpec {
@@ -922,7 +969,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             memory_mib: 1024,
             probe_only: false,
-            stream_output: false,
+            stream_output: Stream::Off,
         }
     }
 

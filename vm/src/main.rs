@@ -10,7 +10,7 @@ use vm::build;
 use vm::cache::{self, BuiltKernel};
 use vm::catalog;
 use vm::error::VmError;
-use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles};
+use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
 use vm::report::{self, KernelReport};
 use vm::runner;
 
@@ -79,46 +79,7 @@ enum Cmd {
         argv: Vec<String>,
     },
     /// Boot each kernel with the full device set and run every kernel test, strictly.
-    Test {
-        /// A catalog name, `all` (the default matrix) or a kernel path (a vmlinux/bzImage in
-        /// a cache entry of `~/.cache/drm-toolkit/kernels` brings its modules and selftests).
-        #[arg(long, default_value = "all")]
-        kernel: String,
-        /// Modules for a kernel path.
-        #[arg(long)]
-        modules: Option<PathBuf>,
-        /// Build this kernel source tree with the project's config (cached) and test it,
-        /// with its own selftests.
-        #[arg(long, conflicts_with = "modules")]
-        kernel_source: Option<PathBuf>,
-        /// Only these kernel-tests test targets (repeatable, `cargo test --test NAME`; a
-        /// target that is `test = false`, like `crash`, is built only when named here).
-        #[arg(long = "test")]
-        tests: Vec<String>,
-        /// Extra environment for the tests in the guest (repeatable, KEY=VALUE).
-        #[arg(long = "env")]
-        env: Vec<String>,
-        /// Kernel crashes (oops, panic) per kernel after which no new boot is tried; what
-        /// never ran is then reported as not run.
-        #[arg(long, default_value_t = vm::lane::MAX_OOPSES)]
-        max_oopses: usize,
-        /// Run only the kernel-tests binaries: no kernel selftests, no libdrm programs (for
-        /// short checks such as scripts/guest-oops).
-        #[arg(long)]
-        kernel_tests_only: bool,
-        /// Accelerator: auto, kvm or tcg.
-        #[arg(long, default_value = "auto", env = "VM_ACCEL")]
-        accel: String,
-        /// Write the results as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the results as JUnit XML here.
-        #[arg(long)]
-        junit: Option<PathBuf>,
-        /// Wall-clock limit per kernel, in seconds.
-        #[arg(long, default_value_t = 900)]
-        timeout: u64,
-    },
+    Test(TestArgs),
     /// Cut the guest's power again and again while a payload writes to the NVDIMM, and
     /// check after each reboot, on the same backing file, that nothing acknowledged was
     /// lost.
@@ -251,31 +212,7 @@ fn main() -> ExitCode {
             nvdimm_file,
             argv,
         } => run(&k, &devices, timeout, &env, nvdimm_file, argv),
-        Cmd::Test {
-            kernel,
-            modules,
-            kernel_source,
-            tests,
-            env,
-            max_oopses,
-            kernel_tests_only,
-            accel,
-            json,
-            junit,
-            timeout,
-        } => test(&TestArgs {
-            kernel,
-            modules,
-            kernel_source,
-            tests,
-            env,
-            max_oopses,
-            kernel_tests_only,
-            accel,
-            json,
-            junit,
-            timeout,
-        }),
+        Cmd::Test(a) => test(&a),
         Cmd::Powercut {
             k,
             cuts,
@@ -605,7 +542,7 @@ fn run(
         timeout: Duration::from_secs(timeout),
         memory_mib: 1024,
         probe_only: false,
-        stream_output: true,
+        stream_output: Stream::Plain,
     };
     let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-run") {
         Ok(f) => f,
@@ -718,19 +655,50 @@ fn build_test_binaries(targets: &[String]) -> Result<Vec<PathBuf>, VmError> {
 }
 
 /// `vm test` settings.
-#[derive(Debug)]
+#[derive(clap::Args, Debug)]
 struct TestArgs {
+    /// A catalog name, `all` (the default matrix) or a kernel path (a vmlinux/bzImage in
+    /// a cache entry of `~/.cache/drm-toolkit/kernels` brings its modules and selftests).
+    #[arg(long, default_value = "all")]
     kernel: String,
+    /// Modules for a kernel path.
+    #[arg(long)]
     modules: Option<PathBuf>,
+    /// Build this kernel source tree with the project's config (cached) and test it,
+    /// with its own selftests.
+    #[arg(long, conflicts_with = "modules")]
     kernel_source: Option<PathBuf>,
+    /// Only these kernel-tests test targets (repeatable, `cargo test --test NAME`; a
+    /// target that is `test = false`, like `crash`, is built only when named here).
+    #[arg(long = "test")]
     tests: Vec<String>,
+    /// Extra environment for the tests in the guest (repeatable, KEY=VALUE).
+    #[arg(long = "env")]
     env: Vec<String>,
+    /// Kernel crashes (oops, panic) per kernel after which no new boot is tried; what
+    /// never ran is then reported as not run.
+    #[arg(long, default_value_t = vm::lane::MAX_OOPSES)]
     max_oopses: usize,
+    /// Run only the kernel-tests binaries: no kernel selftests, no libdrm programs (for
+    /// short checks such as scripts/guest-oops).
+    #[arg(long)]
     kernel_tests_only: bool,
+    /// Accelerator: auto, kvm or tcg.
+    #[arg(long, default_value = "auto", env = "VM_ACCEL")]
     accel: String,
+    /// Write the results as JSON here.
+    #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the results as JUnit XML here.
+    #[arg(long)]
     junit: Option<PathBuf>,
+    /// Wall-clock limit per kernel, in seconds.
+    #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// How many kernels' lanes run at once (`--kernel all`; each guest has 2 vCPUs and
+    /// 2 GiB). Their output lines carry the kernel's name; the report is in matrix order.
+    #[arg(long, default_value_t = 2, env = "VM_JOBS")]
+    jobs: usize,
 }
 
 /// What every kernel of a `vm test` run shares.
@@ -820,18 +788,48 @@ fn test(a: &TestArgs) -> ExitCode {
         max_oopses: a.max_oopses,
         kernel_tests_only: a.kernel_tests_only,
     };
-    let mut reports = Vec::new();
-    for n in &names {
+    let lane = |n: &str, stream: Stream| -> Result<KernelReport, VmError> {
         eprintln!("\n=== {n} ===");
-        let kernel = match resolve_kernel(n, a.modules.as_deref(), a.kernel_source.as_deref()) {
-            Ok(k) => k,
+        match resolve_kernel(n, a.modules.as_deref(), a.kernel_source.as_deref()) {
+            Ok(kernel) => test_kernel(n, kernel, &plan, stream),
             Err(e) => {
                 eprintln!("vm: {e}");
-                reports.push(KernelReport::not_built(n, &e.to_string()));
-                continue;
+                Ok(KernelReport::not_built(n, &e.to_string()))
             }
-        };
-        match test_kernel(n, kernel, &plan) {
+        }
+    };
+    let jobs = a.jobs.clamp(1, names.len().max(1));
+    let results: Vec<Result<KernelReport, VmError>> = if jobs == 1 {
+        names.iter().map(|n| lane(n, Stream::Plain)).collect()
+    } else {
+        eprintln!("vm: {} lanes, {jobs} at a time (--jobs)", names.len());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let slots: Vec<std::sync::Mutex<Option<Result<KernelReport, VmError>>>> =
+            names.iter().map(|_| Default::default()).collect();
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(n) = names.get(i) else { break };
+                        let r = lane(n, Stream::Prefixed(format!("[{n}] ")));
+                        *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                    }
+                });
+            }
+        });
+        slots
+            .into_iter()
+            .map(|m| {
+                m.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(|| Err(VmError::new("a lane ended without a report")))
+            })
+            .collect()
+    };
+    let mut reports = Vec::new();
+    for r in results {
+        match r {
             Ok(rep) => reports.push(rep),
             Err(e) => return fail(&e),
         }
@@ -857,7 +855,12 @@ fn test(a: &TestArgs) -> ExitCode {
 /// One kernel's lane: boots it with the full device set and runs the suite; after a boot
 /// that a kernel crash ended, boots again for what had not run (at most
 /// `plan.max_oopses` crashes).
-fn test_kernel(n: &str, kernel: BuiltKernel, plan: &TestPlan) -> Result<KernelReport, VmError> {
+fn test_kernel(
+    n: &str,
+    kernel: BuiltKernel,
+    plan: &TestPlan,
+    stream: Stream,
+) -> Result<KernelReport, VmError> {
     let t0 = std::time::Instant::now();
     let mut argv = plan.argv.clone();
     let mut units = plan.units.clone();
@@ -911,7 +914,7 @@ fn test_kernel(n: &str, kernel: BuiltKernel, plan: &TestPlan) -> Result<KernelRe
         // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
         memory_mib: 2048,
         probe_only: false,
-        stream_output: true,
+        stream_output: stream,
     };
     let tag = catalog::path_safe(n);
     let mut lane = vm::lane::Lane::new(plan.max_oopses);
@@ -1112,7 +1115,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
             timeout: a.timeout,
             memory_mib: 1024,
             probe_only: false,
-            stream_output: false,
+            stream_output: Stream::Off,
         };
         let opts = guest::BootOptions {
             keep_nvdimm: true,
