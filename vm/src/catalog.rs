@@ -68,8 +68,9 @@ pub const CATALOG: &[CatalogKernel] = &[
             package: "linux-source-5.10",
             suites: &["bullseye-security", "bullseye"],
         },
-        default_matrix: true,
-        about: "Debian bullseye's 5.10 source, project config (floor below the 5.15 target)",
+        default_matrix: false,
+        about: "Debian bullseye's 5.10 source, project config (below the 5.15 target: on \
+                demand since src-5.15 took its place in the matrix)",
     },
     CatalogKernel {
         name: "src-5.15",
@@ -80,7 +81,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             version: "5.15.0",
             patches: &[SUBCMD_REALLOC_PATCH],
         },
-        default_matrix: false,
+        default_matrix: true,
         about: "the v5.15 release tarball (../shared/kernels), project config; the floor of \
                 the 5.15 target",
     },
@@ -150,7 +151,7 @@ pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.pa
 /// Kernels of the signal-storm lane (`scripts/guest-storm`'s default `KERNELS`).
 pub const STORM_KERNELS: &[&str] = &["debian-6.12", "stock-6.1"];
 /// Kernels of the virgl lane (`scripts/guest-virgl`'s default `KERNELS`).
-pub const VIRGL_KERNELS: &[&str] = &["debian-5.10", "debian-6.1", "debian-6.12"];
+pub const VIRGL_KERNELS: &[&str] = &["src-5.15", "debian-6.1", "debian-6.12"];
 /// The kernels of the power-cut checks in `scripts/guest-matrix` (the NVDIMM on debian-6.12,
 /// virtio-pmem behind the write-back cache layer on stock-6.12).
 pub const POWERCUT_KERNELS: &[&str] = &["debian-6.12", "stock-6.12"];
@@ -263,7 +264,7 @@ mod tests {
         assert_eq!(
             default_matrix(),
             [
-                "debian-5.10",
+                "src-5.15",
                 "debian-6.1",
                 "debian-6.12",
                 "stock-6.1",
@@ -308,7 +309,11 @@ mod tests {
         );
         assert_eq!(
             verified(find("src-5.15").unwrap()),
-            "on demand (vm test --kernel src-5.15): strict suite + selftests"
+            "strict suite, selftests, virgl"
+        );
+        assert_eq!(
+            verified(find("debian-5.10").unwrap()),
+            "on demand (vm test --kernel debian-5.10): strict suite + selftests"
         );
     }
 
