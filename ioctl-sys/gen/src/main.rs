@@ -99,6 +99,15 @@ const MODULES: &[Module] = &[
         top_level_ioctls: true,
     },
     Module {
+        name: "bpf",
+        doc: "bpf(2) uapi: `linux/bpf_common.h` and `linux/bpf.h` (instruction encoding, \
+              `union bpf_attr`, program info, program and attach types), for the cgroup \
+              device programs of drmtool's isolation.",
+        headers: &["linux/bpf_common.h", "linux/bpf.h"],
+        layouts: &[],
+        top_level_ioctls: false,
+    },
+    Module {
         name: "test_hmm",
         doc: "test_hmm mirror-device uapi (`lib/test_hmm_uapi.h`, not exported by \
               `headers_install`). The structs and enums are the same on every kernel; the \
@@ -563,10 +572,7 @@ fn run_layout_program(
 fn strip_unsafe_helpers(code: &str) -> Res<String> {
     let needle = "impl < T > __IncompleteArrayField < T > {";
     let Some(start) = code.find(needle) else {
-        if code.contains("unsafe fn") {
-            return Err("bindgen output has an unsafe fn; ioctl-sys must stay data only".into());
-        }
-        return Ok(code.to_string());
+        return strip_unsafe_fns(code);
     };
     let open = start + needle.len() - 1;
     let mut depth = 0usize;
@@ -578,16 +584,57 @@ fn strip_unsafe_helpers(code: &str) -> Res<String> {
                 if depth == 0 {
                     let end = open + i + 1;
                     let rest = format!("{}{}", &code[..start], &code[end..]);
-                    if rest.contains("unsafe fn") {
-                        return Err("bindgen output still has an unsafe fn".into());
-                    }
-                    return Ok(rest);
+                    return strip_unsafe_fns(&rest);
                 }
             }
             _ => {}
         }
     }
     Err("unbalanced braces in bindgen output".into())
+}
+
+/// Removes every `unsafe fn` item with its body (and its attributes and `pub` before it): bindgen's raw-pointer bitfield accessors (`raw_get`, `*_raw`, as for `struct
+/// bpf_insn`'s register nibbles). The safe accessors beside them stay; ioctl-sys stays data
+/// with safe accessors only.
+fn strip_unsafe_fns(code: &str) -> Res<String> {
+    let mut out = code.to_string();
+    while let Some(at) = out.find("unsafe fn ") {
+        let mut start = at;
+        loop {
+            let before = out[..start].trim_end();
+            let cut = ["pub", "pub (crate)", "const"]
+                .iter()
+                .find(|t| before.ends_with(*t));
+            if let Some(t) = cut {
+                start = before.len() - t.len();
+                continue;
+            }
+            // An attribute (`# [inline]`, `# [doc = "..."]`) of the removed fn.
+            match before.rfind("# [") {
+                Some(a) if before.ends_with(']') => start = a,
+                _ => break,
+            }
+        }
+        let open = out[at..].find('{').ok_or("unsafe fn without a body")? + at;
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, ch) in out[open..].char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(open + i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or("unbalanced braces in bindgen output")?;
+        out.replace_range(start..end, "");
+    }
+    Ok(out)
 }
 
 /// `#define` bodies as the preprocessor sees them after including `wrapper`.
@@ -928,6 +975,12 @@ fn rustfmt(file: &Path) -> Res<()> {
             .args(["--edition", "2024"])
             .arg(file),
     )
+    .inspect_err(|_| {
+        // Kept for a look: the work directory goes when the run ends.
+        let keep = std::env::temp_dir().join("ioctl-sys-gen-rustfmt-failed.rs");
+        let _ = fs::copy(file, &keep);
+        eprintln!("ioctl-sys-gen: the file rustfmt refused is kept at {}", keep.display());
+    })
 }
 
 fn run_cmd(cmd: &mut Command) -> Res<()> {
