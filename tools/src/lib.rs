@@ -15,6 +15,7 @@ pub mod debugfs;
 pub mod fdinfo;
 pub mod hmm_probe;
 pub mod info;
+pub mod isolate;
 pub mod kms;
 pub mod maps;
 pub mod pmem;

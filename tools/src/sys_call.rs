@@ -1,11 +1,18 @@
-//! The only module of drmtool with unsafe code: `kcmp(2)`, which rustix does not wrap, and
-//! the one slice over a shared memfd mapping that `drmtool hmm probe` registers as a
-//! udmabuf.
+//! The only module of drmtool with unsafe code: `kcmp(2)` and `bpf(2)`, which rustix does
+//! not wrap, and the one slice over a shared memfd mapping that `drmtool hmm probe`
+//! registers as a udmabuf.
 //!
 //! # Safety
 //! `kcmp` takes two pids, a type and two integers and reads no user memory, so any argument
 //! values are memory-safe; the kernel checks permissions (ptrace read access to both
 //! processes) and answers EPERM/ESRCH/EBADF on bad input.
+//!
+//! `bpf(2)` takes a command and a pointer to a zeroed `union bpf_attr` of the size passed;
+//! the kernel reads (and for queries writes) that many bytes, plus the user buffers whose
+//! addresses and lengths the attr carries. Each wrapper below builds the attr from slices
+//! and buffers it owns or borrows for the call's duration, with lengths taken from those
+//! same slices, so the kernel never reads or writes outside them; fds it returns are
+//! adopted as `OwnedFd` at once.
 //!
 //! The probe's mappings are [`drm_gem::Mmap`]s (drm-gem owns every `mmap` and `munmap`, and
 //! their copies): private anonymous pages, borrowed as slices through `Mmap::as_mut_slice`,
@@ -89,6 +96,241 @@ pub fn compare_files(pid1: u32, fd1: u32, pid2: u32, fd2: u32) -> Result<Orderin
         2 => Ok(Ordering::Greater),
         3 => Err(Errno::INVAL),
         _ => Err(last_errno()),
+    }
+}
+
+/// `bpf(cmd, attr, sizeof(attr))`.
+///
+/// # Safety
+/// Every pointer in `attr` must be valid for the reads and writes `cmd` makes through it,
+/// with the lengths `attr` gives, for the call's duration.
+unsafe fn bpf(cmd: bpf_sys::bpf_cmd, attr: &mut bpf_sys::bpf_attr) -> Result<i64, Errno> {
+    // SAFETY: `attr` is a live, writable `union bpf_attr` of the size passed (the kernel
+    // copies at most that many bytes each way); the caller vouches for its pointers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_long,
+            attr as *mut bpf_sys::bpf_attr,
+            core::mem::size_of::<bpf_sys::bpf_attr>() as libc::c_long,
+        )
+    };
+    if r < 0 { Err(last_errno()) } else { Ok(r) }
+}
+
+use ioctl_sys::bpf as bpf_sys;
+use rustix::fd::{BorrowedFd, FromRawFd, OwnedFd};
+
+fn adopt(fd: i64) -> Result<OwnedFd, Errno> {
+    let raw = i32::try_from(fd).map_err(|_| Errno::BADF)?;
+    // SAFETY: the kernel just returned `raw` as a new fd of this process that nothing else
+    // owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `BPF_PROG_LOAD` of a `BPF_PROG_TYPE_CGROUP_DEVICE` program (its 8-byte instructions,
+/// concatenated); on a refusal the verifier's log (up to `log_cap` bytes) comes with the
+/// errno.
+pub fn bpf_load_cgroup_device(
+    insns: &[u8],
+    name: &str,
+    log_cap: usize,
+) -> Result<OwnedFd, (Errno, String)> {
+    if !insns.len().is_multiple_of(8) || insns.is_empty() {
+        return Err((Errno::INVAL, "instructions come in 8-byte units".into()));
+    }
+    let cnt = u32::try_from(insns.len() / 8).map_err(|_| (Errno::TOOBIG, String::new()))?;
+    let license = c"GPL";
+    let mut log = vec![0u8; log_cap.clamp(1, 1 << 20)];
+    let mut pname = [0 as core::ffi::c_char; 16];
+    for (d, s) in pname.iter_mut().zip(name.bytes().take(15)) {
+        *d = s as core::ffi::c_char;
+    }
+    let mut attr = bpf_sys::bpf_attr::default();
+    // SAFETY: `attr` is all zero bytes (its Default), a valid value of every member; the
+    // fields are set in place so that padding and the tail the kernel checks stay zero
+    // (a struct value assigned whole could carry undefined padding).
+    let l = unsafe { &mut attr.__bindgen_anon_3 };
+    l.prog_type = bpf_sys::BPF_PROG_TYPE_CGROUP_DEVICE;
+    l.insn_cnt = cnt;
+    l.insns = insns.as_ptr() as u64;
+    l.license = license.as_ptr() as u64;
+    l.log_level = 1;
+    l.log_size = log.len() as u32;
+    l.log_buf = log.as_mut_ptr() as u64;
+    l.prog_name = pname;
+    l.expected_attach_type = bpf_sys::BPF_CGROUP_DEVICE;
+    // SAFETY: insns (cnt * 8 bytes), the license string and the log buffer (log_size
+    // bytes, written by the verifier) are all alive for the call.
+    match unsafe { bpf(bpf_sys::BPF_PROG_LOAD, &mut attr) } {
+        Ok(fd) => adopt(fd).map_err(|e| (e, String::new())),
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err((e, String::from_utf8_lossy(&log[..end]).into_owned()))
+        }
+    }
+}
+
+/// `BPF_PROG_ATTACH` of `prog` to the cgroup directory `cgroup` as its device program.
+pub fn bpf_attach_cgroup_device(
+    cgroup: BorrowedFd<'_>,
+    prog: BorrowedFd<'_>,
+    flags: u32,
+) -> Result<(), Errno> {
+    use rustix::fd::AsRawFd;
+    let mut attr = bpf_sys::bpf_attr::default();
+    // SAFETY: as in `bpf_load_cgroup_device`: a zeroed attr, fields set in place.
+    let a = unsafe { &mut attr.__bindgen_anon_5 };
+    a.__bindgen_anon_1.target_fd = cgroup.as_raw_fd() as u32;
+    a.attach_bpf_fd = prog.as_raw_fd() as u32;
+    a.attach_type = bpf_sys::BPF_CGROUP_DEVICE;
+    a.attach_flags = flags;
+    // SAFETY: the attr carries two fds and integers, no pointers.
+    unsafe { bpf(bpf_sys::BPF_PROG_ATTACH, &mut attr) }.map(drop)
+}
+
+/// `BPF_PROG_QUERY` of the device programs of the cgroup directory `cgroup`: the
+/// cgroup's attach flags and the program ids (`effective`: those that run for it, its
+/// ancestors' included).
+pub fn bpf_query_cgroup_device(
+    cgroup: BorrowedFd<'_>,
+    effective: bool,
+) -> Result<(u32, Vec<u32>), Errno> {
+    use rustix::fd::AsRawFd;
+    let mut ids = vec![0u32; 64];
+    loop {
+        let mut attr = bpf_sys::bpf_attr::default();
+        // SAFETY: as in `bpf_load_cgroup_device`: a zeroed attr, fields set in place.
+        let q = unsafe { &mut attr.query };
+        q.__bindgen_anon_1.target_fd = cgroup.as_raw_fd() as u32;
+        q.attach_type = bpf_sys::BPF_CGROUP_DEVICE;
+        q.query_flags = if effective {
+            bpf_sys::BPF_F_QUERY_EFFECTIVE
+        } else {
+            0
+        };
+        q.prog_ids = ids.as_mut_ptr() as u64;
+        q.__bindgen_anon_2.prog_cnt = ids.len() as u32;
+        // SAFETY: prog_ids points at `ids`, prog_cnt of them, writable for the call.
+        let r = unsafe { bpf(bpf_sys::BPF_PROG_QUERY, &mut attr) };
+        // SAFETY: the query member is the one this call set and the kernel wrote; its
+        // count union holds plain u32s either way.
+        let (flags, cnt) = unsafe {
+            (
+                attr.query.attach_flags,
+                attr.query.__bindgen_anon_2.prog_cnt,
+            )
+        };
+        match r {
+            Ok(_) => {
+                ids.truncate((cnt as usize).min(ids.len()));
+                return Ok((flags, ids));
+            }
+            // More programs than room: the kernel says how many.
+            Err(Errno::NOSPC) if (cnt as usize) > ids.len() && ids.len() < 1 << 16 => {
+                ids = vec![0u32; cnt as usize];
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A loaded program's identity and translated instructions (`BPF_OBJ_GET_INFO_BY_FD`).
+#[derive(Debug, Clone)]
+pub struct ProgInfo {
+    /// Program id.
+    pub id: u32,
+    /// `BPF_PROG_TYPE_*`.
+    pub prog_type: u32,
+    /// Its name (up to 15 bytes, as the loader gave it).
+    pub name: String,
+    /// The instructions as the verifier left them (empty without the right to read them).
+    pub xlated: Vec<u8>,
+}
+
+/// `BPF_PROG_GET_FD_BY_ID`, then `BPF_OBJ_GET_INFO_BY_FD` twice (lengths, then bytes).
+pub fn bpf_prog_info_by_id(id: u32) -> Result<ProgInfo, Errno> {
+    let mut attr = bpf_sys::bpf_attr::default();
+    // A zeroed attr, the one field set in place (a write, which needs no unsafe).
+    attr.__bindgen_anon_6.__bindgen_anon_1.prog_id = id;
+    // SAFETY: the attr carries integers only.
+    let fd = adopt(unsafe { bpf(bpf_sys::BPF_PROG_GET_FD_BY_ID, &mut attr) }?)?;
+    let info_of = |info: &mut bpf_sys::bpf_prog_info| -> Result<(), Errno> {
+        use rustix::fd::AsRawFd;
+        let mut attr = bpf_sys::bpf_attr::default();
+        // SAFETY: as in `bpf_load_cgroup_device`: a zeroed attr, fields set in place.
+        let i = unsafe { &mut attr.info };
+        i.bpf_fd = fd.as_raw_fd() as u32;
+        i.info_len = core::mem::size_of::<bpf_sys::bpf_prog_info>() as u32;
+        i.info = info as *mut bpf_sys::bpf_prog_info as u64;
+        // SAFETY: `info` is a live bpf_prog_info of info_len bytes; its buffer pointers are
+        // null or point at buffers of the lengths it gives (set by the caller below).
+        unsafe { bpf(bpf_sys::BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.map(drop)
+    };
+    // SAFETY: bpf_prog_info is integers and byte arrays, for which all-zero bytes (padding
+    // included, which a derived Default would leave undefined) is a valid value.
+    let zeroed = || unsafe { core::mem::zeroed::<bpf_sys::bpf_prog_info>() };
+    let mut first = zeroed();
+    info_of(&mut first)?;
+    let mut xlated = vec![0u8; first.xlated_prog_len as usize];
+    let mut second = zeroed();
+    second.xlated_prog_len = xlated.len() as u32;
+    second.xlated_prog_insns = if xlated.is_empty() {
+        0
+    } else {
+        xlated.as_mut_ptr() as u64
+    };
+    info_of(&mut second)?;
+    // The program cannot change, but keep within what was allocated regardless.
+    xlated.truncate((second.xlated_prog_len as usize).min(xlated.len()));
+    let end = second
+        .name
+        .iter()
+        .position(|&c| c == 0)
+        .unwrap_or(second.name.len());
+    let name: Vec<u8> = second.name[..end].iter().map(|&c| c as u8).collect();
+    Ok(ProgInfo {
+        id: second.id,
+        prog_type: second.type_,
+        name: String::from_utf8_lossy(&name).into_owned(),
+        xlated,
+    })
+}
+
+/// `unshare(CLONE_NEWNS)`: this thread gets a private copy of the mount namespace.
+pub fn unshare_mount_namespace() -> Result<(), Errno> {
+    // SAFETY: only CLONE_NEWNS: the file-descriptor table (rustix's reason for `unsafe`,
+    // CLONE_FILES) stays shared, so no thread can observe fds from an unshared table.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
+}
+
+/// The dispositions of SIGINT, SIGQUIT and SIGTERM before [`ignore_job_signals`].
+#[derive(Debug, Clone, Copy)]
+pub struct SavedSignals([libc::sighandler_t; 3]);
+
+const JOB_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
+
+/// Ignores SIGINT, SIGQUIT and SIGTERM in this process (as `system(3)` does while its
+/// command runs); [`restore_job_signals`] puts the previous dispositions back.
+pub fn ignore_job_signals() -> SavedSignals {
+    let mut saved = [libc::SIG_DFL; 3];
+    for (s, sig) in saved.iter_mut().zip(JOB_SIGNALS) {
+        // SAFETY: SIG_IGN installs no handler code, so nothing runs asynchronously; the
+        // previous disposition is kept to be put back unchanged.
+        *s = unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+    SavedSignals(saved)
+}
+
+/// Puts back what [`ignore_job_signals`] replaced.
+pub fn restore_job_signals(saved: SavedSignals) {
+    for (s, sig) in saved.0.into_iter().zip(JOB_SIGNALS) {
+        if s != libc::SIG_ERR {
+            // SAFETY: `s` is a disposition `signal` returned for this very signal (SIG_DFL,
+            // SIG_IGN or the handler that was installed), so reinstalling it is what the
+            // process had before.
+            unsafe { libc::signal(sig, s) };
+        }
     }
 }
 

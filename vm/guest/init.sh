@@ -14,6 +14,8 @@ export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
+# cgroup v2 (the device programs of drmtool run/cgroup devices attach to its directories).
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mkdir -p /dev/shm /dev/pts /run /tmp /host
 mount -t tmpfs tmpfs /dev/shm
@@ -127,6 +129,7 @@ if [ "$VM_HOSTROOT" = 1 ]; then
   fi
   mount -t proc proc /host/proc
   mount -t sysfs sysfs /host/sys
+  mount -t cgroup2 cgroup2 /host/sys/fs/cgroup 2>/dev/null
   mount -o rbind /dev /host/dev
   mount -t debugfs debugfs /host/sys/kernel/debug
   mount -t configfs configfs /host/sys/kernel/config 2>/dev/null

@@ -1,0 +1,401 @@
+//! `drmtool run --gpu` and `drmtool cgroup devices` in real guests, as root over the
+//! guest's DRM devices (vkms, vgem, virtio-gpu, bochs, qxl): the job sees only its nodes
+//! in /dev/dri and can open only them, even through a devtmpfs it mounts itself or a node
+//! it makes with mknod (EPERM from the cgroup's device program); `--renumber` presents
+//! them as card0.., renderD128.. in selector order; the cgroup is gone afterwards; the
+//! command's exit status comes back; bad selectors are exit 2; `cgroup devices` reads our
+//! program back rule for rule.
+//!
+//! The job's two halves are this test binary run again: `run_child_entry` is drmtool's
+//! child half (`drmtool::isolate::run::child_main`, what the drmtool binary's `main` does
+//! first) and `probe_entry` is the job's command, which reports what it sees and what
+//! opens, as JSON in a file.
+
+use drmtool::isolate::run::{self, RunRequest};
+use drmtool::isolate::{devprog, inspect, ordering};
+use kernel_tests::{in_guest, skip};
+use serde_json::Value;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+const PROBE_ENV: &str = "DRMTOOL_RUN_PROBE_OUT";
+
+/// The test that doubles as drmtool's child half (see the module docs). Run plainly it
+/// checks nothing more than that it is not a child.
+#[test]
+fn run_child_entry() {
+    if let Some(code) = run::child_main() {
+        let ok = code == std::process::ExitCode::SUCCESS;
+        std::process::exit(if ok { 0 } else { i32::from(run::EXIT_SETUP) });
+    }
+}
+
+/// What the job sees: its /dev/dri (names and device numbers), its cgroup, and for every
+/// DRM node of the machine (through a devtmpfs it mounts itself, then through a node it
+/// makes with mknod) whether it opens, as the errno name.
+fn probe(out: &Path) {
+    let mut dri = Vec::new();
+    for e in std::fs::read_dir("/dev/dri").expect("/dev/dri").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rdev = rustix::fs::stat(e.path()).ok().map(|st| {
+            format!(
+                "{}:{}",
+                rustix::fs::major(st.st_rdev),
+                rustix::fs::minor(st.st_rdev)
+            )
+        });
+        dri.push((name, rdev));
+    }
+    dri.sort();
+    let by_path: Vec<String> = std::fs::read_dir("/dev/dri/by-path")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let l = std::fs::read_link(e.path()).unwrap_or_default();
+                    format!("{} -> {}", e.file_name().to_string_lossy(), l.display())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mnt = PathBuf::from(format!("/tmp/drmtool-run-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = rustix::mount::mount(
+        "devtmpfs",
+        &mnt,
+        "devtmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    );
+    let mut opens = serde_json::Map::new();
+    let mut mknods = serde_json::Map::new();
+    if mounted.is_ok() {
+        for e in std::fs::read_dir(mnt.join("dri"))
+            .expect("devtmpfs dri")
+            .flatten()
+        {
+            let Ok(st) = rustix::fs::stat(e.path()) else {
+                continue;
+            };
+            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                != rustix::fs::FileType::CharacterDevice
+            {
+                continue;
+            }
+            let key = format!(
+                "{}:{}",
+                rustix::fs::major(st.st_rdev),
+                rustix::fs::minor(st.st_rdev)
+            );
+            let r = rustix::fs::open(
+                e.path(),
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            );
+            opens.insert(
+                key.clone(),
+                Value::from(r.err().map_or("ok".into(), |e| format!("{e:?}"))),
+            );
+            let node = mnt.join(format!("made-{}", key.replace(':', "-")));
+            let m = rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &node,
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                st.st_rdev,
+            );
+            mknods.insert(
+                key,
+                Value::from(m.err().map_or("ok".into(), |e| format!("{e:?}"))),
+            );
+            let _ = std::fs::remove_file(&node);
+        }
+        let _ = rustix::mount::unmount(&mnt, rustix::mount::UnmountFlags::empty());
+    }
+    let _ = std::fs::remove_dir(&mnt);
+    let v = serde_json::json!({
+        "dri": dri.iter().map(|(n, d)| serde_json::json!({"name": n, "dev": d})).collect::<Vec<_>>(),
+        "by_path": by_path,
+        "cgroup": cgroup,
+        "devtmpfs": mounted.err().map(|e| format!("{e:?}")),
+        "opens": opens,
+        "mknods": mknods,
+        "env": std::env::vars().filter(|(k, _)| k.contains("VISIBLE") || k.starts_with("DRI_") || k.starts_with("MESA_") || k == run::CHILD_ENV).collect::<Vec<_>>(),
+    });
+    std::fs::write(out, v.to_string()).unwrap();
+}
+
+/// The test that doubles as the job's command (see the module docs).
+#[test]
+fn probe_entry() {
+    if let Some(out) = std::env::var_os(PROBE_ENV) {
+        probe(Path::new(&out));
+        std::process::exit(0);
+    }
+}
+
+fn me() -> OsString {
+    std::env::current_exe().unwrap().into_os_string()
+}
+
+fn entry(test: &str) -> Vec<OsString> {
+    [
+        me(),
+        test.into(),
+        "--exact".into(),
+        "--nocapture".into(),
+        "-q".into(),
+        "--test-threads=1".into(),
+    ]
+    .into()
+}
+
+/// Runs the probe under `drmtool run --gpu sels` and returns its report and the exit
+/// status.
+fn probe_under(sels: &[&str], renumber: bool) -> (u8, Value) {
+    let out = PathBuf::from(format!(
+        "/tmp/drmtool-run-{}-{}.json",
+        std::process::id(),
+        sels.join("_").replace('/', "_")
+    ));
+    let _ = std::fs::remove_file(&out);
+    let mut argv = entry("probe_entry");
+    argv.insert(0, "env".into());
+    argv.insert(1, format!("{PROBE_ENV}={}", out.display()).into());
+    let req = RunRequest {
+        gpus: sels
+            .iter()
+            .map(|s| ordering::Selector::parse(s).unwrap())
+            .collect(),
+        renumber,
+        env_only: false,
+        argv,
+        helper: entry("run_child_entry"),
+    };
+    let code = run::run(&req, &mut std::io::sink()).unwrap_or_else(|e| panic!("run {sels:?}: {e}"));
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("the probe wrote no report ({e}); exit {code}"));
+    let _ = std::fs::remove_file(&out);
+    (code, serde_json::from_str(&text).unwrap())
+}
+
+macro_rules! guest_gpus {
+    () => {{
+        if !in_guest() {
+            skip!("not in a vm guest: no DRM devices or cgroup v2 to isolate with here");
+        }
+        ordering::gpus().expect("the guest has DRM devices")
+    }};
+}
+
+fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
+    gpus.iter()
+        .find(|g| g.driver.as_deref() == Some(driver))
+        .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(gpus)))
+}
+
+fn devs(g: &ordering::Gpu) -> Vec<String> {
+    g.nodes
+        .iter()
+        .map(|n| format!("{}:{}", n.dev.0, n.dev.1))
+        .collect()
+}
+
+#[test]
+fn the_job_sees_and_opens_only_its_gpu() {
+    let gpus = guest_gpus!();
+    let vgem = gpu_of(&gpus, "vgem");
+    let (code, v) = probe_under(&["vgem"], false);
+    assert_eq!(code, 0, "{v}");
+    // /dev/dri: exactly vgem's nodes, under their own names and numbers.
+    let mut want: Vec<(String, String)> = vgem
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.path.file_name().unwrap().to_string_lossy().into_owned(),
+                format!("{}:{}", n.dev.0, n.dev.1),
+            )
+        })
+        .collect();
+    if vgem.nodes.iter().any(|n| n.by_path.is_some()) {
+        want.push(("by-path".into(), String::new()));
+    }
+    want.sort();
+    let got: Vec<(String, String)> = v["dri"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["dev"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let got_nodes: Vec<&(String, String)> = got.iter().filter(|(n, _)| n != "by-path").collect();
+    let want_nodes: Vec<&(String, String)> = want.iter().filter(|(n, _)| n != "by-path").collect();
+    assert_eq!(got_nodes, want_nodes, "{v}");
+    assert!(
+        v["cgroup"].as_str().unwrap().contains("/drmtool-run-"),
+        "{v}"
+    );
+    assert_eq!(v["devtmpfs"], Value::Null, "the job mounts a devtmpfs: {v}");
+    // Every DRM node of the machine: vgem's open and can be made, every other is EPERM.
+    let mine = devs(vgem);
+    let all: Vec<String> = gpus.iter().flat_map(devs).collect();
+    assert!(
+        all.len() > mine.len(),
+        "the guest has other GPUs: {}",
+        ordering::summary(&gpus)
+    );
+    for d in &all {
+        let (open, made) = (&v["opens"][d], &v["mknods"][d]);
+        if mine.contains(d) {
+            assert_eq!(open, "ok", "{d}: {v}");
+            assert_eq!(made, "ok", "{d}: {v}");
+        } else {
+            assert_eq!(
+                open,
+                "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+                "{d}: {v}"
+            );
+            assert_eq!(made, open, "{d}: {v}");
+        }
+    }
+    // The cgroup is gone, and the job's environment does not carry the child's job.
+    let leftover: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("drmtool-run-"))
+        .map(|e| e.path())
+        .collect();
+    assert!(leftover.is_empty(), "cgroups left behind: {leftover:?}");
+    assert!(!v["env"].to_string().contains(run::CHILD_ENV), "{v}");
+}
+
+#[test]
+fn renumber_presents_the_chosen_nodes_in_selector_order() {
+    let gpus = guest_gpus!();
+    let (vkms, vgem) = (gpu_of(&gpus, "vkms"), gpu_of(&gpus, "vgem"));
+    let (code, v) = probe_under(&["vgem", "vkms"], true);
+    assert_eq!(code, 0, "{v}");
+    let dev_of = |name: &str| {
+        v["dri"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["dev"].as_str().unwrap().to_string())
+    };
+    let card = |g: &ordering::Gpu| g.card().map(|n| format!("226:{}", n.dev.1));
+    let render = |g: &ordering::Gpu| g.render().map(|n| format!("226:{}", n.dev.1));
+    assert_eq!(dev_of("card0"), card(vgem), "{v}");
+    assert_eq!(dev_of("card1"), card(vkms), "{v}");
+    // Render nodes in the same order, without a gap where a GPU has none (vkms).
+    let renders: Vec<String> = [vgem, vkms].iter().filter_map(|g| render(g)).collect();
+    for (i, r) in renders.iter().enumerate() {
+        assert_eq!(
+            dev_of(&format!("renderD{}", 128 + i)).as_ref(),
+            Some(r),
+            "{v}"
+        );
+    }
+    assert_eq!(
+        v["dri"].as_array().unwrap().len(),
+        vgem.nodes.len() + vkms.nodes.len(),
+        "{v}"
+    );
+}
+
+#[test]
+fn the_commands_exit_status_comes_back() {
+    let _gpus = guest_gpus!();
+    let req = |argv: &[&str]| RunRequest {
+        gpus: vec![ordering::Selector::parse("vgem").unwrap()],
+        renumber: false,
+        env_only: false,
+        argv: argv.iter().map(OsString::from).collect(),
+        helper: entry("run_child_entry"),
+    };
+    let code = |argv: &[&str]| run::run(&req(argv), &mut std::io::sink()).unwrap();
+    assert_eq!(code(&["sh", "-c", "exit 7"]), 7);
+    assert_eq!(code(&["sh", "-c", "kill -9 $$"]), 137);
+    assert_eq!(code(&["true"]), 0);
+    // A command that does not exist: the child half says so, exit 125.
+    assert_eq!(code(&["/nonexistent/cmd"]), run::EXIT_SETUP);
+}
+
+#[test]
+fn bad_selectors_are_usage_errors() {
+    let gpus = guest_gpus!();
+    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "99", "--", "true"]);
+    assert_eq!(c, std::process::ExitCode::from(2));
+    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "nosuchdriver", "--", "true"]);
+    assert_eq!(c, std::process::ExitCode::from(2));
+    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "a b", "--", "true"]);
+    assert_eq!(c, std::process::ExitCode::from(2));
+    let e = ordering::select(&[ordering::Selector::parse("99").unwrap()], &gpus).unwrap_err();
+    assert!(
+        e.contains(&ordering::summary(&gpus)),
+        "the error lists the GPUs: {e}"
+    );
+    // --env-only: the variables of a virtio-gpu (a PCI function) and nothing run.
+    let virtio = gpu_of(&gpus, "virtio_gpu");
+    let bus = virtio.bus_id.clone().expect("virtio-gpu sits on PCI");
+    let (c, out) = drmtool::cli::run_captured(&["run", "--gpu", &bus, "--env-only"]);
+    assert_eq!(c, std::process::ExitCode::SUCCESS, "{out}");
+    assert!(
+        out.contains(&format!("DRI_PRIME=pci-{}\n", bus.replace([':', '.'], "_"))),
+        "{out}"
+    );
+    assert!(out.contains("MESA_VK_DEVICE_SELECT=1af4:"), "{out}");
+}
+
+#[test]
+fn cgroup_devices_reads_back_our_program() {
+    let gpus = guest_gpus!();
+    let vkms = gpu_of(&gpus, "vkms");
+    let minors: Vec<u32> = vkms.nodes.iter().map(|n| n.dev.1).collect();
+    let parent = drmtool::isolate::cgroup::own().unwrap();
+    let cg = drmtool::isolate::cgroup::Cgroup::create(
+        &parent,
+        &format!("drmtool-test-{}", std::process::id()),
+    )
+    .unwrap();
+    let policy = devprog::Policy::only_drm_minors(&minors);
+    run::attach(cg.path(), &policy).unwrap();
+    let r = inspect::inspect(cg.path()).unwrap();
+    assert_eq!(r.attach_flags, "BPF_F_ALLOW_MULTI");
+    assert_eq!(r.attached.len(), 1, "{r:?}");
+    let p = &r.attached[0];
+    assert_eq!(
+        (p.kind, p.name.as_str()),
+        ("drmtool", "drmtool_run"),
+        "{p:?}"
+    );
+    let mut want: Vec<String> = minors
+        .iter()
+        .map(|m| format!("allow c 226:{m} rwm"))
+        .collect();
+    want.push("deny c 226:* rwm".into());
+    want.push("default allow".into());
+    assert_eq!(p.rules, want);
+    for m in &minors {
+        assert!(p.list.contains(&format!("c 226:{m} rwm")), "{p:?}");
+    }
+    assert!(p.list.contains(&"c 226:* -".to_string()), "{p:?}");
+    assert!(r.effective.iter().any(|e| e.id == p.id), "{r:?}");
+    // The JSON and the text of the command itself (the test's own cgroup has no program).
+    let (c, text) = drmtool::cli::run_captured(&["cgroup", "devices", cg.path().to_str().unwrap()]);
+    assert_eq!(c, std::process::ExitCode::SUCCESS, "{text}");
+    assert!(text.contains("rule deny c 226:* rwm"), "{text}");
+    let (c, text) = drmtool::cli::run_captured(&["cgroup", "devices"]);
+    assert_eq!(c, std::process::ExitCode::SUCCESS, "{text}");
+    drop(cg);
+    assert!(
+        !parent
+            .join(format!("drmtool-test-{}", std::process::id()))
+            .exists()
+    );
+}

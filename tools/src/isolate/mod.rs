@@ -1,0 +1,11 @@
+//! Isolation of a job to its GPUs (`drmtool run --gpu`, `drmtool cgroup devices`): the
+//! cgroup v2 device program as data ([`devprog`], over the instruction encoding in
+//! [`bpf`]).
+
+pub mod bpf;
+pub mod cgroup;
+pub mod devprog;
+pub mod env;
+pub mod inspect;
+pub mod ordering;
+pub mod run;
