@@ -399,3 +399,53 @@ fn cgroup_devices_reads_back_our_program() {
             .exists()
     );
 }
+
+/// `drmtool devices` lists the nodes in the ordering, each with its GPU's index and bus id:
+/// the PCI GPUs first by bus id (virtio-gpu under its transport's), then vkms and vgem by
+/// name; the index is what `run --gpu` takes.
+#[test]
+fn devices_lists_the_one_ordering() {
+    let gpus = guest_gpus!();
+    let (c, out) = drmtool::cli::run_captured(&["devices", "--json"]);
+    assert_eq!(c, std::process::ExitCode::SUCCESS, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rows = v["devices"].as_array().unwrap();
+    let mut last = (0u64, false);
+    for r in rows {
+        let index = r["index"].as_u64().unwrap();
+        assert!(index >= last.0, "rows in the ordering: {out}");
+        let g = &gpus[index as usize];
+        assert!(
+            g.nodes
+                .iter()
+                .any(|n| n.path.to_str() == r["path"].as_str()),
+            "{r} belongs to GPU {index}: {}",
+            ordering::summary(&gpus)
+        );
+        assert_eq!(r["bus_id"].as_str(), g.bus_id.as_deref(), "{r}");
+        let platform = r["bus_id"].is_null();
+        assert!(
+            !(last.1 && !platform),
+            "PCI GPUs before platform ones: {out}"
+        );
+        last = (index, platform);
+    }
+    assert_eq!(
+        rows.len(),
+        gpus.iter().map(|g| g.nodes.len()).sum::<usize>()
+    );
+    let names: Vec<&str> = gpus
+        .iter()
+        .filter(|g| g.bus_id.is_none())
+        .map(|g| g.name.as_str())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "platform GPUs by name");
+    assert!(
+        gpu_of(&gpus, "virtio_gpu").bus_id.is_some(),
+        "{}",
+        ordering::summary(&gpus)
+    );
+    assert!(gpu_of(&gpus, "vkms").bus_id.is_none());
+}

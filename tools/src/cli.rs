@@ -63,7 +63,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// List every DRM node with its kind, driver, bus and PCI identity.
+    /// List every DRM node with its kind, driver, bus and PCI identity, in the one ordering
+    /// every command uses (GPU index: PCI bus id, then platform devices by name).
     Devices,
     /// Which process holds which GPU memory: DRM clients, mapped buffers, dma-bufs.
     ///
@@ -852,6 +853,16 @@ fn buffers(a: &BuffersArgs, json: bool, out: &mut dyn Write) -> ExitCode {
 
 #[derive(Serialize)]
 struct DeviceRow {
+    /// The GPU's position in the one ordering (`drmtool run --gpu INDEX`).
+    index: usize,
+    /// PCI bus id of the GPU (its transport's for virtio-gpu).
+    bus_id: Option<String>,
+    /// The `/dev/dri/by-path` name of this node.
+    by_path: Option<String>,
+    /// NUMA node of the PCI function.
+    numa_node: Option<u32>,
+    /// CPUs local to it.
+    local_cpulist: Option<String>,
     path: String,
     kind: &'static str,
     dev: String,
@@ -874,7 +885,20 @@ struct DevicesOut {
 
 fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
     let (rows, reason) = match drm_gem::enumerate() {
-        Ok(nodes) => (nodes.into_iter().map(row).collect(), None),
+        Ok(nodes) => {
+            // In the ordering: GPUs by bus id then name, each card before its render node.
+            let gpus =
+                crate::isolate::ordering::group(nodes.clone(), std::path::Path::new("/dev/dri"));
+            let mut rows = Vec::new();
+            for g in &gpus {
+                for n in &g.nodes {
+                    if let Some(info) = nodes.iter().find(|i| i.path == n.path) {
+                        rows.push(row(info.clone(), g, n.by_path.clone()));
+                    }
+                }
+            }
+            (rows, None)
+        }
         Err(drm_gem::NoNodes::NoDevDri) => (
             Vec::new(),
             Some(
@@ -909,14 +933,17 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
         eprintln!("drmtool: {r}");
         return ExitCode::from(EXIT_NO_DEVICES);
     }
-    let header: [&str; 9] = [
-        "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "BOUND TO", "PCI", "SYSFS",
+    let header: [&str; 12] = [
+        "GPU", "BUS ID", "NODE", "KIND", "DEV", "DRIVER", "VERSION", "BUS", "BOUND TO", "PCI",
+        "NUMA", "SYSFS",
     ];
-    let table: Vec<[String; 9]> = rows
+    let table: Vec<[String; 12]> = rows
         .iter()
         .map(|r| {
             let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
             [
+                r.index.to_string(),
+                opt(&r.bus_id),
                 r.path.clone(),
                 r.kind.into(),
                 r.dev.clone(),
@@ -928,6 +955,7 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
                 opt(&r.bus),
                 opt(&r.parent_driver),
                 opt(&r.pci_id),
+                r.numa_node.map_or("-".into(), |n| n.to_string()),
                 r.sysfs.clone(),
             ]
         })
@@ -955,7 +983,11 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
     emit_text(&text, out)
 }
 
-fn row(n: drm_gem::NodeInfo) -> DeviceRow {
+fn row(
+    n: drm_gem::NodeInfo,
+    g: &crate::isolate::ordering::Gpu,
+    by_path: Option<String>,
+) -> DeviceRow {
     let (version, error) = match drm_gem::Device::open(&n.path).and_then(|d| d.driver()) {
         Ok(v) => (
             Some(format!("{}.{}.{}", v.version.0, v.version.1, v.version.2)),
@@ -964,6 +996,11 @@ fn row(n: drm_gem::NodeInfo) -> DeviceRow {
         Err(e) => (None, Some(e.to_string())),
     };
     DeviceRow {
+        index: g.index,
+        bus_id: g.bus_id.clone(),
+        by_path,
+        numa_node: g.numa_node,
+        local_cpulist: g.local_cpulist.clone(),
         path: n.path.display().to_string(),
         kind: n.kind.as_str(),
         dev: format!("{}:{}", n.dev.0, n.dev.1),
