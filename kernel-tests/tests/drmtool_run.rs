@@ -134,6 +134,17 @@ fn probe_entry() {
     }
 }
 
+fn validate(v: &Value, schema: &str) {
+    let p = format!("{}/../tools/schema/{schema}", env!("CARGO_MANIFEST_DIR"));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let val = jsonschema::validator_for(&s).expect("valid schema");
+    let errors: Vec<String> = val
+        .iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{schema}: {errors:#?}\n{v:#}");
+}
+
 fn me() -> OsString {
     std::env::current_exe().unwrap().into_os_string()
 }
@@ -392,6 +403,12 @@ fn cgroup_devices_reads_back_our_program() {
     assert!(text.contains("rule deny c 226:* rwm"), "{text}");
     let (c, text) = drmtool::cli::run_captured(&["cgroup", "devices"]);
     assert_eq!(c, std::process::ExitCode::SUCCESS, "{text}");
+    let (c, json) =
+        drmtool::cli::run_captured(&["cgroup", "devices", cg.path().to_str().unwrap(), "--json"]);
+    assert_eq!(c, std::process::ExitCode::SUCCESS, "{json}");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    validate(&v, "cgroup-devices.schema.json");
+    assert_eq!(v["attached"][0]["kind"], "drmtool", "{v}");
     drop(cg);
     assert!(
         !parent
@@ -409,6 +426,7 @@ fn devices_lists_the_one_ordering() {
     let (c, out) = drmtool::cli::run_captured(&["devices", "--json"]);
     assert_eq!(c, std::process::ExitCode::SUCCESS, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "devices.schema.json");
     let rows = v["devices"].as_array().unwrap();
     let mut last = (0u64, false);
     for r in rows {
