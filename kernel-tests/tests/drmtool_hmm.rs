@@ -13,16 +13,8 @@ use std::process::ExitCode;
 
 use drmtool::cli::run_captured as run;
 
-fn validate(v: &Value, schema: &str, what: &str) {
-    let p = format!("{}/../tools/schema/{schema}", env!("CARGO_MANIFEST_DIR"));
-    let s: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    let val = jsonschema::validator_for(&s).expect("valid schema");
-    let errors: Vec<String> = val
-        .iter_errors(v)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{what} vs {schema}: {errors:#?}\n{v:#}");
-}
+mod schema_common;
+use schema_common::validate;
 
 fn run_json(args: &[&str], schema: &str) -> Value {
     let (code, out) = run(args);

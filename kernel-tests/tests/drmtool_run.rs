@@ -18,6 +18,9 @@ use serde_json::Value;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+mod schema_common;
+use schema_common::validate;
+
 const PROBE_ENV: &str = "DRMTOOL_RUN_PROBE_OUT";
 
 /// The test that doubles as drmtool's child half (see the module docs). Run plainly it
@@ -132,17 +135,6 @@ fn probe_entry() {
         probe(Path::new(&out));
         std::process::exit(0);
     }
-}
-
-fn validate(v: &Value, schema: &str) {
-    let p = format!("{}/../tools/schema/{schema}", env!("CARGO_MANIFEST_DIR"));
-    let s: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    let val = jsonschema::validator_for(&s).expect("valid schema");
-    let errors: Vec<String> = val
-        .iter_errors(v)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{schema}: {errors:#?}\n{v:#}");
 }
 
 fn me() -> OsString {
@@ -407,7 +399,7 @@ fn cgroup_devices_reads_back_our_program() {
         drmtool::cli::run_captured(&["cgroup", "devices", cg.path().to_str().unwrap(), "--json"]);
     assert_eq!(c, std::process::ExitCode::SUCCESS, "{json}");
     let v: Value = serde_json::from_str(&json).unwrap();
-    validate(&v, "cgroup-devices.schema.json");
+    validate(&v, "cgroup-devices.schema.json", "cgroup devices --json");
     assert_eq!(v["attached"][0]["kind"], "drmtool", "{v}");
     drop(cg);
     assert!(
@@ -426,7 +418,7 @@ fn devices_lists_the_one_ordering() {
     let (c, out) = drmtool::cli::run_captured(&["devices", "--json"]);
     assert_eq!(c, std::process::ExitCode::SUCCESS, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    validate(&v, "devices.schema.json");
+    validate(&v, "devices.schema.json", "devices --json");
     let rows = v["devices"].as_array().unwrap();
     let mut last = (0u64, false);
     for r in rows {
