@@ -1,7 +1,7 @@
 //! `drmtool run --gpu SEL[,SEL...] [--renumber] [--env-only] -- CMD ARGS...`: runs a
 //! command that can open only its GPUs, enforced by the kernel.
 //!
-//! The parent resolves the selectors in the [ordering](super::ordering), makes a cgroup v2
+//! The parent resolves the selectors in the ordering ([`super::ordering`]), makes a cgroup v2
 //! under its own (`drmtool-run-<pid>`) and attaches a device program to it
 //! ([`Policy::only_drm_minors`]: the chosen nodes' 226:minor allowed, every other 226:*
 //! denied, everything else left to the cgroup's ancestors), then starts itself again
