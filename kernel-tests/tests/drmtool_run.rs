@@ -141,8 +141,16 @@ fn me() -> OsString {
     std::env::current_exe().unwrap().into_os_string()
 }
 
+/// This binary as `test`'s process, without the signal storm: the storm (a thread that
+/// keeps SIGALRM pending on the others) belongs to the process under test, the one calling
+/// drmtool's library; in the helpers a pending SIGALRM would outlive their exec of the
+/// job's command and kill it (exec resets the handler, not the pending signal), which the
+/// drmtool binary, which has no storm, never sees.
 fn entry(test: &str) -> Vec<OsString> {
     [
+        "env".into(),
+        "-u".into(),
+        "KERNEL_TESTS_SIGNAL_STORM".into(),
         me(),
         test.into(),
         "--exact".into(),
@@ -163,8 +171,8 @@ fn probe_under(sels: &[&str], renumber: bool) -> (u8, Value) {
     ));
     let _ = std::fs::remove_file(&out);
     let mut argv = entry("probe_entry");
-    argv.insert(0, "env".into());
-    argv.insert(1, format!("{PROBE_ENV}={}", out.display()).into());
+    // After env's `-u NAME` (options first), before the program.
+    argv.insert(3, format!("{PROBE_ENV}={}", out.display()).into());
     let req = RunRequest {
         gpus: sels
             .iter()
@@ -475,8 +483,15 @@ impl Container {
         for d in ["bin", "proc", "dev"] {
             std::fs::create_dir_all(rootfs.join(d)).unwrap();
         }
-        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox"))
-            .map_err(|e| format!("busybox: {e}"))?;
+        // read + write (both retry EINTR), not fs::copy, whose copy_file_range a signal
+        // storm interrupts.
+        let bb = std::fs::read("/bin/busybox").map_err(|e| format!("busybox: {e}"))?;
+        std::fs::write(rootfs.join("bin/busybox"), bb).map_err(|e| format!("busybox: {e}"))?;
+        std::fs::set_permissions(
+            rootfs.join("bin/busybox"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| format!("busybox: {e}"))?;
         let config = serde_json::json!({
             "ociVersion": "1.0.2",
             "process": {"terminal": false, "user": {"uid": 0, "gid": 0},

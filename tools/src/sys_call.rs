@@ -105,17 +105,28 @@ pub fn compare_files(pid1: u32, fd1: u32, pid2: u32, fd2: u32) -> Result<Orderin
 /// Every pointer in `attr` must be valid for the reads and writes `cmd` makes through it,
 /// with the lengths `attr` gives, for the call's duration.
 unsafe fn bpf(cmd: bpf_sys::bpf_cmd, attr: &mut bpf_sys::bpf_attr) -> Result<i64, Errno> {
-    // SAFETY: `attr` is a live, writable `union bpf_attr` of the size passed (the kernel
-    // copies at most that many bytes each way); the caller vouches for its pointers.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            attr as *mut bpf_sys::bpf_attr,
-            core::mem::size_of::<bpf_sys::bpf_attr>() as libc::c_long,
-        )
-    };
-    if r < 0 { Err(last_errno()) } else { Ok(r) }
+    // EINTR: the command had no effect; again, a bounded number of times.
+    for _ in 0..1000 {
+        // SAFETY: `attr` is a live, writable `union bpf_attr` of the size passed (the
+        // kernel copies at most that many bytes each way); the caller vouches for its
+        // pointers.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd as libc::c_long,
+                attr as *mut bpf_sys::bpf_attr,
+                core::mem::size_of::<bpf_sys::bpf_attr>() as libc::c_long,
+            )
+        };
+        match r {
+            r if r >= 0 => return Ok(r),
+            _ => match last_errno() {
+                Errno::INTR => continue,
+                e => return Err(e),
+            },
+        }
+    }
+    Err(Errno::INTR)
 }
 
 use ioctl_sys::bpf as bpf_sys;
@@ -128,9 +139,18 @@ fn adopt(fd: i64) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// How long [`bpf_load_cgroup_device`] keeps retrying a load that a signal interrupted.
+const LOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// `BPF_PROG_LOAD` of a `BPF_PROG_TYPE_CGROUP_DEVICE` program (its 8-byte instructions,
 /// concatenated); on a refusal the verifier's log (up to `log_cap` bytes) comes with the
 /// errno.
+///
+/// The verifier gives up with EAGAIN when a signal is pending (and the call can end in
+/// EINTR): like libbpf, the load is retried, here until an absolute deadline
+/// ([`LOAD_DEADLINE`]) so that a signal storm cannot make it spin for ever. The first
+/// attempts run without a log (faster, and what is retried); a refusal is repeated once
+/// with the log to say why.
 pub fn bpf_load_cgroup_device(
     insns: &[u8],
     name: &str,
@@ -141,32 +161,57 @@ pub fn bpf_load_cgroup_device(
     }
     let cnt = u32::try_from(insns.len() / 8).map_err(|_| (Errno::TOOBIG, String::new()))?;
     let license = c"GPL";
-    let mut log = vec![0u8; log_cap.clamp(1, 1 << 20)];
     let mut pname = [0 as core::ffi::c_char; 16];
     for (d, s) in pname.iter_mut().zip(name.bytes().take(15)) {
         *d = s as core::ffi::c_char;
     }
-    let mut attr = bpf_sys::bpf_attr::default();
-    // SAFETY: `attr` is all zero bytes (its Default), a valid value of every member; the
-    // fields are set in place so that padding and the tail the kernel checks stay zero
-    // (a struct value assigned whole could carry undefined padding).
-    let l = unsafe { &mut attr.__bindgen_anon_3 };
-    l.prog_type = bpf_sys::BPF_PROG_TYPE_CGROUP_DEVICE;
-    l.insn_cnt = cnt;
-    l.insns = insns.as_ptr() as u64;
-    l.license = license.as_ptr() as u64;
-    l.log_level = 1;
-    l.log_size = log.len() as u32;
-    l.log_buf = log.as_mut_ptr() as u64;
-    l.prog_name = pname;
-    l.expected_attach_type = bpf_sys::BPF_CGROUP_DEVICE;
-    // SAFETY: insns (cnt * 8 bytes), the license string and the log buffer (log_size
-    // bytes, written by the verifier) are all alive for the call.
-    match unsafe { bpf(bpf_sys::BPF_PROG_LOAD, &mut attr) } {
+    let load = |log: Option<&mut [u8]>| -> Result<i64, Errno> {
+        let mut attr = bpf_sys::bpf_attr::default();
+        // SAFETY: `attr` is all zero bytes (its Default), a valid value of every member;
+        // the fields are set in place so that padding and the tail the kernel checks stay
+        // zero (a struct value assigned whole could carry undefined padding).
+        let l = unsafe { &mut attr.__bindgen_anon_3 };
+        l.prog_type = bpf_sys::BPF_PROG_TYPE_CGROUP_DEVICE;
+        l.insn_cnt = cnt;
+        l.insns = insns.as_ptr() as u64;
+        l.license = license.as_ptr() as u64;
+        if let Some(log) = log {
+            l.log_level = 1;
+            l.log_size = log.len() as u32;
+            l.log_buf = log.as_mut_ptr() as u64;
+        }
+        l.prog_name = pname;
+        l.expected_attach_type = bpf_sys::BPF_CGROUP_DEVICE;
+        // SAFETY: insns (cnt * 8 bytes), the license string and the log buffer (log_size
+        // bytes, written by the verifier) are all alive for the call.
+        unsafe { bpf(bpf_sys::BPF_PROG_LOAD, &mut attr) }
+    };
+    let deadline = std::time::Instant::now() + LOAD_DEADLINE;
+    let interrupted = |e: Errno| matches!(e, Errno::AGAIN | Errno::INTR);
+    let mut r = load(None);
+    while r.as_ref().is_err_and(|&e| interrupted(e)) && std::time::Instant::now() < deadline {
+        r = load(None);
+    }
+    match r {
         Ok(fd) => adopt(fd).map_err(|e| (e, String::new())),
+        Err(e) if interrupted(e) => Err((e, "interrupted by signals until the deadline".into())),
         Err(e) => {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            Err((e, String::from_utf8_lossy(&log[..end]).into_owned()))
+            // Once more with the log, for the reason (its own errno is the one reported).
+            let mut log = vec![0u8; log_cap.clamp(128, 1 << 20)];
+            let mut again = load(Some(&mut log));
+            while again.as_ref().is_err_and(|&e| interrupted(e))
+                && std::time::Instant::now() < deadline
+            {
+                again = load(Some(&mut log));
+            }
+            match again {
+                Ok(fd) => adopt(fd).map_err(|e| (e, String::new())),
+                Err(e2) => {
+                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                    let e = if interrupted(e2) { e } else { e2 };
+                    Err((e, String::from_utf8_lossy(&log[..end]).into_owned()))
+                }
+            }
         }
     }
 }
