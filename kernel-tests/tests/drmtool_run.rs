@@ -672,3 +672,91 @@ fn parse_entry(s: &str) -> Option<devprog::Entry> {
         access,
     })
 }
+
+const NESTED_ENV: &str = "DRMTOOL_RUN_NESTED_OUT";
+
+/// The outer job's command in `a_run_inside_a_run_narrows_again`: `drmtool run --gpu vkms`
+/// of the probe, from inside a job that has vgem and vkms.
+#[test]
+fn nested_entry() {
+    if let Some(out) = std::env::var_os(NESTED_ENV) {
+        let mut argv = entry("probe_entry");
+        argv.insert(
+            3,
+            format!("{PROBE_ENV}={}", PathBuf::from(&out).display()).into(),
+        );
+        let req = RunRequest {
+            gpus: vec![ordering::Selector::parse("vkms").unwrap()],
+            renumber: false,
+            env_only: false,
+            argv,
+            helper: entry("run_child_entry"),
+        };
+        let code = match run::run(&req, &mut std::io::sink()) {
+            Ok(c) => i32::from(c),
+            Err(e) => {
+                eprintln!("inner run: {e}");
+                i32::from(e.code())
+            }
+        };
+        std::process::exit(code);
+    }
+}
+
+/// A run inside a run: the inner job's cgroup nests in the outer's, and both programs must
+/// allow, so the inner job (vkms) cannot open vgem, which the outer job may.
+#[test]
+fn a_run_inside_a_run_narrows_again() {
+    let gpus = guest_gpus!();
+    let (vkms, vgem) = (gpu_of(&gpus, "vkms"), gpu_of(&gpus, "vgem"));
+    let out = PathBuf::from(format!(
+        "/tmp/drmtool-run-nested-{}.json",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&out);
+    let mut argv = entry("nested_entry");
+    argv.insert(3, format!("{NESTED_ENV}={}", out.display()).into());
+    let req = RunRequest {
+        gpus: ["vgem", "vkms"]
+            .iter()
+            .map(|s| ordering::Selector::parse(s).unwrap())
+            .collect(),
+        renumber: false,
+        env_only: false,
+        argv,
+        helper: entry("run_child_entry"),
+    };
+    let code = run::run(&req, &mut std::io::sink()).unwrap();
+    let text =
+        std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("no report ({e}); exit {code}"));
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let cg = v["cgroup"].as_str().unwrap();
+    assert_eq!(
+        cg.matches("/drmtool-run-").count(),
+        2,
+        "nested cgroups: {v}"
+    );
+    let names: Vec<&str> = v["dri"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.len(),
+        vkms.nodes.len(),
+        "only vkms in the inner /dev/dri: {v}"
+    );
+    for d in devs(vkms) {
+        assert_eq!(v["opens"][&d], "ok", "{d}: {v}");
+    }
+    for d in devs(vgem) {
+        assert_eq!(
+            v["opens"][&d],
+            "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+            "{d}: {v}"
+        );
+    }
+}
