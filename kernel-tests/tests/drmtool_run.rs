@@ -760,3 +760,46 @@ fn a_run_inside_a_run_narrows_again() {
         );
     }
 }
+
+const CLI_ENV: &str = "DRMTOOL_RUN_CLI_ARGS";
+
+/// drmtool's command line in its own process (`drmtool ARGS`, the arguments in
+/// [`CLI_ENV`], `\x1f`-separated), for the test that changes the process's mounts first.
+#[test]
+fn cli_entry() {
+    if let Ok(a) = std::env::var(CLI_ENV) {
+        let argv = std::iter::once("drmtool".to_string())
+            .chain(a.split('\x1f').map(str::to_string))
+            .map(OsString::from);
+        let code = drmtool::cli::main_with(argv, &mut std::io::stdout());
+        // ExitCode has no accessor: the statuses drmtool uses, else 255.
+        let n = [0u8, 1, 2, 3, 4, run::EXIT_SETUP]
+            .into_iter()
+            .find(|&c| std::process::ExitCode::from(c) == code)
+            .map_or(255, i32::from);
+        std::process::exit(n);
+    }
+}
+
+/// Without cgroup v2 (a tmpfs over /sys/fs/cgroup in a private mount namespace), `run`
+/// refuses with exit 125 and says what is missing, and runs nothing.
+#[test]
+fn without_cgroup_v2_run_says_so() {
+    let _gpus = guest_gpus!();
+    let marker = PathBuf::from(format!("/tmp/drmtool-run-ran-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let me = me();
+    let script = format!(
+        "mount -t tmpfs none /sys/fs/cgroup && exec env -u KERNEL_TESTS_SIGNAL_STORM {CLI_ENV}=\"run\x1f--gpu\x1fvgem\x1f--\x1ftouch\x1f{}\" \"$0\" cli_entry --exact -q --nocapture",
+        marker.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .arg(&me)
+        .output()
+        .expect("unshare (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(i32::from(run::EXIT_SETUP)), "{err}");
+    assert!(err.contains("is not a cgroup v2 mount"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+}
