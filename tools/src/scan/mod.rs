@@ -3,6 +3,7 @@
 //! the [`Report`]. No subprocess is spawned; vanished and unreadable processes are counted,
 //! and every figure carries its [`Source`] ([`Source::Unknown`] when none exposes it).
 
+pub mod attribution;
 mod dedup;
 mod devices;
 mod nodes;
