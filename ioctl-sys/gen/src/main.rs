@@ -575,6 +575,13 @@ fn strip_unsafe_helpers(code: &str) -> Res<String> {
         return strip_unsafe_fns(code);
     };
     let open = start + needle.len() - 1;
+    let end = block_end(code, open).ok_or("unbalanced braces in bindgen output")?;
+    let rest = format!("{}{}", &code[..start], &code[end..]);
+    strip_unsafe_fns(&rest)
+}
+
+/// The index just after the `}` that closes the `{` at `open`.
+fn block_end(code: &str, open: usize) -> Option<usize> {
     let mut depth = 0usize;
     for (i, ch) in code[open..].char_indices() {
         match ch {
@@ -582,15 +589,13 @@ fn strip_unsafe_helpers(code: &str) -> Res<String> {
             '}' => {
                 depth -= 1;
                 if depth == 0 {
-                    let end = open + i + 1;
-                    let rest = format!("{}{}", &code[..start], &code[end..]);
-                    return strip_unsafe_fns(&rest);
+                    return Some(open + i + 1);
                 }
             }
             _ => {}
         }
     }
-    Err("unbalanced braces in bindgen output".into())
+    None
 }
 
 /// Removes every `unsafe fn` item with its body (and its attributes and `pub` before it): bindgen's raw-pointer bitfield accessors (`raw_get`, `*_raw`, as for `struct
@@ -616,22 +621,7 @@ fn strip_unsafe_fns(code: &str) -> Res<String> {
             }
         }
         let open = out[at..].find('{').ok_or("unsafe fn without a body")? + at;
-        let mut depth = 0usize;
-        let mut end = None;
-        for (i, ch) in out[open..].char_indices() {
-            match ch {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = Some(open + i + 1);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let end = end.ok_or("unbalanced braces in bindgen output")?;
+        let end = block_end(&out, open).ok_or("unbalanced braces in bindgen output")?;
         out.replace_range(start..end, "");
     }
     Ok(out)
@@ -979,7 +969,10 @@ fn rustfmt(file: &Path) -> Res<()> {
         // Kept for a look: the work directory goes when the run ends.
         let keep = std::env::temp_dir().join("ioctl-sys-gen-rustfmt-failed.rs");
         let _ = fs::copy(file, &keep);
-        eprintln!("ioctl-sys-gen: the file rustfmt refused is kept at {}", keep.display());
+        eprintln!(
+            "ioctl-sys-gen: the file rustfmt refused is kept at {}",
+            keep.display()
+        );
     })
 }
 
