@@ -250,6 +250,8 @@ pub fn placement(
     out
 }
 
+/// The permission bits and owner of a node; a node that vanished since the scan gets
+/// 0660 root:root (the job's copy is then no more open than the usual default).
 fn stat_node(p: &Path) -> (u32, (u32, u32)) {
     match rustix::fs::stat(p) {
         Ok(st) => (st.st_mode & 0o7777, (st.st_uid, st.st_gid)),
@@ -257,7 +259,8 @@ fn stat_node(p: &Path) -> (u32, (u32, u32)) {
     }
 }
 
-/// The chosen GPUs and the variables for them.
+/// The machine's GPUs in the ordering and the indices the selectors chose, in selector
+/// order (each GPU once).
 pub fn resolve(gpus: &[Selector]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
     if gpus.is_empty() {
         return Err(RunError::Usage("--gpu needs at least one selector".into()));
