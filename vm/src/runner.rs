@@ -373,7 +373,10 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String, Duratio
 
 /// Runs every test of every binary, one process per test (so one crash cannot hide the
 /// others, and skips are attributed exactly), leaving out the units [`Sink::done`] lists.
+/// A unit after which one of the guest's DRM nodes is gone is a failure of its own
+/// ([`NodeWatch`]).
 pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: Duration) {
+    let mut watch = NodeWatch::new(Path::new("/dev/dri"));
     for b in bins {
         let (ok, list, _) = run_limited(
             Command::new(&b.path).args(["--list", "--format", "terse"]),
@@ -394,6 +397,9 @@ pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: D
             if sink.is_done(&b.suite, &name) {
                 continue;
             }
+            if let Some(w) = watch.as_mut() {
+                w.before();
+            }
             sink.start(&b.suite, &name);
             let mut c = Command::new(&b.path);
             c.args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"]);
@@ -407,13 +413,165 @@ pub fn run_binaries(bins: &[TestBinary], sink: &mut Sink, strict: bool, limit: D
                 println!("---- {}::{name} output ----\n{}", b.suite, out.trim_end());
             }
             sink.record(&b.suite, &name, outcome, d, &reason);
+            if let Some(w) = watch.as_mut() {
+                w.after(sink, &b.suite, &name);
+            }
         }
     }
+}
+
+/// The guest's DRM nodes: `/dev/dri` entry name -> (device number, the DRM driver's name
+/// from debugfs `dri/<minor>/name`, `-` where debugfs has none).
+pub type NodeSet = std::collections::BTreeMap<String, (u64, String)>;
+
+/// Reads the DRM nodes under `dir` (character devices only).
+pub fn node_set(dir: &Path) -> NodeSet {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut out = NodeSet::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(md) = std::fs::metadata(e.path()) else {
+            continue;
+        };
+        if !md.file_type().is_char_device() {
+            continue;
+        }
+        let rdev = md.rdev();
+        let minor = rustix::fs::minor(rdev);
+        let driver = std::fs::read_to_string(format!("/sys/kernel/debug/dri/{minor}/name"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "-".into());
+        out.insert(e.file_name().to_string_lossy().into_owned(), (rdev, driver));
+    }
+    out
+}
+
+/// What changed between two node sets: each node of `before` that is gone or now names
+/// another device or driver, as `card3 (qxl, 226:3) vanished` or `card0 (vkms, 226:0) is
+/// now (vgem, 226:0)`. Nodes that appeared are not listed (a test may add a device).
+pub fn lost_nodes(before: &NodeSet, after: &NodeSet) -> Vec<String> {
+    let show = |(rdev, drv): &(u64, String)| {
+        format!(
+            "{drv}, {}:{}",
+            rustix::fs::major(*rdev),
+            rustix::fs::minor(*rdev)
+        )
+    };
+    before
+        .iter()
+        .filter_map(|(name, was)| match after.get(name) {
+            None => Some(format!("{name} ({}) vanished", show(was))),
+            Some(now) if now != was => {
+                Some(format!("{name} ({}) is now ({})", show(was), show(now)))
+            }
+            Some(_) => None,
+        })
+        .collect()
+}
+
+/// Suite of the failures [`NodeWatch`] records.
+pub const GUEST_SUITE: &str = "guest";
+
+/// Watches the guest's DRM nodes across units: a unit after which a node that was there
+/// before it is gone (a driver unbound and not bound again, a node deleted) is one failure
+/// of its own, `guest::devices-after-<suite>::<name>`, with the kernel's log; every later
+/// test that needs the device then fails for a named reason.
+#[derive(Debug)]
+pub struct NodeWatch {
+    dir: PathBuf,
+    base: NodeSet,
+}
+
+impl NodeWatch {
+    /// Watches `dir` (`/dev/dri`); `None` where it has no DRM node.
+    pub fn new(dir: &Path) -> Option<Self> {
+        let base = node_set(dir);
+        (!base.is_empty()).then(|| NodeWatch {
+            dir: dir.to_path_buf(),
+            base,
+        })
+    }
+
+    /// The set before a unit (a device that came back since the last unit is counted).
+    pub fn before(&mut self) {
+        let now = node_set(&self.dir);
+        for (k, v) in now {
+            self.base.entry(k).or_insert(v);
+        }
+    }
+
+    /// After a unit: records a failure naming what it lost, with the kernel log's end.
+    pub fn after(&mut self, sink: &mut Sink, suite: &str, name: &str) {
+        let now = node_set(&self.dir);
+        let lost = lost_nodes(&self.base, &now);
+        if lost.is_empty() {
+            return;
+        }
+        let unit = format!("devices-after-{}", unit_id(suite, name));
+        sink.start(GUEST_SUITE, &unit);
+        let log = kernel_log_tail(60);
+        println!("---- {GUEST_SUITE}::{unit}: kernel log (last lines) ----\n{log}");
+        sink.record(
+            GUEST_SUITE,
+            &unit,
+            Outcome::Fail,
+            Duration::ZERO,
+            &format!("the guest's DRM nodes changed: {}", lost.join("; ")),
+        );
+        self.base = now;
+    }
+}
+
+/// The last `lines` lines of the kernel's log (`dmesg`, every level: the console shows
+/// warnings only), bounded.
+fn kernel_log_tail(lines: usize) -> String {
+    let (_, text, _) = run_limited(
+        Command::new("dmesg").stdin(Stdio::null()),
+        Duration::from_secs(10),
+    );
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_nodes_names_what_vanished_or_changed() {
+        let dev = |maj, min| rustix::fs::makedev(maj, min);
+        let set = |v: &[(&str, u64, &str)]| -> NodeSet {
+            v.iter()
+                .map(|(n, d, drv)| (n.to_string(), (*d, drv.to_string())))
+                .collect()
+        };
+        let before = set(&[
+            ("card0", dev(226, 0), "vkms"),
+            ("card3", dev(226, 3), "qxl"),
+            ("renderD128", dev(226, 128), "vgem"),
+        ]);
+        assert!(lost_nodes(&before, &before).is_empty());
+        let mut grown = before.clone();
+        grown.insert("card5".into(), (dev(226, 5), "vkms".into()));
+        assert!(
+            lost_nodes(&before, &grown).is_empty(),
+            "an added node is no loss"
+        );
+        let after = set(&[
+            ("card0", dev(226, 0), "vgem"),
+            ("renderD128", dev(226, 128), "vgem"),
+        ]);
+        assert_eq!(
+            lost_nodes(&before, &after),
+            [
+                "card0 (vkms, 226:0) is now (vgem, 226:0)",
+                "card3 (qxl, 226:3) vanished"
+            ]
+        );
+    }
 
     #[test]
     fn suite_names() {
