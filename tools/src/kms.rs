@@ -744,51 +744,10 @@ fn writeback(
     }))
 }
 
-/// Writes `img` as an 8-bit RGB PNG.
+/// Writes `img` as an 8-bit RGB PNG, replacing `path` whole ([`crate::outfile::replace`]:
+/// a symlink there is refused, an interrupted run leaves no truncated file).
 pub fn write_png(img: &Image, path: &Path) -> KmsResult<()> {
-    // A symlink at the target is refused: `-o` names the file to write, and following a
-    // link (a root-run screenshot into a directory others can write) would truncate
-    // whatever it points at. The PNG goes to a new file beside the target, renamed over it
-    // once complete: rename replaces a name, it never writes through one, so neither a
-    // link made meanwhile nor an interrupted run leaves a truncated file.
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!(
-                "{} is a symlink; refusing to write through it (hint: name the file itself)",
-                path.display()
-            ));
-        }
-        Ok(m) if m.is_dir() => {
-            return Err(format!(
-                "{} is a directory (hint: -o DIR/crtc.png)",
-                path.display()
-            ));
-        }
-        _ => {}
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("{} names no file", path.display()))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let written = encode_png(img, f).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename to it: {e}"))
-    });
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("writing {}: {e}", path.display())
-    })
+    crate::outfile::replace(path, |f| encode_png(img, f))
 }
 
 fn encode_png(img: &Image, f: std::fs::File) -> KmsResult<()> {

@@ -18,6 +18,7 @@ pub mod info;
 pub mod isolate;
 pub mod kms;
 pub mod maps;
+pub mod outfile;
 pub mod pmem;
 pub mod probe;
 pub mod render;

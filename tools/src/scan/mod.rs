@@ -10,7 +10,7 @@ mod nodes;
 mod procfs;
 mod report;
 
-pub use procfs::{FDINFO_MAX, TRUNCATED};
+pub use procfs::{FDINFO_MAX, TRUNCATED, cgroup_v2_path};
 pub use report::{
     Access, ClientReport, DeviceMapping, DeviceReport, DmaBufFd, DmaBufReport, DrmFd, EngineReport,
     FdRef, Figure, KernelClient, Node, ProcessReport, Report, SCHEMA_VERSION, ScanStats, Sharing,
@@ -382,6 +382,8 @@ fn process_reports(
             pid: p.pid,
             comm: p.comm,
             uid: p.uid,
+            attribution: p.cgroup.as_deref().map(attribution::from_cgroup_path),
+            cgroup: p.cgroup.as_deref().map(Untrusted::from),
             drm_fds: p
                 .drm
                 .iter()

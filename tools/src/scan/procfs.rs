@@ -31,6 +31,8 @@ pub(super) struct RawProcess {
     pub(super) pid: u32,
     pub(super) comm: Option<Untrusted>,
     pub(super) uid: Option<u32>,
+    /// The cgroup v2 path ([`cgroup_v2_path`]), `None` when unreadable or ambiguous.
+    pub(super) cgroup: Option<String>,
     pub(super) maps: maps::Maps,
     pub(super) drm: Vec<RawDrmFd>,
     pub(super) dmabuf: Vec<RawDmaBufFd>,
@@ -59,6 +61,24 @@ pub(super) fn open_dir_at(dir: impl AsFd, name: &str) -> rustix::io::Result<Owne
 pub const FDINFO_MAX: usize = 64 << 10;
 /// The most bytes read of one `comm` (the kernel's is at most 16).
 pub(super) const COMM_MAX: usize = 256;
+/// Bytes of `/proc/<pid>/cgroup` read (a longer one is left unknown, not cut).
+pub(super) const CGROUP_MAX: usize = Untrusted::MAX_LEN;
+
+/// The cgroup v2 path of a `/proc/<pid>/cgroup` text: the `0::` line, when there is exactly
+/// one and it is the last line. The kernel prints directory names raw, so a user who names
+/// a delegated cgroup `x\n0::/y` can add lines; the unified hierarchy is printed last on
+/// every kernel, so a second `0::` line or text after it means a name with a newline: the
+/// path is then unknown rather than what the name says. Non-UTF-8 paths are unknown too.
+pub fn cgroup_v2_path(text: &[u8]) -> Option<String> {
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    let mut lines = text.split(|b| *b == b'\n');
+    let last = lines.next_back()?;
+    if lines.any(|l| l.starts_with(b"0::")) {
+        return None;
+    }
+    let path = std::str::from_utf8(last.strip_prefix(b"0::")?).ok()?;
+    path.starts_with('/').then(|| path.to_string())
+}
 /// The most bytes read of one `maps` (65,530 mappings, the default `vm.max_map_count`, are
 /// about 10 MiB).
 pub(super) const MAPS_MAX: usize = 64 << 20;
@@ -353,6 +373,7 @@ pub(super) fn read_process(
         pid,
         comm: None,
         uid: None,
+        cgroup: None,
         maps: maps::Maps::default(),
         drm: Vec::new(),
         dmabuf: Vec::new(),
@@ -432,6 +453,10 @@ pub(super) fn read_process(
         }
         // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
         p.uid = rustix::fs::fstat(&fd_dir).ok().map(|s| s.st_uid);
+        sub(path, "cgroup");
+        p.cgroup = reader
+            .bytes(proc_fd, path.as_str(), true, CGROUP_MAX)
+            .and_then(|(b, truncated)| (!truncated).then(|| cgroup_v2_path(b)).flatten());
     }
     ProcResult::Read(p)
 }
@@ -468,6 +493,32 @@ pub(super) fn list_pids(proc_root: &Path) -> Result<(OwnedFd, Vec<u32>), ScanErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup_v2_path_is_the_one_last_unified_line() {
+        assert_eq!(
+            cgroup_v2_path(b"0::/user.slice/a.scope\n").as_deref(),
+            Some("/user.slice/a.scope")
+        );
+        // Hybrid: v1 lines first, the unified one last.
+        let hybrid = b"12:cpu,cpuacct:/x\n1:name=systemd:/y\n0::/system.slice/z.service\n";
+        assert_eq!(
+            cgroup_v2_path(hybrid).as_deref(),
+            Some("/system.slice/z.service")
+        );
+        // v1 only: no unified path.
+        assert_eq!(cgroup_v2_path(b"1:name=systemd:/y\n"), None);
+        // A name with a newline that forges a second line, in either hierarchy.
+        assert_eq!(cgroup_v2_path(b"0::/user.slice/x\n0::/forged\n"), None);
+        assert_eq!(
+            cgroup_v2_path(b"1:name=systemd:/a\n0::/f\n0::/real\n"),
+            None
+        );
+        assert_eq!(cgroup_v2_path(b"0::/user.slice/x\nsomething\n"), None);
+        assert_eq!(cgroup_v2_path(b""), None);
+        assert_eq!(cgroup_v2_path(b"0::relative\n"), None);
+        assert_eq!(cgroup_v2_path(b"0::/bad\xff\n"), None);
+    }
 
     #[test]
     fn link_text_rules_out_pseudo_files_without_a_stat() {

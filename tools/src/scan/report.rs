@@ -236,6 +236,12 @@ pub struct ProcessReport {
     pub comm: Option<Untrusted>,
     /// Owner uid.
     pub uid: Option<u32>,
+    /// Its cgroup v2 path (`/proc/<pid>/cgroup`), `None` when unreadable, ambiguous (a
+    /// cgroup name with a newline) or on a machine without the unified hierarchy. Names in
+    /// it are chosen by whoever owns a delegated cgroup: hostile text.
+    pub cgroup: Option<Untrusted>,
+    /// Who the process works for, from `cgroup` (unit, container, pod, Slurm job).
+    pub attribution: Option<super::attribution::Attribution>,
     /// DRM fds.
     pub drm_fds: Vec<DrmFd>,
     /// dma-buf fds.
