@@ -22,6 +22,7 @@ pub mod leaks;
 pub mod mem;
 pub mod pmem;
 pub mod prime;
+pub mod sample;
 mod sys_call;
 
 pub use sys_call::raw;

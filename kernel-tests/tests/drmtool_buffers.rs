@@ -12,72 +12,17 @@ use drm_gem::DumbSpec;
 use drmtool::sample::{Args, Ready};
 use drmtool::scan::{Report, Source};
 use drmtool::{Options, scan};
+use kernel_tests::sample::Client;
 use kernel_tests::skip;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStdout, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
 const HELPER: &str = "sample_client_holds_what_it_reports";
-const ARGS_ENV: &str = "DRMTOOL_SAMPLE_ARGS";
 const PAGE: u64 = 4096;
 
-/// A sample client in its own process; closes its stdin and reaps it on drop.
-struct Client {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    ready: Ready,
-}
-
-impl Client {
-    fn spawn(args: &[&str]) -> Self {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut child = Command::new(exe)
-            .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
-            .env(ARGS_ENV, args.join("\x1f"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the sample client");
-        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        let ready = loop {
-            line.clear();
-            match out.read_line(&mut line) {
-                Ok(n) if n > 0 && line.starts_with('{') => {
-                    break serde_json::from_str::<Ready>(&line)
-                        .unwrap_or_else(|e| panic!("sample client line {line:?}: {e}"));
-                }
-                Ok(n) if n > 0 => continue,
-                _ => {
-                    let st = child.wait();
-                    panic!("sample client {args:?} exited before it was ready: {st:?}");
-                }
-            }
-        };
-        assert_eq!(ready.pid, child.id(), "the client reports its own pid");
-        Self { child, out, ready }
-    }
-
-    fn pid(&self) -> u32 {
-        self.ready.pid
-    }
-
-    /// Lets the client exit and reaps it; it must exit cleanly.
-    fn exit(mut self) {
-        drop(self.child.stdin.take());
-        let mut rest = String::new();
-        let _ = self.out.read_to_string(&mut rest);
-        let st = self.child.wait().expect("wait");
-        assert!(st.success(), "sample client failed: {st:?}\n{rest}");
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
+/// A sample client run on this binary's helper test.
+fn spawn(args: &[&str]) -> Client {
+    Client::spawn(HELPER, args)
 }
 
 fn page_round(n: u64) -> u64 {
@@ -114,8 +59,8 @@ fn cli(args: &[String]) -> (ExitCode, String) {
 /// C: one mapped 16x16 vkms buffer and a dup of its fd; D: holds C's open file too (passed
 /// over a socket) and opens one of its own.
 fn vkms_shared_file() -> (Client, Client) {
-    let c = Client::spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
-    let d = Client::spawn(&[
+    let c = spawn(&["--device", "vkms", "--dumb", "16x16", "--map", "--dup"]);
+    let d = spawn(&[
         "--device",
         "vkms",
         "--share-drm",
@@ -144,14 +89,8 @@ fn buffers_json(extra: &[&str], pids: &[u32]) -> (serde_json::Value, Vec<String>
 /// plainly, it checks that the client holds what its ready line says.
 #[test]
 fn sample_client_holds_what_it_reports() {
+    kernel_tests::sample::entry();
     kernel_tests::fds_shared();
-    if let Ok(a) = std::env::var(ARGS_ENV) {
-        let argv = std::iter::once("drm-sample-client".to_string())
-            .chain(a.split('\x1f').map(str::to_string))
-            .map(std::ffi::OsString::from);
-        let code = drmtool::sample::main_with(argv);
-        std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
-    }
     if kernel_tests::node_of_driver(&["vgem"]).is_none() {
         skip!("no vgem node");
     }
@@ -184,7 +123,7 @@ fn buffers_reports_exactly_what_the_clients_hold() {
         skip!("needs vgem and vkms nodes");
     }
     // A: two mapped vgem buffers, the first flinked and exported as a dma-buf it maps.
-    let a = Client::spawn(&[
+    let a = spawn(&[
         "--device",
         "vgem",
         "--dumb",
@@ -198,7 +137,7 @@ fn buffers_reports_exactly_what_the_clients_hold() {
     ]);
     let a_dmabuf = a.ready.dmabuf_fd.expect("A exported");
     // B: takes A's dma-buf, imports it into its own vgem file and maps it.
-    let b = Client::spawn(&[
+    let b = spawn(&[
         "--device",
         "vgem",
         "--import",
@@ -208,7 +147,7 @@ fn buffers_reports_exactly_what_the_clients_hold() {
     // C: one mapped vkms buffer and a dup of its fd; D: holds C's open file too.
     let (c, d) = vkms_shared_file();
     // E: held buffers, then exited before the scan.
-    let e = Client::spawn(&["--device", "vgem", "--dumb", "128x128", "--map"]);
+    let e = spawn(&["--device", "vgem", "--dumb", "128x128", "--map"]);
     let e_pid = e.pid();
     e.exit();
 
@@ -418,7 +357,7 @@ fn a_process_it_may_not_read_is_counted_with_the_reason() {
     if kernel_tests::node_of_driver(&["vgem"]).is_none() {
         skip!("no vgem node");
     }
-    let a = Client::spawn(&["--device", "vgem", "--dumb", "64x64", "--map"]);
+    let a = spawn(&["--device", "vgem", "--dumb", "64x64", "--map"]);
     let a_pid = a.pid();
     let me = std::process::id();
     let fds_before = kernel_tests::open_fds();
@@ -489,7 +428,7 @@ fn fdinfo_figures_or_unknown_end_to_end() {
     if kernel_tests::node_of_driver(&["vkms"]).is_none() {
         skip!("no vkms node");
     }
-    let c = Client::spawn(&[
+    let c = spawn(&[
         "--device", "vkms", "--dumb", "64x64", "--dumb", "100x10", "--dumb", "8x8x8",
     ]);
     let total: u64 = c.ready.buffers.iter().map(|b| page_round(b.size)).sum();

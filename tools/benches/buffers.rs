@@ -33,6 +33,7 @@ mod paired;
 
 use criterion::{Criterion, SamplingMode};
 use drm_gem::{Device, DumbBuffer, DumbSpec, NodeKind, PrimeFlags};
+use drmtool::export::{Config, Exporter, Format, Per};
 use drmtool::scan::{self, Options, ProcessReport, Report};
 use paired::{Op, Paired};
 use rustix::fs::{Dir, Mode, OFlags};
@@ -355,6 +356,17 @@ fn skip_variants() -> Vec<(&'static str, scan::Skip)> {
     v
 }
 
+/// `drmtool export`'s collector as a scrape every 15 s would run it (min interval 0, so
+/// every call scans), per cgroup; its counter state persists across calls.
+fn exporter() -> Exporter {
+    Exporter::new(Config {
+        scan: Options::default(),
+        per: Per::Cgroup,
+        client_names: false,
+        min_interval: Duration::ZERO,
+    })
+}
+
 /// `drmtool buffers --json`, output to a sink.
 fn scan_json() {
     let args = ["drmtool", "buffers", "--json"].map(std::ffi::OsString::from);
@@ -480,9 +492,14 @@ fn median(p: &Paired, f: &str) -> Option<f64> {
 
 /// `median [q1, q3]` of the per-round ratios of `a` to the floor, or `-` when not run.
 fn ratio_cell(r: &Row, a: &str) -> String {
+    ratio_to(r, a, "floor")
+}
+
+/// `median [q1, q3]` of the per-round ratios of `a` to `b`, or `-` when not run.
+fn ratio_to(r: &Row, a: &str, b: &str) -> String {
     r.paired
         .as_ref()
-        .and_then(|p| p.ratios(a, "floor"))
+        .and_then(|p| p.ratios(a, b))
         .map_or("-".into(), |q| {
             let g = |x| paired::quantile(&q, x).map_or("-".into(), |v| format!("{v:.2}"));
             format!("{} [{}, {}]", g(0.5), g(0.25), g(0.75))
@@ -494,9 +511,9 @@ fn print_table(rows: &[Row]) {
         "\nbuffers: paired pass, medians of per-round times (ms); ratio = median of per-round ratios [q1, q3]"
     );
     println!(
-        "| fds | processes | floor ms | scan ms | scan --json ms | scan/floor | json/floor | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
+        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | scan/floor | json/floor | scrape/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
     );
-    println!("|---:|---:|---:|---:|---:|---|---|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|");
     for r in rows {
         let ms = |f: &str| {
             r.paired
@@ -511,15 +528,18 @@ fn print_table(rows: &[Row]) {
                 .map_or("-".into(), |v| format!("{:.1}", v / 1e3 / r.fds as f64))
         };
         let ratio = |a: &str| ratio_cell(r, a);
+        let scrape_json = ratio_to(r, "scrape", "scan_json");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             r.fds,
             r.procs,
             ms("floor"),
             ms("scan"),
             ms("scan_json"),
+            ms("scrape"),
             ratio("scan"),
             ratio("scan_json"),
+            scrape_json,
             per_fd("floor"),
             per_fd("scan"),
             r.hwm.1,
@@ -596,8 +616,13 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         g.bench_function("floor", |b| b.iter(|| black_box(floor(&mut buf))));
         g.bench_function("scan", |b| b.iter(|| black_box(scan_once())));
         g.bench_function("scan_json", |b| b.iter(scan_json));
+        let mut exp = exporter();
+        g.bench_function("scrape", |b| {
+            b.iter(|| black_box(exp.scrape(Format::OpenMetrics, Instant::now())))
+        });
         g.finish();
     }
+    let mut exp = exporter();
     let budget = Duration::from_secs_f64(paired_secs());
     let mut ops: Vec<Op<'_>> = vec![
         (
@@ -608,6 +633,10 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         ),
         ("scan", Box::new(|| drop(black_box(scan_once())))),
         ("scan_json", Box::new(scan_json)),
+        (
+            "scrape",
+            Box::new(move || drop(black_box(exp.scrape(Format::OpenMetrics, Instant::now())))),
+        ),
     ];
     for (name, skip) in skip_variants() {
         ops.push((name, Box::new(move || drop(black_box(scan_skipping(skip))))));

@@ -128,6 +128,17 @@ enum Cmd {
                       drmtool run --gpu 0000:03:00.0,vgem --renumber -- ./train.sh\n  \
                       drmtool run --gpu vkms --env-only")]
     Run(RunArgs),
+    /// Serve the buffers model as Prometheus metrics (GET /metrics), or write it for
+    /// node_exporter's textfile collector.
+    ///
+    /// Each scrape scans /proc afresh (no stale series for exited processes); scrapes
+    /// closer together than --min-interval get the last result. OpenMetrics or the text
+    /// format 0.0.4, as the scraper's Accept header asks. Listens on 127.0.0.1 unless told
+    /// otherwise; only /metrics is served. Metrics: tools/README.md.
+    #[command(after_help = "Examples:\n  drmtool export\n  \
+                      drmtool export --listen 0.0.0.0:9717 --per cgroup\n  \
+                      drmtool export --textfile /var/lib/node_exporter/textfile/drm.prom --count 1")]
+    Export(ExportArgs),
     /// cgroup v2 device rules.
     #[command(subcommand)]
     Cgroup(CgroupCmd),
@@ -149,6 +160,43 @@ struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true)]
     argv: Vec<std::ffi::OsString>,
+}
+
+/// `drmtool export` arguments.
+#[derive(clap::Args, Debug)]
+struct ExportArgs {
+    /// Address and port to serve /metrics on.
+    #[arg(long, default_value = "127.0.0.1:9717", value_name = "ADDR:PORT")]
+    listen: String,
+    /// What one series stands for: device totals, cgroups (with unit, container, pod and
+    /// Slurm job labels) or single open files (with pid; many series).
+    #[arg(long, value_enum, default_value = "cgroup")]
+    per: crate::export::Per,
+    /// With --per client: also the comm and drm-client-name labels (text any user
+    /// chooses; escaped).
+    #[arg(long)]
+    client_names: bool,
+    /// Scrapes closer together than SECS get the last scan's result.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    min_interval: f64,
+    /// Write the metrics (text format 0.0.4) to PATH, replaced whole each time, every
+    /// --interval seconds, instead of serving them.
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    textfile: Option<std::path::PathBuf>,
+    /// With --textfile: seconds between writes.
+    #[arg(
+        long,
+        default_value_t = 15.0,
+        value_name = "SECS",
+        requires = "textfile"
+    )]
+    interval: f64,
+    /// With --textfile: stop after N writes, N >= 1 (default: until interrupted).
+    #[arg(long, value_name = "N", requires = "textfile")]
+    count: Option<u64>,
+    /// Leave out a source (as `drmtool buffers --skip`): maps, debugfs, kcmp.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SOURCE")]
+    skip: Vec<SkipSource>,
 }
 
 /// `drmtool cgroup ...`.
@@ -347,6 +395,7 @@ pub fn main_with(
             }
         }
         Cmd::Run(a) => run_cmd(a, out),
+        Cmd::Export(a) => export_cmd(&a),
         Cmd::Cgroup(CgroupCmd::Devices { cgroup }) => {
             use crate::isolate::inspect;
             match inspect::resolve(cgroup.as_deref()).and_then(|d| inspect::inspect(&d)) {
@@ -746,14 +795,92 @@ fn filter_device(r: &mut scan::Report, spec: &str) -> bool {
     true
 }
 
+fn skip_of(skip: &[SkipSource]) -> scan::Skip {
+    scan::Skip {
+        maps: skip.contains(&SkipSource::Maps),
+        debugfs: skip.contains(&SkipSource::Debugfs),
+        kcmp: skip.contains(&SkipSource::Kcmp),
+    }
+}
+
+fn export_cmd(a: &ExportArgs) -> ExitCode {
+    use crate::export::{Config, Exporter, Format};
+    let usage = |m: &str| {
+        eprintln!("drmtool: export: {m}");
+        ExitCode::from(2)
+    };
+    let Some(min_interval) = seconds(a.min_interval) else {
+        return usage("--min-interval needs a number of seconds >= 0 (hint: --min-interval 1)");
+    };
+    if a.count == Some(0) {
+        return usage("--count needs a number of writes >= 1 (hint: --count 1)");
+    }
+    if a.client_names && a.per != crate::export::Per::Client {
+        return usage("--client-names needs --per client");
+    }
+    let cfg = Config {
+        scan: Options {
+            skip: skip_of(&a.skip),
+            ..Default::default()
+        },
+        per: a.per,
+        client_names: a.client_names,
+        min_interval,
+    };
+    let mut exporter = Exporter::new(cfg);
+    if let Some(path) = &a.textfile {
+        let pause = match seconds(a.interval) {
+            Some(d) if !d.is_zero() => d,
+            _ => {
+                return usage(
+                    "--interval needs a positive number of seconds (hint: --interval 15)",
+                );
+            }
+        };
+        let mut n = 0u64;
+        loop {
+            let body = exporter.scrape(Format::Text, Instant::now());
+            if let Err(e) = crate::outfile::replace(path, |mut f| {
+                f.write_all(body.as_bytes())
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| e.to_string())
+            }) {
+                eprintln!("drmtool: export: {e}");
+                return ExitCode::FAILURE;
+            }
+            n += 1;
+            if a.count.is_some_and(|c| n >= c) {
+                return ExitCode::SUCCESS;
+            }
+            std::thread::sleep(pause);
+        }
+    }
+    let listener = match std::net::TcpListener::bind(&a.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "drmtool: export: cannot listen on {}: {e} (hint: --listen 127.0.0.1:9717)",
+                a.listen
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let shown = listener
+        .local_addr()
+        .map_or_else(|_| a.listen.clone(), |l| l.to_string());
+    eprintln!("drmtool: export: serving http://{shown}/metrics");
+    let e = crate::export::serve(
+        listener,
+        std::sync::Arc::new(std::sync::Mutex::new(exporter)),
+    );
+    eprintln!("drmtool: export: {e}");
+    ExitCode::FAILURE
+}
+
 fn one_scan(a: &BuffersArgs) -> Result<scan::Report, ExitCode> {
     let opts = Options {
         pids: a.pids.clone(),
-        skip: scan::Skip {
-            maps: a.skip.contains(&SkipSource::Maps),
-            debugfs: a.skip.contains(&SkipSource::Debugfs),
-            kcmp: a.skip.contains(&SkipSource::Kcmp),
-        },
+        skip: skip_of(&a.skip),
         ..Default::default()
     };
     let mut r = match scan::scan(&opts) {

@@ -12,6 +12,7 @@
 pub mod caps;
 pub mod cli;
 pub mod debugfs;
+pub mod export;
 pub mod fdinfo;
 pub mod hmm_probe;
 pub mod info;

@@ -25,6 +25,11 @@ mount -t debugfs debugfs /sys/kernel/debug
 mount -t configfs configfs /sys/kernel/config 2>/dev/null
 
 . /etc/vm.env
+# The loopback interface, for payloads that talk TCP to themselves (drmtool export and the
+# Prometheus server that scrapes it).
+if ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null; then :; else
+  LO_DOWN=1
+fi
 
 # Kernels that build the virtio transport or console as modules (stock distribution
 # kernels): load them before looking for the result ports, and wait until the ports are
@@ -62,6 +67,7 @@ finish() {
 }
 
 rec "boot $(cut -d' ' -f1 /proc/uptime) $(uname -r)"
+[ -n "$LO_DOWN" ] && rec "note cannot bring up the loopback interface lo"
 [ "$VM_MODE" = probe ] && finish 0
 
 # Driver modules: explicit ones (no device to trigger them), then every device modalias

@@ -1,0 +1,358 @@
+//! `drmtool export` against the real Prometheus server (Debian's `prometheus`, run in the
+//! guest): sample clients with known buffers in two cgroups, the exporter serving /metrics
+//! on the loopback interface, Prometheus scraping it every second, and PromQL over its HTTP
+//! API must give exactly the ground truth (clients per cgroup and device, mapped bytes, a
+//! dma-buf shared between the cgroups counted once overall and visible as shared in both,
+//! fdinfo memory where the driver prints it and no series where it does not), and again
+//! after one client exits (its series disappear, the dma-buf becomes exclusive).
+//!
+//! Engine counters (`drm_engine_busy_seconds_total` and the rest) have no source among the
+//! guest's drivers (none prints `drm-engine-*`); tools/tests/export.rs covers them on a
+//! fixture tree.
+
+use drmtool::export::{Config, Exporter, Per};
+use drmtool::isolate::ordering;
+use kernel_tests::sample::Client;
+use kernel_tests::{in_guest, skip};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const HELPER: &str = "sample_client_entry";
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+
+/// The sample client's entry point (kernel_tests::sample); run plainly it does nothing.
+#[test]
+fn sample_client_entry() {
+    kernel_tests::sample::entry();
+}
+
+fn spawn(args: &[&str]) -> Client {
+    Client::spawn(HELPER, args)
+}
+
+/// A cgroup made for the test, removed (after its processes exit) on drop.
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new(name: &str) -> Self {
+        let p = Path::new("/sys/fs/cgroup").join(name);
+        let _ = std::fs::remove_dir(&p);
+        std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        Cgroup(p)
+    }
+
+    fn path(&self) -> String {
+        format!(
+            "/{}",
+            self.0.file_name().unwrap().to_string_lossy().into_owned()
+        )
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("move {pid} to {}: {e}", self.0.display()));
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The Prometheus server, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let dir = PathBuf::from(format!("/tmp/drmtool-export-prom-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        // A free port for the server's own listener.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let cfg = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: drmtool\n    static_configs:\n      \
+             - targets: ['{target}']\n"
+        );
+        std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new(PROMETHEUS)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let p = Prometheus { child, addr, dir };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(120) {
+            if get(p.addr, "/-/ready").is_some_and(|(code, _)| code == 200) {
+                eprintln!("prometheus ready after {:?}", t0.elapsed());
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!("prometheus not ready after 120 s: {}", p.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    /// An instant query: each result's labels (those named in `by`, joined by `,`) to its
+    /// value.
+    fn query(&self, promql: &str, by: &[&str]) -> Option<BTreeMap<String, f64>> {
+        let (code, body) = get(
+            self.addr,
+            &format!("/api/v1/query?query={}", encode(promql)),
+        )?;
+        if code != 200 {
+            panic!("query {promql:?}: HTTP {code}: {body}");
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let mut out = BTreeMap::new();
+        for r in v["data"]["result"].as_array()? {
+            let key: Vec<&str> = by
+                .iter()
+                .map(|l| r["metric"][*l].as_str().unwrap_or(""))
+                .collect();
+            let val: f64 = r["value"][1].as_str()?.parse().ok()?;
+            out.insert(key.join(","), val);
+        }
+        Some(out)
+    }
+
+    /// Polls `promql` until its result is `want` (a scrape a second; at most 60 s).
+    #[track_caller]
+    fn expect(&self, promql: &str, by: &[&str], want: &[(&str, f64)]) {
+        let want: BTreeMap<String, f64> = want.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let t0 = Instant::now();
+        let mut last = None;
+        while t0.elapsed() < Duration::from_secs(60) {
+            last = self.query(promql, by);
+            if last.as_ref() == Some(&want) {
+                eprintln!("ok {promql}: {want:?} ({:?})", t0.elapsed());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!(
+            "{promql}: want {want:?}, Prometheus answers {last:?}\nlog: {}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Percent-encodes a query parameter.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET path` over HTTP/1.0: the status and the body, `None` when nothing answers.
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+fn page_round(n: u64) -> u64 {
+    n.div_ceil(4096) * 4096
+}
+
+#[test]
+fn prometheus_sees_exactly_what_the_cgroups_hold() {
+    if !in_guest() {
+        skip!("not in a vm guest: no DRM devices or cgroup v2 here");
+    }
+    if !Path::new(PROMETHEUS).exists() {
+        skip!("{PROMETHEUS} is not installed (scripts/setup installs Debian's prometheus)");
+    }
+    let gpus = ordering::gpus().expect("the guest has DRM devices");
+    let name_of = |driver: &str| {
+        gpus.iter()
+            .find(|g| g.driver.as_deref() == Some(driver))
+            .map(|g| g.name.clone())
+            .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(&gpus)))
+    };
+    let (vgem, vkms) = (name_of("vgem"), name_of("vkms"));
+
+    // The exporter in this process, on the loopback interface.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1 (is lo up?)");
+    let target = listener.local_addr().unwrap();
+    let exporter = Arc::new(Mutex::new(Exporter::new(Config {
+        scan: drmtool::Options::default(),
+        per: Per::Cgroup,
+        client_names: false,
+        min_interval: Duration::ZERO,
+    })));
+    {
+        let e = exporter.clone();
+        std::thread::spawn(move || drmtool::export::serve(listener, e));
+    }
+
+    let (ga, gb) = (
+        Cgroup::new("drmtool-export-a"),
+        Cgroup::new("drmtool-export-b"),
+    );
+    // A (cgroup a): a mapped vgem buffer, exported as a dma-buf it maps too.
+    let a = spawn(&[
+        "--device",
+        "vgem",
+        "--dumb",
+        "64x64",
+        "--map",
+        "--export",
+        "--map-dmabuf",
+    ]);
+    ga.add(a.pid());
+    let shared = a.ready.dmabuf_size.expect("A exported a dma-buf");
+    // B (cgroup b): its own mapped vgem buffer, and A's dma-buf imported.
+    let b = spawn(&[
+        "--device",
+        "vgem",
+        "--dumb",
+        "32x32",
+        "--map",
+        "--import",
+        &format!("{}:{}", a.pid(), a.ready.dmabuf_fd.unwrap()),
+    ]);
+    gb.add(b.pid());
+    // C (cgroup b): a mapped vkms buffer; D (cgroup b) holds C's open file too (what a
+    // fork does: counted once) and opens one of its own: two vkms clients.
+    let c = spawn(&["--device", "vkms", "--dumb", "16x16", "--map"]);
+    gb.add(c.pid());
+    let d = spawn(&[
+        "--device",
+        "vkms",
+        "--share-drm",
+        &format!("{}:{}", c.pid(), c.ready.drm_fd),
+    ]);
+    gb.add(d.pid());
+    let (pa, pb, pc) = (
+        page_round(a.ready.buffers[0].size),
+        page_round(b.ready.buffers[0].size),
+        page_round(c.ready.buffers[0].size),
+    );
+    // Whether vkms prints the common memory keys (the patched vkms of stock-6.12-fdinfo):
+    // the kernel's own fdinfo text decides what the exporter must show.
+    let c_fdinfo = std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", c.pid(), c.ready.drm_fd))
+        .expect("C's fdinfo");
+    let vkms_memory = c_fdinfo.contains("drm-total-memory:");
+    eprintln!("vkms prints drm-total-memory: {vkms_memory}");
+
+    let prom = Prometheus::start(target);
+    let (ca, cb) = (ga.path(), gb.path());
+    let ours = r#"cgroup=~"/drmtool-export-.*""#;
+    let k = |g: &str, dev: &str| format!("{g},{dev}");
+    prom.expect(
+        &format!("sum by (cgroup, device) (drm_clients{{{ours}}})"),
+        &["cgroup", "device"],
+        &[
+            (&k(&ca, &vgem), 1.0),
+            (&k(&cb, &vgem), 1.0),
+            (&k(&cb, &vkms), 2.0),
+        ],
+    );
+    prom.expect(
+        &format!("sum by (cgroup) (drm_mapped_bytes{{{ours}}})"),
+        &["cgroup"],
+        &[(&ca, pa as f64), (&cb, (pb + pc) as f64)],
+    );
+    prom.expect(
+        &format!("sum by (cgroup, sharing) (drm_dmabuf_bytes{{{ours}}})"),
+        &["cgroup", "sharing"],
+        &[
+            (&format!("{ca},shared"), shared as f64),
+            (&format!("{cb},shared"), shared as f64),
+        ],
+    );
+    prom.expect(
+        "sum(drm_dmabuf_distinct_bytes)",
+        &[],
+        &[("", shared as f64)],
+    );
+    let memory_query =
+        format!("sum by (cgroup, device, source) (drm_memory_bytes{{{ours}, kind=\"total\"}})");
+    if vkms_memory {
+        // C's file, held by C and D, counted once.
+        prom.expect(
+            &memory_query,
+            &["cgroup", "device", "source"],
+            &[(&format!("{cb},{vkms},fdinfo"), pc as f64)],
+        );
+    } else {
+        prom.expect(&memory_query, &["cgroup", "device", "source"], &[]);
+    }
+
+    // B exits: its series disappear, and A's dma-buf is no longer shared.
+    b.exit();
+    prom.expect(
+        &format!("sum by (cgroup, device) (drm_clients{{{ours}}})"),
+        &["cgroup", "device"],
+        &[(&k(&ca, &vgem), 1.0), (&k(&cb, &vkms), 2.0)],
+    );
+    prom.expect(
+        &format!("sum by (cgroup, sharing) (drm_dmabuf_bytes{{{ours}}})"),
+        &["cgroup", "sharing"],
+        &[(&format!("{ca},exclusive"), shared as f64)],
+    );
+    prom.expect(
+        &format!("sum by (cgroup) (drm_mapped_bytes{{{ours}}})"),
+        &["cgroup"],
+        &[(&ca, pa as f64), (&cb, pc as f64)],
+    );
+    // The exporter's own series: scans ran, none failed.
+    prom.expect("drmtool_export_scan_errors_total", &[], &[("", 0.0)]);
+    prom.expect("drmtool_export_scan_ok", &[], &[("", 1.0)]);
+    let stats = exporter.lock().unwrap().stats();
+    eprintln!("exporter: {stats:?}");
+    assert!(stats.scans >= 2);
+    drop((a, c, d));
+}

@@ -1,0 +1,615 @@
+//! From a scan [`Report`] to metric families: grouping, sources, counters that never go
+//! backwards.
+
+use super::SelfStats;
+use crate::isolate::ordering::Gpu;
+use crate::scan::{ClientReport, ProcessReport, Report};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
+
+/// What one series stands for (`--per`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Per {
+    /// One series per device: the machine's totals.
+    Device,
+    /// Per device and cgroup v2 path, with the unit, container, pod and Slurm job the path
+    /// names (cardinality: the cgroups that hold GPU memory).
+    Cgroup,
+    /// Per device and open DRM file, with `pid` (the lowest holder) and `client` (the
+    /// `drm-client-id`, else `<pid>/<fd>`) on top of the cgroup labels (cardinality: one
+    /// series set per client: for debugging, not for a fleet).
+    Client,
+}
+
+/// A series' labels, in order.
+pub type Labels = Vec<(String, String)>;
+
+/// The labels of a group (a cgroup, or a client within one); empty for [`Per::Device`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Group(pub Labels);
+
+/// Label value of text other users choose: control bytes and invalid UTF-8 escaped
+/// (`\xNN`), so neither a terminal showing `curl` output nor a dashboard gets raw escapes
+/// (the encoder escapes `\`, `"` and newline on top, as the format requires).
+fn hostile(u: &crate::Untrusted) -> String {
+    u.escaped()
+}
+
+/// The group labels of a process.
+fn process_group(p: Option<&ProcessReport>, per: Per, names: bool) -> Labels {
+    let mut l = Labels::new();
+    if per == Per::Device {
+        return l;
+    }
+    let Some(p) = p else {
+        return l;
+    };
+    if let Some(c) = &p.cgroup {
+        l.push(("cgroup".into(), hostile(c)));
+    }
+    if let Some(a) = &p.attribution {
+        if let Some(u) = &a.unit {
+            l.push(("unit".into(), u.clone()));
+        }
+        if let Some(c) = &a.container {
+            l.push(("container_id".into(), c.id.clone()));
+            l.push(("container_runtime".into(), c.runtime.into()));
+        }
+        if let Some(pod) = &a.pod_uid {
+            l.push(("pod_uid".into(), pod.clone()));
+        }
+        if let Some(s) = &a.slurm {
+            l.push(("slurm_job".into(), s.job.to_string()));
+            if let Some(step) = &s.step {
+                l.push(("slurm_step".into(), step.clone()));
+            }
+        }
+    }
+    if per == Per::Client {
+        l.push(("pid".into(), p.pid.to_string()));
+        if names && let Some(c) = &p.comm {
+            l.push(("comm".into(), hostile(c)));
+        }
+    }
+    l
+}
+
+/// The process a client is counted for: its lowest-pid holder (a file shared across a
+/// fork is one client, counted once, in the parent's group).
+fn owner(c: &ClientReport) -> Option<u32> {
+    c.holders.iter().map(|h| h.pid).min()
+}
+
+/// A client's identity across scans: device, then `drm-client-id` or its first holder.
+fn client_key(c: &ClientReport, device: &str) -> (String, String) {
+    let id = match (c.client_id, c.holders.first()) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(h)) => format!("{}/{}", h.pid, h.fd),
+        (None, None) => format!("#{}", c.index),
+    };
+    (device.to_string(), id)
+}
+
+/// Engine counters of one client: (metric, engine) -> value.
+type EngineValues = BTreeMap<(&'static str, String), u64>;
+
+/// Counter state across scans. A counter summed over a group would drop when one of its
+/// clients exits; instead what a departed client had counted is kept in `departed` for its
+/// series while that series still has live clients (a series with none disappears, and
+/// starts afresh if it comes back, which Prometheus reads as a reset). Every series is
+/// also clamped to the last value it showed.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Live clients at the last scan: their series key and values.
+    clients: BTreeMap<(String, String), (SeriesBase, EngineValues)>,
+    /// Per series: what departed clients had counted.
+    departed: BTreeMap<(SeriesBase, &'static str, String), u64>,
+    /// Per series: the value last shown.
+    last: BTreeMap<(SeriesBase, &'static str, String), u64>,
+}
+
+/// Device label and group labels of a series.
+type SeriesBase = (String, Group);
+
+impl Counters {
+    /// Folds one scan's live clients in and returns each counter series' value.
+    fn update(
+        &mut self,
+        live: BTreeMap<(String, String), (SeriesBase, EngineValues)>,
+    ) -> BTreeMap<(SeriesBase, &'static str, String), u64> {
+        // Clients gone, or moved to another group: what they counted stays with the old
+        // series.
+        for (key, (base, vals)) in &self.clients {
+            let moved = live.get(key).is_none_or(|(b, _)| b != base);
+            if moved {
+                for ((metric, engine), v) in vals {
+                    *self
+                        .departed
+                        .entry((base.clone(), metric, engine.clone()))
+                        .or_default() += v;
+                }
+            }
+        }
+        let mut live = live;
+        // A client's own counter never goes back either (a driver that reset it).
+        for (key, (base, vals)) in live.iter_mut() {
+            if let Some((b, old)) = self.clients.get(key)
+                && b == base
+            {
+                for (k, v) in vals.iter_mut() {
+                    if let Some(o) = old.get(k) {
+                        *v = (*v).max(*o);
+                    }
+                }
+            }
+        }
+        let bases: BTreeSet<&SeriesBase> = live.values().map(|(b, _)| b).collect();
+        self.departed.retain(|(b, _, _), _| bases.contains(b));
+        let mut out: BTreeMap<(SeriesBase, &'static str, String), u64> = self.departed.clone();
+        for (base, vals) in live.values() {
+            for ((metric, engine), v) in vals {
+                let e = out
+                    .entry((base.clone(), metric, engine.clone()))
+                    .or_default();
+                *e = e.saturating_add(*v);
+            }
+        }
+        for (k, v) in out.iter_mut() {
+            if let Some(l) = self.last.get(k) {
+                *v = (*v).max(*l);
+            }
+        }
+        self.last = out.clone();
+        self.clients = live;
+        out
+    }
+}
+
+fn labels(device: &str, group: &Group, extra: &[(&str, &str)]) -> Labels {
+    let mut l: Labels = vec![("device".into(), device.into())];
+    l.extend(group.0.iter().cloned());
+    l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l
+}
+
+fn gauge_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Sums per series, in bytes.
+type Sums = BTreeMap<Labels, u64>;
+
+fn add(s: &mut Sums, l: Labels, v: u64) {
+    let e = s.entry(l).or_default();
+    *e = e.saturating_add(v);
+}
+
+fn gauge_family(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, sums: &Sums) {
+    if sums.is_empty() {
+        return;
+    }
+    let fam = Family::<Labels, Gauge>::default();
+    for (l, v) in sums {
+        fam.get_or_create(l).set(gauge_i64(*v));
+    }
+    match unit {
+        Some(u) => reg.register_with_unit(name, help, u, fam),
+        None => reg.register(name, help, fam),
+    }
+}
+
+/// The device label of each report device: its name in the GPU ordering (PCI bus id or
+/// platform device name) where one of its nodes is there, else its sysfs directory's name.
+fn device_names(report: &Report, gpus: &[Gpu]) -> Vec<(String, Option<usize>)> {
+    report
+        .devices
+        .iter()
+        .map(|d| {
+            let gpu = gpus.iter().find(|g| {
+                g.nodes.iter().any(|n| {
+                    d.nodes
+                        .iter()
+                        .any(|m| n.path.as_os_str() == m.path.as_str())
+                })
+            });
+            match gpu {
+                Some(g) => (g.name.clone(), Some(g.index)),
+                None => (
+                    d.sysfs
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(d.sysfs.as_str())
+                        .to_string(),
+                    None,
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Registers every GPU metric of `report` on `reg`, grouped `per`.
+pub fn build(
+    reg: &mut Registry,
+    report: &Report,
+    gpus: &[Gpu],
+    per: Per,
+    names: bool,
+    counters: &mut Counters,
+) {
+    let devs = device_names(report, gpus);
+    let procs: BTreeMap<u32, &ProcessReport> =
+        report.processes.iter().map(|p| (p.pid, p)).collect();
+    let dev_name = |i: usize| devs.get(i).map_or("unknown", |(n, _)| n.as_str());
+
+    // drm_device_info
+    let info = Family::<Labels, Gauge>::default();
+    for (d, (name, index)) in report.devices.iter().zip(&devs) {
+        let nodes: Vec<&str> = d.nodes.iter().map(|n| n.path.as_str()).collect();
+        let mut l: Labels = vec![("device".into(), name.clone())];
+        if let Some(i) = index {
+            l.push(("gpu".into(), i.to_string()));
+        }
+        if let Some(drv) = &d.driver {
+            l.push(("driver".into(), drv.clone()));
+        }
+        l.push(("nodes".into(), nodes.join(",")));
+        l.push(("sysfs".into(), d.sysfs.clone()));
+        info.get_or_create(&l).set(1);
+    }
+    reg.register(
+        "drm_device_info",
+        "A DRM device: driver, GPU index (the ordering of drmtool devices), nodes, sysfs path",
+        info,
+    );
+
+    let client_group = |c: &ClientReport| -> Group {
+        let p = owner(c).and_then(|pid| procs.get(&pid).copied());
+        let mut l = process_group(p, per, names);
+        if per == Per::Client {
+            let id = match (c.client_id, c.holders.first()) {
+                (Some(id), _) => id.to_string(),
+                (None, Some(h)) => format!("{}/{}", h.pid, h.fd),
+                (None, None) => String::new(),
+            };
+            l.push(("client".into(), id));
+            if names && let Some(n) = &c.client_name {
+                l.push(("client_name".into(), hostile(n)));
+            }
+        }
+        Group(l)
+    };
+
+    let mut clients = Sums::new();
+    let mut memory = Sums::new();
+    let mut capacity = Sums::new();
+    let mut maxfreq = Sums::new();
+    let mut live = BTreeMap::new();
+    for c in &report.clients {
+        let dev = dev_name(c.device);
+        let g = client_group(c);
+        add(&mut clients, labels(dev, &g, &[]), 1);
+        for (region, r) in &c.regions {
+            let resident = r.resident.or(r.memory);
+            for (kind, v) in [
+                ("total", r.total),
+                ("shared", r.shared),
+                ("resident", resident),
+                ("purgeable", r.purgeable),
+                ("active", r.active),
+            ] {
+                if let Some(v) = v {
+                    let l = labels(
+                        dev,
+                        &g,
+                        &[("region", region), ("kind", kind), ("source", "fdinfo")],
+                    );
+                    add(&mut memory, l, v);
+                }
+            }
+        }
+        if let Some(a) = &c.amdgpu_legacy {
+            for (region, v) in [("vram", a.vram), ("gtt", a.gtt)] {
+                if let Some(v) = v {
+                    let l = labels(
+                        dev,
+                        &g,
+                        &[
+                            ("region", region),
+                            ("kind", "total"),
+                            ("source", "fdinfo-amdgpu-legacy"),
+                        ],
+                    );
+                    add(&mut memory, l, v);
+                }
+            }
+        }
+        let mut vals = EngineValues::new();
+        for (engine, e) in &c.engines {
+            let s = &e.stats;
+            for (metric, v) in [
+                ("busy_ns", s.busy_ns),
+                ("cycles", s.cycles),
+                ("total_cycles", s.total_cycles),
+            ] {
+                if let Some(v) = v {
+                    vals.insert((metric, engine.clone()), v);
+                }
+            }
+            let l = labels(dev, &g, &[("engine", engine)]);
+            if let Some(v) = s.capacity {
+                let e = capacity.entry(l.clone()).or_default();
+                *e = (*e).max(v);
+            }
+            if let Some(v) = s.maxfreq_hz {
+                let e = maxfreq.entry(l).or_default();
+                *e = (*e).max(v);
+            }
+        }
+        let (kd, kid) = client_key(c, dev);
+        live.insert((kd, kid), ((dev.to_string(), g), vals));
+    }
+    gauge_family(
+        reg,
+        "drm_clients",
+        "Distinct open DRM files (de-duplicated by drm-client-id or kcmp)",
+        None,
+        &clients,
+    );
+    gauge_family(
+        reg,
+        "drm_memory",
+        "GPU memory of the group's clients by region and kind (fdinfo drm-<kind>-<region>; \
+         a buffer shared by two clients is in both totals, and in shared)",
+        Some(Unit::Bytes),
+        &memory,
+    );
+    gauge_family(
+        reg,
+        "drm_engine_capacity",
+        "Engines of this kind a client can use (fdinfo drm-engine-capacity-<e>)",
+        None,
+        &capacity,
+    );
+    gauge_family(
+        reg,
+        "drm_engine_max_frequency",
+        "Highest engine frequency (fdinfo drm-maxfreq-<e>)",
+        Some(Unit::Other("hertz".into())),
+        &maxfreq,
+    );
+
+    let totals = counters.update(live);
+    let mut busy = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    let mut cycles = Family::<Labels, Counter<u64>>::default();
+    let mut total_cycles = Family::<Labels, Counter<u64>>::default();
+    let (mut n_busy, mut n_cyc, mut n_tot) = (0, 0, 0);
+    for (((dev, g), metric, engine), v) in &totals {
+        let l = labels(dev, g, &[("engine", engine)]);
+        match *metric {
+            "busy_ns" => {
+                busy.get_or_create(&l).inc_by(*v as f64 / 1e9);
+                n_busy += 1;
+            }
+            "cycles" => {
+                cycles.get_or_create(&l).inc_by(*v);
+                n_cyc += 1;
+            }
+            _ => {
+                total_cycles.get_or_create(&l).inc_by(*v);
+                n_tot += 1;
+            }
+        }
+    }
+    if n_busy > 0 {
+        reg.register_with_unit(
+            "drm_engine_busy",
+            "Time the engine was busy with the group's work (fdinfo drm-engine-<e>)",
+            Unit::Seconds,
+            std::mem::take(&mut busy),
+        );
+    }
+    if n_cyc > 0 {
+        reg.register(
+            "drm_engine_cycles",
+            "Engine cycles spent on the group's work (fdinfo drm-cycles-<e>)",
+            std::mem::take(&mut cycles),
+        );
+    }
+    if n_tot > 0 {
+        reg.register(
+            "drm_engine_total_cycles",
+            "Cycles that passed on the engine while the group's clients were open \
+             (fdinfo drm-total-cycles-<e>)",
+            std::mem::take(&mut total_cycles),
+        );
+    }
+
+    // Mapped DRM buffers, by the mapping process's group.
+    let mut mapped = Sums::new();
+    for p in &report.processes {
+        let g = Group(process_group(Some(p), per, names));
+        for m in &p.drm_mappings {
+            if let Some(v) = m.bytes.value {
+                add(
+                    &mut mapped,
+                    labels(dev_name(m.device), &g, &[("source", "maps")]),
+                    v,
+                );
+            }
+        }
+    }
+    gauge_family(
+        reg,
+        "drm_mapped",
+        "Bytes of distinct DRM buffers the group's processes map (/proc/<pid>/maps)",
+        Some(Unit::Bytes),
+        &mapped,
+    );
+
+    // dma-bufs: each counted once per group that holds or maps it, and once overall.
+    let mut holders_of: BTreeMap<u64, BTreeSet<Group>> = BTreeMap::new();
+    for b in &report.dmabufs {
+        for pid in &b.processes {
+            let g = Group(process_group(procs.get(pid).copied(), per, names));
+            holders_of.entry(b.inode).or_default().insert(g);
+        }
+    }
+    let mut dmabuf = Sums::new();
+    let mut distinct = Sums::new();
+    for b in &report.dmabufs {
+        let Some(size) = b.size.value else { continue };
+        let groups = holders_of.get(&b.inode).cloned().unwrap_or_default();
+        let sharing = if groups.len() > 1 {
+            "shared"
+        } else {
+            "exclusive"
+        };
+        for g in &groups {
+            let mut l: Labels = g.0.clone();
+            l.push(("sharing".into(), sharing.into()));
+            l.push(("source".into(), "dmabuf-fdinfo".into()));
+            add(&mut dmabuf, l, size);
+        }
+        let exporter = b.exp_name.clone().unwrap_or_default();
+        add(
+            &mut distinct,
+            vec![
+                ("exporter".into(), exporter),
+                ("source".into(), "dmabuf-fdinfo".into()),
+            ],
+            size,
+        );
+    }
+    gauge_family(
+        reg,
+        "drm_dmabuf",
+        "Bytes of dma-bufs the group's processes hold or map, each once per group; shared: \
+         another group holds it too",
+        Some(Unit::Bytes),
+        &dmabuf,
+    );
+    gauge_family(
+        reg,
+        "drm_dmabuf_distinct",
+        "Bytes of every dma-buf any process holds or maps, each counted once, by exporter",
+        Some(Unit::Bytes),
+        &distinct,
+    );
+}
+
+/// The exporter's own metrics.
+pub(super) fn self_metrics(reg: &mut Registry, s: &SelfStats, report: Option<&Report>) {
+    let up = Gauge::<i64>::default();
+    up.set(i64::from(report.is_some()));
+    reg.register(
+        "drmtool_export_scan_ok",
+        "Whether the last scan of /proc could run (0: see scan_errors)",
+        up,
+    );
+    let dur = Gauge::<f64, AtomicU64>::default();
+    dur.set(s.last_scan_seconds);
+    reg.register_with_unit(
+        "drmtool_export_scan_duration",
+        "Wall time of the last scan",
+        Unit::Seconds,
+        dur,
+    );
+    for (name, help, v) in [
+        ("drmtool_export_scans", "Scans run", s.scans),
+        (
+            "drmtool_export_scan_errors",
+            "Scans that could not run",
+            s.scan_errors,
+        ),
+        (
+            "drmtool_export_cached_answers",
+            "Scrapes answered from the last scan (closer together than --min-interval)",
+            s.cached,
+        ),
+    ] {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    }
+    if let Some(r) = report {
+        for (name, help, v) in [
+            (
+                "drmtool_export_processes_unreadable",
+                "Processes the last scan could not read (permissions)",
+                r.scan.unreadable,
+            ),
+            (
+                "drmtool_export_processes_vanished",
+                "Processes that exited during the last scan",
+                r.scan.vanished,
+            ),
+        ] {
+            let g = Gauge::<i64>::default();
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            reg.register(name, help, g);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base(g: &str) -> SeriesBase {
+        ("dev".into(), Group(vec![("cgroup".into(), g.into())]))
+    }
+
+    fn client(g: &str, busy: u64) -> (SeriesBase, EngineValues) {
+        let mut v = EngineValues::new();
+        v.insert(("busy_ns", "gfx".into()), busy);
+        (base(g), v)
+    }
+
+    fn key(id: &str) -> (String, String) {
+        ("dev".into(), id.into())
+    }
+
+    fn busy_of(out: &BTreeMap<(SeriesBase, &'static str, String), u64>, g: &str) -> Option<u64> {
+        out.get(&(base(g), "busy_ns", "gfx".to_string())).copied()
+    }
+
+    #[test]
+    fn group_counters_never_go_backwards_and_empty_groups_vanish() {
+        let mut c = Counters::default();
+        let out = c.update(BTreeMap::from([
+            (key("1"), client("/a", 100)),
+            (key("2"), client("/a", 50)),
+            (key("3"), client("/b", 7)),
+        ]));
+        assert_eq!(busy_of(&out, "/a"), Some(150));
+        assert_eq!(busy_of(&out, "/b"), Some(7));
+        // Client 2 exits; client 1 goes on: /a keeps what 2 counted.
+        let out = c.update(BTreeMap::from([
+            (key("1"), client("/a", 120)),
+            (key("3"), client("/b", 9)),
+        ]));
+        assert_eq!(busy_of(&out, "/a"), Some(170));
+        // A driver's counter that went back is clamped (client 1 shows 110 < 120).
+        let out = c.update(BTreeMap::from([
+            (key("1"), client("/a", 110)),
+            (key("3"), client("/b", 9)),
+        ]));
+        assert_eq!(busy_of(&out, "/a"), Some(170));
+        // Client 3 moves to /a: /b has no live client left and disappears; /a gains it.
+        let out = c.update(BTreeMap::from([
+            (key("1"), client("/a", 130)),
+            (key("3"), client("/a", 10)),
+        ]));
+        assert_eq!(busy_of(&out, "/b"), None, "no stale series");
+        assert_eq!(busy_of(&out, "/a"), Some(50 + 130 + 10));
+        // Everything exits: no series at all.
+        assert!(c.update(BTreeMap::new()).is_empty());
+        // /a comes back afresh (a reset, as Prometheus reads a new series).
+        let out = c.update(BTreeMap::from([(key("9"), client("/a", 5))]));
+        assert_eq!(busy_of(&out, "/a"), Some(5));
+    }
+}

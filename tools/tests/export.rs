@@ -1,0 +1,495 @@
+//! `drmtool export` on the host: the exposition built from a synthetic /proc tree (cgroups,
+//! a client shared across a fork, hostile names) checked for exact figures and validated by
+//! the real parser, Debian's `promtool check metrics`; the HTTP side's answers to bad
+//! requests, slow clients and content negotiation on a real socket.
+
+use drmtool::export::{self, Config, Counters, Exporter, Format, Per, Served};
+use prometheus_client::registry::Registry;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const DOCKER: &str = "4c01db0b339c1bdd8c0f3a2ba6e9c6b6a2d0d9ac0f0b8a4c1e2f3a4b5c6d7e8f";
+
+/// One synthetic process: pid, comm, /proc/<pid>/cgroup text, fdinfo of its fd 3 (a DRM fd:
+/// `/dev/null`, which the synthetic sysfs calls a DRM node).
+struct Proc {
+    pid: u32,
+    comm: &'static str,
+    cgroup: String,
+    fdinfo: String,
+}
+
+fn tree(name: &str, procs: &[Proc]) -> (PathBuf, drmtool::Options) {
+    let root = std::env::temp_dir().join(format!("drmtool-export-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for p in procs {
+        let d = root.join(format!("proc/{}", p.pid));
+        std::fs::create_dir_all(d.join("fd")).unwrap();
+        std::fs::create_dir_all(d.join("fdinfo")).unwrap();
+        std::fs::write(d.join("comm"), format!("{}\n", p.comm)).unwrap();
+        std::fs::write(d.join("cgroup"), &p.cgroup).unwrap();
+        std::os::unix::fs::symlink("/dev/null", d.join("fd/3")).unwrap();
+        std::fs::write(d.join("fdinfo/3"), &p.fdinfo).unwrap();
+    }
+    let char_dev = root.join("sys/dev/char/1:3");
+    std::fs::create_dir_all(&char_dev).unwrap();
+    std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
+    std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
+    let opts = drmtool::Options {
+        proc_root: root.join("proc"),
+        debugfs_root: root.join("no-debugfs"),
+        sys_root: root.join("sys"),
+        ..Default::default()
+    };
+    (root, opts)
+}
+
+fn fdinfo(id: u32, total_kib: u64, busy_ns: u64, name: &str) -> String {
+    format!(
+        "pos:\t0\nflags:\t02\nmnt_id:\t1\ndrm-driver:\tvkms\ndrm-client-id:\t{id}\n\
+         drm-client-name:\t{name}\ndrm-total-system:\t{total_kib} KiB\n\
+         drm-shared-system:\t4 KiB\ndrm-resident-system:\t{total_kib} KiB\n\
+         drm-engine-gfx:\t{busy_ns} ns\ndrm-engine-capacity-gfx:\t2\ndrm-cycles-gfx:\t500\n\
+         drm-total-cycles-gfx:\t1000\ndrm-maxfreq-gfx:\t1000000000 Hz\n"
+    )
+}
+
+fn procs() -> Vec<Proc> {
+    vec![
+        Proc {
+            pid: 5_000_001,
+            comm: "trainer",
+            cgroup: format!("0::/system.slice/docker-{DOCKER}.scope\n"),
+            fdinfo: fdinfo(11, 8, 1_500_000_000, "a"),
+        },
+        Proc {
+            pid: 5_000_002,
+            comm: "slurm-task",
+            cgroup: "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n".into(),
+            fdinfo: fdinfo(12, 16, 2_000_000_000, "b"),
+        },
+        // A child of 5000002 after fork: the same open file (the same client id), counted
+        // once, in the parent's group.
+        Proc {
+            pid: 5_000_003,
+            comm: "slurm-child",
+            cgroup: "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n".into(),
+            fdinfo: fdinfo(12, 16, 2_000_000_000, "b"),
+        },
+        // A user's delegated cgroup named with a newline and a forged `0::` line: the
+        // path is ambiguous, so the process has no cgroup label at all.
+        Proc {
+            pid: 5_000_004,
+            comm: "ev\u{1b}[31mil",
+            cgroup: "0::/user.slice/x\n0::/system.slice/forged.service\n".into(),
+            fdinfo: fdinfo(13, 1024, 7, "n\u{1b}]0;pwned\u{7}"),
+        },
+    ]
+}
+
+/// The sample line of `metric` whose labels include every `want` pair, as its value.
+fn value(text: &str, metric: &str, want: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .find(|l| {
+            want.iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// `promtool check metrics` on `text` (the text format 0.0.4): its verdict and output.
+fn promtool(text: &str) -> (bool, String) {
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        panic!("promtool is not installed (scripts/setup installs Debian's prometheus)");
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), s)
+}
+
+fn build(opts: &drmtool::Options, per: Per, names: bool, counters: &mut Counters) -> Registry {
+    let report = drmtool::scan(opts).unwrap();
+    let mut reg = Registry::default();
+    export::build(&mut reg, &report, &[], per, names, counters);
+    reg
+}
+
+#[test]
+fn cgroup_series_hold_exactly_the_fixture_and_pass_promtool() {
+    let (root, opts) = tree("cgroup", &procs());
+    let mut counters = Counters::default();
+    let reg = build(&opts, Per::Cgroup, false, &mut counters);
+    let text = export::encode(&reg, Format::Text);
+    let om = export::encode(&reg, Format::OpenMetrics);
+    std::fs::remove_dir_all(&root).unwrap();
+    let docker = format!("/system.slice/docker-{DOCKER}.scope");
+    let slurm = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0";
+    let mem = |t: &str, g: &str, kind: &str| {
+        value(
+            t,
+            "drm_memory_bytes",
+            &[
+                ("cgroup", g),
+                ("kind", kind),
+                ("region", "system"),
+                ("source", "fdinfo"),
+            ],
+        )
+    };
+    for t in [&text, &om] {
+        assert_eq!(mem(t, &docker, "total"), Some(8192.0), "{t}");
+        assert_eq!(mem(t, &docker, "shared"), Some(4096.0));
+        assert_eq!(
+            mem(t, slurm, "total"),
+            Some(16384.0),
+            "the fork's shared file once"
+        );
+        assert_eq!(
+            value(
+                t,
+                "drm_clients",
+                &[("cgroup", slurm), ("slurm_job", "42"), ("slurm_step", "0")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                t,
+                "drm_clients",
+                &[
+                    ("container_id", DOCKER),
+                    ("container_runtime", "docker"),
+                    ("unit", &format!("docker-{DOCKER}.scope"))
+                ]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                t,
+                "drm_engine_busy_seconds_total",
+                &[("cgroup", slurm), ("engine", "gfx")]
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                t,
+                "drm_engine_cycles_total",
+                &[("cgroup", &docker), ("engine", "gfx")]
+            ),
+            Some(500.0)
+        );
+        assert_eq!(
+            value(
+                t,
+                "drm_engine_capacity",
+                &[("cgroup", &docker), ("engine", "gfx")]
+            ),
+            Some(2.0)
+        );
+        // The forged cgroup is nowhere; the ambiguous process's memory is in the series
+        // without a cgroup label.
+        assert!(!t.contains("forged"), "{t}");
+        let unlabelled = t
+            .lines()
+            .find(|l| {
+                l.starts_with("drm_memory_bytes{")
+                    && !l.contains("cgroup=")
+                    && l.contains("kind=\"total\"")
+            })
+            .unwrap_or_else(|| panic!("no series for the process without a cgroup:\n{t}"));
+        assert!(unlabelled.ends_with(" 1048576"), "{unlabelled}");
+        // No comm or client name without --per client --client-names.
+        assert!(!t.contains("trainer") && !t.contains("pwned"));
+        assert!(!t.contains('\u{1b}'), "raw escape in the exposition");
+        // No pid labels per cgroup.
+        assert!(!t.contains("pid=\""));
+    }
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    assert!(!text.contains("# EOF"), "text 0.0.4 has no EOF marker");
+    let (ok, out) = promtool(&text);
+    assert!(ok, "promtool check metrics:\n{out}\n{text}");
+}
+
+#[test]
+fn client_series_carry_escaped_names_only_when_asked() {
+    let (root, opts) = tree("client", &procs());
+    let mut counters = Counters::default();
+    let plain = export::encode(
+        &build(&opts, Per::Client, false, &mut counters),
+        Format::Text,
+    );
+    let named = export::encode(
+        &build(&opts, Per::Client, true, &mut Counters::default()),
+        Format::Text,
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(
+        value(
+            &plain,
+            "drm_clients",
+            &[("client", "12"), ("pid", "5000002")]
+        ),
+        Some(1.0),
+        "the fork's client once, under the lowest pid:\n{plain}"
+    );
+    assert!(!plain.contains("pid=\"5000003\""), "{plain}");
+    assert!(!plain.contains("comm=") && !plain.contains("client_name="));
+    // Hostile names: escaped (`\x1b` as text), never raw.
+    assert!(
+        !named.contains('\u{1b}') && !named.contains('\u{7}'),
+        "{named}"
+    );
+    assert!(named.contains(r#"comm="ev\\x1b[31mil""#), "{named}");
+    assert!(
+        named.contains(r#"client_name="n\\x1b]0;pwned\\x07""#),
+        "{named}"
+    );
+    for t in [&plain, &named] {
+        let (ok, out) = promtool(t);
+        assert!(ok, "promtool check metrics:\n{out}\n{t}");
+    }
+}
+
+#[test]
+fn device_series_have_no_group_labels() {
+    let (root, opts) = tree("device", &procs());
+    let t = export::encode(
+        &build(&opts, Per::Device, false, &mut Counters::default()),
+        Format::Text,
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(!t.contains("cgroup=") && !t.contains("pid="), "{t}");
+    // Four processes, three open files (the fork shares one).
+    assert_eq!(value(&t, "drm_clients", &[]), Some(3.0), "{t}");
+    assert_eq!(
+        value(&t, "drm_memory_bytes", &[("kind", "total")]),
+        Some((8 + 16 + 1024) as f64 * 1024.0)
+    );
+    assert_eq!(
+        value(&t, "drm_device_info", &[("device", "1:3")]),
+        Some(1.0)
+    );
+    let (ok, out) = promtool(&t);
+    assert!(ok, "promtool check metrics:\n{out}\n{t}");
+}
+
+#[test]
+fn a_figure_no_source_knows_has_no_series() {
+    // A client whose driver prints no memory or engine keys.
+    let (root, opts) = tree(
+        "unknown",
+        &[Proc {
+            pid: 5_000_010,
+            comm: "bare",
+            cgroup: "0::/user.slice\n".into(),
+            fdinfo: "pos:\t0\nflags:\t02\nmnt_id:\t1\ndrm-driver:\tvgem\ndrm-client-id:\t3\n"
+                .into(),
+        }],
+    );
+    let t = export::encode(
+        &build(&opts, Per::Cgroup, false, &mut Counters::default()),
+        Format::Text,
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(
+        value(&t, "drm_clients", &[("cgroup", "/user.slice")]),
+        Some(1.0)
+    );
+    for absent in [
+        "drm_memory_bytes",
+        "drm_engine_busy_seconds_total",
+        "drm_mapped_bytes",
+    ] {
+        assert!(!t.contains(absent), "{absent} without a source:\n{t}");
+    }
+}
+
+#[test]
+fn an_exited_client_leaves_no_series_and_counters_hold() {
+    let mut ps = procs();
+    let (root, opts) = tree("exit", &ps);
+    let mut counters = Counters::default();
+    let first = export::encode(
+        &build(&opts, Per::Cgroup, false, &mut counters),
+        Format::Text,
+    );
+    assert!(first.contains("job_42"));
+    // The docker process exits.
+    std::fs::remove_dir_all(root.join("proc/5000001")).unwrap();
+    ps.remove(0);
+    let second = export::encode(
+        &build(&opts, Per::Cgroup, false, &mut counters),
+        Format::Text,
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(
+        !second.contains(DOCKER),
+        "stale series of an exited process:\n{second}"
+    );
+    let slurm = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0";
+    assert_eq!(
+        value(
+            &second,
+            "drm_engine_busy_seconds_total",
+            &[("cgroup", slurm)]
+        ),
+        Some(2.0)
+    );
+}
+
+fn exporter(min_interval: Duration) -> (PathBuf, Mutex<Exporter>) {
+    let (root, opts) = tree(&format!("http-{}", min_interval.as_millis()), &procs());
+    let e = Exporter::new(Config {
+        scan: opts,
+        per: Per::Cgroup,
+        client_names: false,
+        min_interval,
+    });
+    (root, Mutex::new(e))
+}
+
+/// Sends `request` on a fresh connection served by `serve_one` and returns what it served
+/// and the raw answer.
+fn ask(e: &Mutex<Exporter>, request: &[u8]) -> (Served, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let req = request.to_vec();
+    let client = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(&req);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    });
+    let (s, _) = l.accept().unwrap();
+    let served = export::serve_one(s, e);
+    (served, client.join().unwrap())
+}
+
+#[test]
+fn http_serves_only_metrics_and_negotiates_the_format() {
+    let (root, e) = exporter(Duration::from_secs(60));
+    let (s, out) = ask(&e, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n");
+    assert_eq!(s, Served::Metrics);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.contains("Content-Type: application/openmetrics-text; version=1.0.0"));
+    assert!(out.ends_with("# EOF\n"));
+    let (_, out) = ask(&e, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        out.contains("Content-Type: text/plain; version=0.0.4"),
+        "{out}"
+    );
+    assert!(out.contains("drm_memory_bytes{"));
+    let (_, head) = ask(&e, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200") && !head.contains("drm_memory_bytes"));
+    for (req, code) in [
+        (&b"GET / HTTP/1.1\r\n\r\n"[..], 404),
+        (b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n", 404),
+        (
+            b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            405,
+        ),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
+    ] {
+        let (s, out) = ask(&e, req);
+        assert_eq!(s, Served::Status(code), "{out}");
+        assert!(out.starts_with(&format!("HTTP/1.1 {code} ")), "{out}");
+    }
+    // A head longer than the limit: 431, and the server read no more than the limit.
+    let mut big = b"GET /metrics HTTP/1.1\r\nX-Junk: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 64 * 1024));
+    let (s, _) = ask(&e, &big);
+    assert_eq!(s, Served::Status(431));
+    // Within min_interval every answer after the first is the cached scan.
+    let scans = e.lock().unwrap().stats().scans;
+    assert_eq!(scans, 1, "one scan for every scrape inside the interval");
+    assert!(e.lock().unwrap().stats().cached >= 2);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_slow_client_is_dropped_at_the_deadline() {
+    let (root, e) = exporter(Duration::ZERO);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    // One byte every 500 ms, forever (each read returns before its timeout: only an
+    // absolute deadline ends it).
+    let trickle = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        for b in b"GET /metrics HTTP/1.1\r\nX: "
+            .iter()
+            .chain(std::iter::repeat_n(&b'a', 40))
+        {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let (s, _) = l.accept().unwrap();
+    let t0 = Instant::now();
+    let served = export::serve_one(s, &e);
+    let took = t0.elapsed();
+    assert_eq!(served, Served::Status(408));
+    eprintln!("slow client dropped after {took:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "the request deadline held: {took:?}"
+    );
+    trickle.join().unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn textfile_is_replaced_whole_and_a_symlink_is_refused() {
+    let dir = std::env::temp_dir().join(format!("drmtool-textfile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("drm.prom");
+    let (code, _) = drmtool::cli::run_captured(&[
+        "export",
+        "--textfile",
+        target.to_str().unwrap(),
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let t = std::fs::read_to_string(&target).unwrap();
+    assert!(t.contains("drmtool_export_scans_total 1"), "{t}");
+    let (ok, out) = promtool(&t);
+    assert!(ok, "{out}");
+    let link = dir.join("link.prom");
+    std::os::unix::fs::symlink(Path::new("/etc/hostname"), &link).unwrap();
+    let (code, _) = drmtool::cli::run_captured(&[
+        "export",
+        "--textfile",
+        link.to_str().unwrap(),
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, std::process::ExitCode::FAILURE);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
