@@ -692,8 +692,10 @@ struct TestArgs {
     /// Write the results as JUnit XML here.
     #[arg(long)]
     junit: Option<PathBuf>,
-    /// Wall-clock limit per kernel, in seconds.
-    #[arg(long, default_value_t = 900)]
+    /// Wall-clock limit per kernel, in seconds: room for a lane of about 600 s plus one
+    /// test that hangs to its own limit (300 s, then its stacks are taken and it is
+    /// failed) before the lane is cut.
+    #[arg(long, default_value_t = 1500)]
     timeout: u64,
     /// How many kernels' lanes run at once (`--kernel all`; each guest has 2 vCPUs and
     /// 2 GiB). Their output lines carry the kernel's name; the report is in matrix order.

@@ -54,6 +54,13 @@ pub fn outcome_of(success: bool, output: &str) -> (Outcome, String) {
         .skip_while(|l| !l.contains("panicked at"))
         .nth(1)
         .or_else(|| output.lines().find(|l| l.contains("panicked at")))
+        .or_else(|| output.lines().find(|l| l.starts_with("FAIL: unkillable")))
+        .or_else(|| {
+            output
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("timed out after"))
+        })
         .unwrap_or("non-zero exit")
         .trim()
         .to_string();
@@ -210,7 +217,7 @@ pub struct Captured {
 }
 
 /// Accumulates a stream into a [`Captured`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Capture {
     head: Vec<u8>,
     tail: std::collections::VecDeque<u8>,
@@ -320,26 +327,50 @@ pub fn run_captured(cmd: &mut Command, limit: Duration) -> (bool, Captured, Dura
             );
         }
     };
-    let reader_thread = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut cap = Capture::default();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match reader.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => cap.feed(&buf[..n]),
+    // The reader fills a shared capture, so that what a child wrote is kept even when the
+    // child cannot be reaped (and so holds the pipe open forever).
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(Capture::default()));
+    let reader_thread = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if let Ok(mut c) = shared.lock() {
+                            c.feed(&buf[..n]);
+                        }
+                    }
+                }
             }
-        }
-        cap.finish()
-    });
+        })
+    };
     let mut timed_out = false;
+    let mut stuck: Option<String> = None;
     let ok = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s.success(),
             Ok(None) if start.elapsed() > limit => {
+                // What it is blocked on, before the kill: a task in uninterruptible sleep
+                // (a kernel wait that never ends) does not die of SIGKILL.
+                let stacks = kernel_stacks(child.id());
                 let _ = child.kill();
-                let _ = child.wait();
+                let t = Instant::now();
+                let reaped = loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break true,
+                        Ok(None) if t.elapsed() < UNKILLABLE_AFTER => {
+                            std::thread::sleep(Duration::from_millis(50))
+                        }
+                        _ => break false,
+                    }
+                };
                 timed_out = true;
+                if !reaped {
+                    stuck = Some(stacks);
+                }
                 break false;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
@@ -350,12 +381,69 @@ pub fn run_captured(cmd: &mut Command, limit: Duration) -> (bool, Captured, Dura
     if let Some(pgid) = rustix::process::Pid::from_raw(child.id() as i32) {
         let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
     }
-    let mut cap = reader_thread.join().unwrap_or_default();
+    if stuck.is_none() {
+        let _ = reader_thread.join();
+    }
+    // An unreaped child holds the pipe: take what was read so far, leave the reader.
+    let mut cap = shared
+        .lock()
+        .map(|c| c.clone())
+        .unwrap_or_default()
+        .finish();
     if timed_out {
         cap.text
             .push_str(&format!("\ntimed out after {} s\n", limit.as_secs()));
     }
+    if let Some(stacks) = stuck {
+        let line = format!(
+            "FAIL: unkillable: still not reaped {} s after SIGKILL (a task in uninterruptible sleep)",
+            UNKILLABLE_AFTER.as_secs()
+        );
+        cap.text.push_str(&format!("{line}\n{stacks}"));
+        cap.fail_lines.insert(0, line);
+    }
     (ok, cap, d)
+}
+
+/// How long a killed child may take to be reaped before it is reported unkillable.
+const UNKILLABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// The kernel stacks of `pid`'s threads and of every other task in uninterruptible sleep
+/// (`D`), at most 16 tasks and 4 KiB of stack each: what a hung test is waiting for.
+pub fn kernel_stacks(pid: u32) -> String {
+    let mut out = String::new();
+    let mut tasks: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let p = e.path();
+            let state = std::fs::read_to_string(p.join("stat")).ok().and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with('D'))
+            });
+            if state == Some(true) && !p.ends_with(pid.to_string()) {
+                tasks.push(p);
+            }
+        }
+    }
+    for t in tasks.iter().take(16) {
+        let read = |f: &str| std::fs::read_to_string(t.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        let mut stack = read("stack");
+        stack.truncate(4096);
+        out.push_str(&format!(
+            "== {} ({}) state {state} wchan {}\n{stack}",
+            t.display(),
+            read("comm").trim(),
+            read("wchan")
+        ));
+    }
+    out
 }
 
 fn captured(text: String) -> Captured {
@@ -926,6 +1014,23 @@ mod tap_tests {
         );
         assert!(ok);
         assert_eq!(cap.text, "hi\n");
+    }
+
+    #[test]
+    fn a_hung_unit_is_named_with_its_stacks() {
+        let (o, why) = outcome_of(false, "some output\ntimed out after 300 s\n");
+        assert_eq!((o, why.as_str()), (Outcome::Fail, "timed out after 300 s"));
+        let (_, why) = outcome_of(
+            false,
+            "x\ntimed out after 300 s\nFAIL: unkillable: still not reaped 10 s after SIGKILL\n== /proc/1/task/1",
+        );
+        assert!(why.starts_with("FAIL: unkillable"), "{why}");
+        // The stacks of a live process: its threads, with state and wchan (the kernel stack
+        // itself needs root and CONFIG_STACKTRACE).
+        let me = std::process::id();
+        let s = kernel_stacks(me);
+        assert!(s.contains(&format!("== /proc/{me}/task/{me} (")), "{s}");
+        assert!(s.contains(" state "), "{s}");
     }
 
     #[test]
