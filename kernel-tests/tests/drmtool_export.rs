@@ -218,7 +218,7 @@ fn prometheus_sees_exactly_what_the_cgroups_hold() {
     let name_of = |driver: &str| {
         gpus.iter()
             .find(|g| g.driver.as_deref() == Some(driver))
-            .map(|g| g.name.clone())
+            .map(|g| g.bus_id.clone().unwrap_or_else(|| g.name.clone()))
             .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(&gpus)))
     };
     let (vgem, vkms) = (name_of("vgem"), name_of("vkms"));
@@ -355,4 +355,150 @@ fn prometheus_sees_exactly_what_the_cgroups_hold() {
     eprintln!("exporter: {stats:?}");
     assert!(stats.scans >= 2);
     drop((a, c, d));
+}
+
+/// One sample of a text-format exposition: the metric name, its labels, the value.
+fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for l in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = l.rsplit_once(' ').expect("a sample line");
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.strip_suffix('}').expect("closing brace")),
+            None => (series, ""),
+        };
+        let mut map = BTreeMap::new();
+        // Label values here are plain (paths, numbers, names without quotes or commas).
+        for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once("=\"").expect("label=\"value\"");
+            map.insert(k.to_string(), v.trim_end_matches('"').to_string());
+        }
+        out.push((name.to_string(), map, value.parse().expect("a number")));
+    }
+    out
+}
+
+/// `drm-client-id` of a process's fd, from the kernel's own fdinfo text.
+fn client_id(pid: u32, fd: u32) -> String {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).expect("fdinfo");
+    t.lines()
+        .find_map(|l| l.strip_prefix("drm-client-id:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no drm-client-id in /proc/{pid}/fdinfo/{fd}:\n{t}"))
+}
+
+/// `--per client` on the fdinfo path: per open file, `drm-total`, `drm-shared` and
+/// `drm-active` as the kernel counts them (an exported buffer is shared; an import into
+/// another file is in both totals), the file two processes hold counted once (under the
+/// lower pid), and no memory series at all where the driver prints no such keys.
+#[test]
+fn per_client_series_follow_the_kernels_fdinfo() {
+    if !in_guest() {
+        skip!("not in a vm guest: no DRM devices here");
+    }
+    if kernel_tests::node_of_driver(&["vkms"]).is_none() {
+        skip!("no vkms node");
+    }
+    // C: a vkms buffer, exported; D: imports it into its own file; E: holds C's file too
+    // (what a fork leaves behind) and opens one of its own.
+    let c = spawn(&["--device", "vkms", "--dumb", "16x16", "--export"]);
+    let d = spawn(&[
+        "--device",
+        "vkms",
+        "--import",
+        &format!("{}:{}", c.pid(), c.ready.dmabuf_fd.unwrap()),
+    ]);
+    let e = spawn(&[
+        "--device",
+        "vkms",
+        "--share-drm",
+        &format!("{}:{}", c.pid(), c.ready.drm_fd),
+    ]);
+    let size = page_round(c.ready.buffers[0].size);
+    let (idc, idd, ide) = (
+        client_id(c.pid(), c.ready.drm_fd),
+        client_id(d.pid(), d.ready.drm_fd),
+        client_id(e.pid(), e.ready.drm_fd),
+    );
+    assert_eq!(
+        client_id(e.pid(), e.ready.extra_drm_fds[0]),
+        idc,
+        "E holds C's open file"
+    );
+    let fdinfo =
+        std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", c.pid(), c.ready.drm_fd)).unwrap();
+    let prints_memory = fdinfo.contains("drm-total-memory:");
+    eprintln!("vkms prints drm-total-memory: {prints_memory}");
+
+    let mut x = Exporter::new(Config {
+        scan: drmtool::Options {
+            pids: vec![c.pid(), d.pid(), e.pid()],
+            ..Default::default()
+        },
+        per: Per::Client,
+        client_names: false,
+        min_interval: Duration::ZERO,
+    });
+    let text = x.scrape(drmtool::export::Format::Text, Instant::now());
+    let s = samples(&text);
+    let find = |metric: &str, client: &str, kind: Option<&str>| -> Vec<(String, f64)> {
+        s.iter()
+            .filter(|(n, l, _)| {
+                n == metric
+                    && l.get("client").map(String::as_str) == Some(client)
+                    && kind.is_none_or(|k| l.get("kind").map(String::as_str) == Some(k))
+            })
+            .map(|(_, l, v)| (l.get("pid").cloned().unwrap_or_default(), *v))
+            .collect()
+    };
+    let low = c.pid().min(e.pid()).to_string();
+    assert_eq!(
+        find("drm_clients", &idc, None),
+        [(low.clone(), 1.0)],
+        "{text}"
+    );
+    assert_eq!(
+        find("drm_clients", &idd, None),
+        [(d.pid().to_string(), 1.0)],
+        "{text}"
+    );
+    assert_eq!(
+        find("drm_clients", &ide, None),
+        [(e.pid().to_string(), 1.0)],
+        "{text}"
+    );
+    if prints_memory {
+        let mem = |id: &str, kind: &str| find("drm_memory_bytes", id, Some(kind));
+        for (id, pid, total, shared) in [
+            (&idc, &low, size, size),
+            (&idd, &d.pid().to_string(), size, size),
+            (&ide, &e.pid().to_string(), 0, 0),
+        ] {
+            assert_eq!(
+                mem(id, "total"),
+                [(pid.clone(), total as f64)],
+                "{id}: {text}"
+            );
+            assert_eq!(
+                mem(id, "shared"),
+                [(pid.clone(), shared as f64)],
+                "{id}: {text}"
+            );
+            assert_eq!(mem(id, "active"), [(pid.clone(), 0.0)], "{id}: {text}");
+        }
+        assert!(
+            s.iter()
+                .filter(|(n, _, _)| n == "drm_memory_bytes")
+                .all(|(_, l, _)| l.get("source").map(String::as_str) == Some("fdinfo")),
+            "{text}"
+        );
+    } else {
+        assert!(
+            !s.iter().any(|(n, _, _)| n == "drm_memory_bytes"),
+            "memory series without a source:\n{text}"
+        );
+    }
+    drop((c, d, e));
 }

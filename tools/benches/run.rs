@@ -68,6 +68,7 @@ fn main() -> ExitCode {
         env_only: false,
         argv: vec!["true".into()],
         helper: vec![me],
+        pick: None,
     };
     // The check before any timing: both succeed.
     if let Err(e) = exec_true().and_then(|()| run_true(&req)) {

@@ -31,6 +31,8 @@ pub const EXIT_NO_MATCH: u8 = 3;
 /// Exit status when the machine has no DRM devices at all (or, for `pmem list`, no
 /// persistent memory).
 pub const EXIT_NO_DEVICES: u8 = 4;
+/// Exit status when `pick` or `run --pick` found too few eligible or unleased GPUs.
+pub const EXIT_NO_GPU: u8 = 5;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,11 +47,16 @@ pub const EXIT_NO_DEVICES: u8 = 4;
                   drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
                   drmtool kms screenshot 38 -o crtc.png\n  \
                   drmtool hmm probe\n  drmtool pmem list --json\n  \
+                  drmtool run --gpu 0 -- glxinfo -B\n  drmtool run --pick 1 --wait 60 -- ./job.sh\n  \
+                  drmtool pick -n 2 --format env\n  drmtool leases\n  \
+                  drmtool export --per cgroup\n  \
                   drmtool completions bash > /etc/bash_completion.d/drmtool\n  \
                   drmtool man > drmtool.1\n\n\
                   Exit codes: 0 ok, 1 the command failed (an ioctl, /proc, the output), \
                   2 bad usage, 3 a device/pid/connector/mode/CRTC matched nothing, \
-                  4 no DRM devices on this machine (pmem list: no persistent memory).\n\n\
+                  4 no DRM devices on this machine (pmem list: no persistent memory), \
+                  5 too few free GPUs (pick, run --pick); run: the command's status \
+                  (125: the isolation could not be set up).\n\n\
                   On a machine without /dev/dri, run it in a guest with real drivers:\n  \
                   scripts/drmtool devices"
 )]
@@ -139,18 +146,90 @@ enum Cmd {
                       drmtool export --listen 0.0.0.0:9717 --per cgroup\n  \
                       drmtool export --textfile /var/lib/node_exporter/textfile/drm.prom --count 1")]
     Export(ExportArgs),
+    /// Choose the least used GPUs: fewest lease holders, then clients, then memory held
+    /// (what the buffers model knows; unknown figures are said so and rank last).
+    ///
+    /// Prints the choice (bus ids or platform device names, the vendor variables, or the
+    /// whole ranking as JSON). It leases nothing: `drmtool run --pick N` does. Exit 5 when
+    /// fewer than N GPUs are eligible.
+    #[command(
+        after_help = "Examples:\n  drmtool pick\n  drmtool pick -n 2 --max-clients 0 --format env\n  \
+                      drmtool pick --driver virtio_gpu --format json"
+    )]
+    Pick(PickArgs),
+    /// Who holds which GPU lease (`drmtool run --pick`): device, mode, pid, cgroup, since
+    /// (from the kernel's /proc/locks).
+    #[command(after_help = "Examples:\n  drmtool leases\n  drmtool leases --json")]
+    Leases,
     /// cgroup v2 device rules.
     #[command(subcommand)]
     Cgroup(CgroupCmd),
+    /// Slurm: gres.conf lines for the DRM GPUs, a TaskProlog's vendor variables.
+    #[command(subcommand)]
+    Slurm(SlurmCmd),
+}
+
+/// `drmtool slurm ...`.
+#[derive(Subcommand, Debug)]
+enum SlurmCmd {
+    /// gres.conf lines, one per GPU in the ordering (the n-th is GPU index n): Name=gpu,
+    /// Type=<driver>, File=<render node, else card node>, Cores=<local cores> where the GPU
+    /// has NUMA affinity.
+    #[command(after_help = "Examples:\n  drmtool slurm gres-conf >> /etc/slurm/gres.conf")]
+    GresConf,
+    /// For a TaskProlog: `export KEY=VALUE` lines of the vendor variables (and
+    /// DRMTOOL_GPUS) for the GPUs Slurm gave the step (SLURM_STEP_GPUS, else
+    /// SLURM_JOB_GPUS: indices in gres-conf order); nothing without them.
+    #[command(after_help = "Examples:\n  TaskProlog=/usr/local/sbin/drm-task-env  \
+                            (a script: exec drmtool slurm task-env)")]
+    TaskEnv,
+}
+
+/// `drmtool pick` arguments.
+#[derive(clap::Args, Debug)]
+struct PickArgs {
+    /// How many GPUs.
+    #[arg(short = 'n', default_value_t = 1)]
+    n: usize,
+    /// Only GPUs with at least BYTES free (a GPU whose free memory no source gives is
+    /// excluded, and said so).
+    #[arg(long, value_name = "BYTES")]
+    min_free: Option<u64>,
+    /// Only GPUs with at most K clients (open DRM files).
+    #[arg(long, value_name = "K")]
+    max_clients: Option<usize>,
+    /// Only GPUs of this driver.
+    #[arg(long)]
+    driver: Option<String>,
+    /// Only among these GPUs (selectors as for run --gpu).
+    #[arg(long = "gpu", value_delimiter = ',')]
+    gpus: Vec<String>,
+    /// bdf: one bus id (or platform device name) per line; env: the vendor variables;
+    /// json: the ranking with every figure and its source.
+    #[arg(long, default_value = "bdf", value_parser = ["bdf", "env", "json"])]
+    format: String,
 }
 
 /// `drmtool run` arguments.
 #[derive(clap::Args, Debug)]
 struct RunArgs {
     /// GPUs, comma-separated or repeated: an index of `drmtool devices`, a PCI bus id, a
-    /// node path, a /dev/dri/by-path name or a driver name (all its devices).
-    #[arg(long = "gpu", value_delimiter = ',', required = true)]
+    /// node path, a /dev/dri/by-path name or a driver name (all its devices). With --pick:
+    /// the candidates (default: every GPU).
+    #[arg(long = "gpu", value_delimiter = ',', required_unless_present = "pick")]
     gpus: Vec<String>,
+    /// Choose N GPUs as `drmtool pick` does and lease them for the command's lifetime
+    /// (flock under /run/drmtool/leases; two jobs started at once never get the same GPU;
+    /// the kernel frees a lease whose holders died). Exit 5 when none is free.
+    #[arg(long, value_name = "N")]
+    pick: Option<usize>,
+    /// With --pick: share each GPU with up to K holders (that also say --shared K) instead
+    /// of holding it alone.
+    #[arg(long, value_name = "K", requires = "pick")]
+    shared: Option<u32>,
+    /// With --pick: while every eligible GPU is leased, retry for up to SECS seconds.
+    #[arg(long, value_name = "SECS", requires = "pick", default_value_t = 0.0)]
+    wait: f64,
     /// Present the chosen nodes as card0.., renderD128.. in the order given.
     #[arg(long)]
     renumber: bool,
@@ -396,6 +475,9 @@ pub fn main_with(
         }
         Cmd::Run(a) => run_cmd(a, out),
         Cmd::Export(a) => export_cmd(&a),
+        Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
+        Cmd::Leases => leases_cmd(cli.json, out),
+        Cmd::Slurm(c) => slurm_cmd(&c, out),
         Cmd::Cgroup(CgroupCmd::Devices { cgroup }) => {
             use crate::isolate::inspect;
             match inspect::resolve(cgroup.as_deref()).and_then(|d| inspect::inspect(&d)) {
@@ -437,12 +519,38 @@ fn run_cmd(a: RunArgs, out: &mut dyn Write) -> ExitCode {
             }
         }
     }
+    let pick = match a.pick {
+        None => None,
+        Some(n) => {
+            let Some(wait) = seconds(a.wait) else {
+                eprintln!("drmtool: run: --wait needs a number of seconds >= 0 (hint: --wait 30)");
+                return ExitCode::from(2);
+            };
+            if a.shared == Some(0) {
+                eprintln!(
+                    "drmtool: run: --shared needs a number of holders >= 1 (hint: --shared 2)"
+                );
+                return ExitCode::from(2);
+            }
+            Some(run::PickRequest {
+                n,
+                sharing: a
+                    .shared
+                    .map_or(crate::isolate::lease::Sharing::Exclusive, |k| {
+                        crate::isolate::lease::Sharing::Shared(k)
+                    }),
+                wait,
+                want: Default::default(),
+            })
+        }
+    };
     let req = run::RunRequest {
         gpus,
         renumber: a.renumber,
         env_only: a.env_only,
         argv: a.argv,
         helper: Vec::new(),
+        pick,
     };
     match run::run(&req, out) {
         Ok(code) => ExitCode::from(code),
@@ -793,6 +901,185 @@ fn filter_device(r: &mut scan::Report, spec: &str) -> bool {
     r.processes
         .retain(|p| !p.drm_fds.is_empty() || !p.drm_mappings.is_empty());
     true
+}
+
+fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCode {
+    use crate::isolate::{lease, ordering::Selector, pick, run};
+    let fail = |e: run::RunError| {
+        eprintln!("drmtool: pick: {e}");
+        ExitCode::from(e.code())
+    };
+    let sels: Result<Vec<Selector>, String> = a.gpus.iter().map(|g| Selector::parse(g)).collect();
+    let sels = match sels {
+        Ok(s) => s,
+        Err(e) => return fail(run::RunError::Usage(e)),
+    };
+    let (all, cand) = if sels.is_empty() {
+        match run::all_gpus() {
+            Ok(all) => {
+                let c = (0..all.len()).collect::<Vec<_>>();
+                (all, c)
+            }
+            Err(e) => return fail(e),
+        }
+    } else {
+        match run::resolve(&sels) {
+            Ok(x) => x,
+            Err(e) => return fail(e),
+        }
+    };
+    if a.n == 0 {
+        return fail(run::RunError::Usage(
+            "-n needs a number of GPUs >= 1".into(),
+        ));
+    }
+    let report = scan::scan(&Options::default()).ok();
+    let held = run::held_by_index(&all, &cand, &lease::dir());
+    let gs: Vec<&crate::isolate::ordering::Gpu> = cand.iter().map(|&i| &all[i]).collect();
+    let want = pick::Want {
+        driver: a.driver.clone(),
+        max_clients: a.max_clients,
+        min_free: a.min_free,
+    };
+    let ranked = pick::rank(&gs, report.as_ref(), &held, &pick::sysfs_free, &want);
+    let chosen: Vec<&pick::Candidate> = ranked
+        .iter()
+        .filter(|c| c.excluded.is_none())
+        .take(a.n)
+        .collect();
+    if json || a.format == "json" {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            schema_version: u32,
+            chosen: Vec<usize>,
+            candidates: &'a [pick::Candidate],
+        }
+        let code = emit_json(
+            &Doc {
+                schema_version: SCHEMA_VERSION,
+                chosen: chosen.iter().map(|c| c.index).collect(),
+                candidates: &ranked,
+            },
+            out,
+        );
+        if chosen.len() < a.n {
+            return ExitCode::from(EXIT_NO_GPU);
+        }
+        return code;
+    }
+    for c in &ranked {
+        if c.memory.value.is_none() {
+            eprintln!(
+                "drmtool: pick: {}: memory held unknown ({})",
+                c.name, c.memory.source
+            );
+        }
+        if let Some(e) = &c.excluded {
+            eprintln!("drmtool: pick: {}: excluded: {e}", c.name);
+        }
+    }
+    if chosen.len() < a.n {
+        eprintln!(
+            "drmtool: pick: -n {}: only {} eligible GPU(s) of {}",
+            a.n,
+            chosen.len(),
+            ranked.len()
+        );
+        return ExitCode::from(EXIT_NO_GPU);
+    }
+    let text = if a.format == "env" {
+        let gpus: Vec<&crate::isolate::ordering::Gpu> =
+            chosen.iter().map(|c| &all[c.index]).collect();
+        crate::isolate::env::vendor_env(&gpus, &all)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect::<String>()
+    } else {
+        chosen.iter().map(|c| format!("{}\n", c.name)).collect()
+    };
+    emit_text(&text, out)
+}
+
+fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
+    use crate::isolate::{run, slurm};
+    let all = match run::all_gpus() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("drmtool: slurm: {e}");
+            return ExitCode::from(e.code());
+        }
+    };
+    match c {
+        SlurmCmd::GresConf => emit_text(&slurm::gres_conf(&all, &slurm::topology()), out),
+        SlurmCmd::TaskEnv => {
+            let step = std::env::var("SLURM_STEP_GPUS").ok();
+            let job = std::env::var("SLURM_JOB_GPUS").ok();
+            let idx = match slurm::job_gpus(step.as_deref(), job.as_deref(), all.len()) {
+                Ok(i) => i,
+                Err(e) => {
+                    eprintln!("drmtool: slurm task-env: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if idx.is_empty() {
+                return ExitCode::SUCCESS;
+            }
+            let chosen: Vec<&crate::isolate::ordering::Gpu> =
+                idx.iter().map(|&i| &all[i]).collect();
+            let mut text = format!(
+                "export DRMTOOL_GPUS={}\n",
+                idx.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            for (k, v) in crate::isolate::env::vendor_env(&chosen, &all) {
+                text.push_str(&format!("export {k}={v}\n"));
+            }
+            emit_text(&text, out)
+        }
+    }
+}
+
+fn leases_cmd(json: bool, out: &mut dyn Write) -> ExitCode {
+    use crate::isolate::lease;
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let hs = lease::holders(&lease::dir(), &locks);
+    if json {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            schema_version: u32,
+            directory: String,
+            leases: &'a [lease::Holder],
+        }
+        return emit_json(
+            &Doc {
+                schema_version: SCHEMA_VERSION,
+                directory: lease::dir().display().to_string(),
+                leases: &hs,
+            },
+            out,
+        );
+    }
+    let mut t = format!(
+        "{:<16} {:<10} {:>4} {:>8} {:>11}  CGROUP\n",
+        "DEVICE", "MODE", "SLOT", "PID", "SINCE"
+    );
+    for h in &hs {
+        t.push_str(&format!(
+            "{:<16} {:<10} {:>4} {:>8} {:>11}  {}\n",
+            h.device,
+            h.mode,
+            h.slot.map_or("-".into(), |s| s.to_string()),
+            h.pid,
+            h.since.map_or("-".into(), |s| s.to_string()),
+            h.cgroup.as_ref().map_or("-".into(), |c| c.escaped()),
+        ));
+    }
+    if hs.is_empty() {
+        t.push_str(&format!("(no leases held in {})\n", lease::dir().display()));
+    }
+    emit_text(&t, out)
 }
 
 fn skip_of(skip: &[SkipSource]) -> scan::Skip {

@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+mod synthetic;
+
 use drmtool::cli::run_captured as run;
 
 fn schema() -> jsonschema::Validator {
@@ -143,25 +145,15 @@ fn a_missing_proc_is_a_one_line_error_with_a_hint() {
 /// A synthetic /proc with one process holding `/dev/null`, which a synthetic sysfs
 /// (`Options::sys_root`) calls a DRM node, with `fdinfo` text of the caller's.
 fn synthetic_drm_holder(name: &str, fdinfo: &str) -> (std::path::PathBuf, drmtool::Options) {
-    let root = std::env::temp_dir().join(format!("drmtool-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let pid = root.join("proc/5000000");
-    std::fs::create_dir_all(pid.join("fd")).unwrap();
-    std::fs::create_dir_all(pid.join("fdinfo")).unwrap();
-    std::fs::write(pid.join("comm"), "holder\n").unwrap();
-    std::os::unix::fs::symlink("/dev/null", pid.join("fd/3")).unwrap();
-    std::fs::write(pid.join("fdinfo/3"), fdinfo).unwrap();
-    let char_dev = root.join("sys/dev/char/1:3");
-    std::fs::create_dir_all(&char_dev).unwrap();
-    std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
-    std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
-    let opts = drmtool::Options {
-        proc_root: root.join("proc"),
-        debugfs_root: root.join("no-debugfs"),
-        sys_root: root.join("sys"),
-        ..Default::default()
-    };
-    (root, opts)
+    synthetic::drm_tree(
+        name,
+        &[synthetic::Proc {
+            pid: 5_000_000,
+            comm: "holder",
+            cgroup: None,
+            fdinfo,
+        }],
+    )
 }
 
 #[test]

@@ -166,3 +166,45 @@ fn devices_json_validates() {
         s.iter_errors(&v).map(|e| e.to_string()).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn leases_json_validates_and_pick_needs_devices() {
+    let (code, out) = run(&["leases", "--json"]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = schema("leases.schema.json");
+    assert!(
+        s.is_valid(&v),
+        "{:?}",
+        s.iter_errors(&v).map(|e| e.to_string()).collect::<Vec<_>>()
+    );
+    // A document that drifts is rejected.
+    let mut bad = v.clone();
+    bad["leases"] = serde_json::json!([{"device": "a b", "mode": "exclusive", "slot": null,
+        "pid": 1, "cgroup": null, "since": null}]);
+    assert!(!s.is_valid(&bad));
+    let _ = schema("pick.schema.json");
+    if has_dri() {
+        eprintln!("SKIP: this host has /dev/dri; kernel-tests/tests/drmtool_run.rs covers pick");
+        return;
+    }
+    assert_eq!(run(&["pick"]).0, ExitCode::from(4), "no DRM devices");
+    assert_eq!(
+        run(&["pick", "-n", "0"]).0,
+        ExitCode::from(4),
+        "devices are looked up first"
+    );
+    assert_eq!(
+        run(&["run", "--pick", "1", "--shared", "0", "--", "true"]).0,
+        ExitCode::from(2)
+    );
+    assert_eq!(
+        run(&["run", "--pick", "1", "--wait", "-1", "--", "true"]).0,
+        ExitCode::from(2)
+    );
+    assert_eq!(
+        run(&["run", "--shared", "2", "--", "true"]).0,
+        ExitCode::from(2),
+        "--shared needs --pick"
+    );
+}

@@ -11,6 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod synthetic;
+
 const DOCKER: &str = "4c01db0b339c1bdd8c0f3a2ba6e9c6b6a2d0d9ac0f0b8a4c1e2f3a4b5c6d7e8f";
 
 /// One synthetic process: pid, comm, /proc/<pid>/cgroup text, fdinfo of its fd 3 (a DRM fd:
@@ -23,28 +25,16 @@ struct Proc {
 }
 
 fn tree(name: &str, procs: &[Proc]) -> (PathBuf, drmtool::Options) {
-    let root = std::env::temp_dir().join(format!("drmtool-export-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    for p in procs {
-        let d = root.join(format!("proc/{}", p.pid));
-        std::fs::create_dir_all(d.join("fd")).unwrap();
-        std::fs::create_dir_all(d.join("fdinfo")).unwrap();
-        std::fs::write(d.join("comm"), format!("{}\n", p.comm)).unwrap();
-        std::fs::write(d.join("cgroup"), &p.cgroup).unwrap();
-        std::os::unix::fs::symlink("/dev/null", d.join("fd/3")).unwrap();
-        std::fs::write(d.join("fdinfo/3"), &p.fdinfo).unwrap();
-    }
-    let char_dev = root.join("sys/dev/char/1:3");
-    std::fs::create_dir_all(&char_dev).unwrap();
-    std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
-    std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
-    let opts = drmtool::Options {
-        proc_root: root.join("proc"),
-        debugfs_root: root.join("no-debugfs"),
-        sys_root: root.join("sys"),
-        ..Default::default()
-    };
-    (root, opts)
+    let ps: Vec<synthetic::Proc<'_>> = procs
+        .iter()
+        .map(|p| synthetic::Proc {
+            pid: p.pid,
+            comm: p.comm,
+            cgroup: Some(&p.cgroup),
+            fdinfo: &p.fdinfo,
+        })
+        .collect();
+    synthetic::drm_tree(&format!("export-{name}"), &ps)
 }
 
 fn fdinfo(id: u32, total_kib: u64, busy_ns: u64, name: &str) -> String {

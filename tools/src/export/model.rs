@@ -202,8 +202,9 @@ fn gauge_family(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, 
     }
 }
 
-/// The device label of each report device: its name in the GPU ordering (PCI bus id or
-/// platform device name) where one of its nodes is there, else its sysfs directory's name.
+/// The device label of each report device: its PCI bus id, else its device name (a
+/// platform device), from the GPU ordering where one of its nodes is there; else its sysfs
+/// directory's name.
 fn device_names(report: &Report, gpus: &[Gpu]) -> Vec<(String, Option<usize>)> {
     report
         .devices
@@ -217,7 +218,10 @@ fn device_names(report: &Report, gpus: &[Gpu]) -> Vec<(String, Option<usize>)> {
                 })
             });
             match gpu {
-                Some(g) => (g.name.clone(), Some(g.index)),
+                Some(g) => (
+                    g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
+                    Some(g.index),
+                ),
                 None => (
                     d.sysfs
                         .rsplit('/')

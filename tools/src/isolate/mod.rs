@@ -1,11 +1,15 @@
 //! Isolation of a job to its GPUs (`drmtool run --gpu`, `drmtool cgroup devices`): the
 //! cgroup v2 device program as data ([`devprog`], over the instruction encoding in
-//! [`bpf`]).
+//! [`bpf`]); choosing free GPUs ([`pick`]) and leasing them ([`lease`], `drmtool run
+//! --pick`).
 
 pub mod bpf;
 pub mod cgroup;
 pub mod devprog;
 pub mod env;
 pub mod inspect;
+pub mod lease;
 pub mod ordering;
+pub mod pick;
 pub mod run;
+pub mod slurm;

@@ -18,8 +18,11 @@
 use super::cgroup::{self, Cgroup, CgroupError};
 use super::devprog::{self, Policy};
 use super::env::vendor_env;
+use super::lease::{self, Lease, LeaseError, Sharing};
 use super::ordering::{self, Gpu, Selector};
+use super::pick::{self, Want};
 use drm_gem::NodeKind;
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -40,7 +43,27 @@ pub struct RunRequest {
     /// The program (and arguments) that runs the child half: empty for drmtool's own
     /// executable; a test binary names itself and the test that calls [`child_main`].
     pub helper: Vec<OsString>,
+    /// `--pick N`: choose N GPUs among the selectors' (all when none) and lease them.
+    pub pick: Option<PickRequest>,
 }
+
+/// `drmtool run --pick N [--shared K] [--wait SECS]`.
+#[derive(Debug, Clone)]
+pub struct PickRequest {
+    /// How many GPUs.
+    pub n: usize,
+    /// Exclusive, or one of K holders.
+    pub sharing: Sharing,
+    /// How long to retry while the eligible GPUs are leased by others.
+    pub wait: std::time::Duration,
+    /// Exclusions (driver, clients, free memory).
+    pub want: Want,
+}
+
+/// The variable that tells the command which leases it holds: `KEY` (exclusive) or
+/// `KEY/SLOT` (shared) per GPU, comma-separated; the lock fds are inherited with it, so
+/// the leases last as long as the command (or anything it leaves running with them).
+pub const LEASES_ENV: &str = "DRMTOOL_LEASES";
 
 /// The variable that carries the job to the child half (hex-encoded cgroup path, nodes
 /// and arguments); removed before the command runs.
@@ -123,6 +146,9 @@ pub enum RunError {
     NoDevices(String),
     /// The isolation could not be set up (exit 125).
     Setup(String),
+    /// `--pick`: not enough eligible GPUs, or all of them leased by others until the
+    /// deadline (exit 5).
+    NoGpu(String),
 }
 
 impl RunError {
@@ -132,6 +158,7 @@ impl RunError {
             RunError::Usage(_) => 2,
             RunError::NoDevices(_) => crate::cli::EXIT_NO_DEVICES,
             RunError::Setup(_) => EXIT_SETUP,
+            RunError::NoGpu(_) => crate::cli::EXIT_NO_GPU,
         }
     }
 }
@@ -139,7 +166,10 @@ impl RunError {
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RunError::Usage(s) | RunError::NoDevices(s) | RunError::Setup(s) => f.write_str(s),
+            RunError::Usage(s)
+            | RunError::NoDevices(s)
+            | RunError::Setup(s)
+            | RunError::NoGpu(s) => f.write_str(s),
         }
     }
 }
@@ -265,22 +295,132 @@ pub fn resolve(gpus: &[Selector]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
     if gpus.is_empty() {
         return Err(RunError::Usage("--gpu needs at least one selector".into()));
     }
-    let all = ordering::gpus().map_err(|e| {
+    let all = all_gpus()?;
+    let chosen = ordering::select(gpus, &all).map_err(RunError::Usage)?;
+    let idx = chosen.iter().map(|g| g.index).collect();
+    Ok((all, idx))
+}
+
+/// The machine's GPUs in the ordering, or why there are none.
+pub fn all_gpus() -> Result<Vec<Gpu>, RunError> {
+    ordering::gpus().map_err(|e| {
         RunError::NoDevices(match e {
             drm_gem::NoNodes::NoDevDri => "no DRM devices: this machine has no /dev/dri".into(),
             drm_gem::NoNodes::Empty => {
                 "no DRM devices: /dev/dri holds no card or render nodes".into()
             }
         })
-    })?;
-    let chosen = ordering::select(gpus, &all).map_err(RunError::Usage)?;
-    let idx = chosen.iter().map(|g| g.index).collect();
-    Ok((all, idx))
+    })
+}
+
+/// Holders per GPU index among `cand`, from the lease directory and `/proc/locks`.
+pub fn held_by_index(all: &[Gpu], cand: &[usize], d: &Path) -> BTreeMap<usize, usize> {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let counts = lease::held_counts(&lease::holders(d, &locks));
+    cand.iter()
+        .map(|&i| (i, counts.get(&lease::key(&all[i])).copied().unwrap_or(0)))
+        .collect()
+}
+
+/// Chooses `p.n` of the candidate GPUs (indices into `all`) in rank order and leases them,
+/// retrying until `p.wait` has passed while others hold them.
+pub fn pick_and_lease(
+    all: &[Gpu],
+    cand: &[usize],
+    p: &PickRequest,
+) -> Result<Vec<Lease>, RunError> {
+    if p.n == 0 {
+        return Err(RunError::Usage("--pick needs a number of GPUs >= 1".into()));
+    }
+    let d = lease::dir();
+    lease::ensure_dir(&d).map_err(RunError::Setup)?;
+    // One scan ranks the candidates; the leases are re-read on every try.
+    let report = crate::scan::scan(&crate::scan::Options::default()).ok();
+    let deadline = std::time::Instant::now() + p.wait;
+    let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
+    loop {
+        let held = held_by_index(all, cand, &d);
+        let ranked = pick::rank(&gs, report.as_ref(), &held, &pick::sysfs_free, &p.want);
+        let eligible: Vec<&pick::Candidate> =
+            ranked.iter().filter(|c| c.excluded.is_none()).collect();
+        if eligible.len() < p.n {
+            let why: Vec<String> = ranked
+                .iter()
+                .filter_map(|c| c.excluded.as_ref().map(|e| format!("{}: {e}", c.name)))
+                .collect();
+            return Err(RunError::NoGpu(format!(
+                "--pick {}: only {} eligible GPU(s) ({})",
+                p.n,
+                eligible.len(),
+                why.join("; ")
+            )));
+        }
+        let mut got: Vec<Lease> = Vec::new();
+        for c in &eligible {
+            if got.len() == p.n {
+                break;
+            }
+            match lease::try_lease(&d, &all[c.index], p.sharing) {
+                Ok(l) => got.push(l),
+                Err(LeaseError::Busy) => continue,
+                Err(LeaseError::Io(e)) => return Err(RunError::Setup(e)),
+            }
+        }
+        if got.len() == p.n {
+            return Ok(got);
+        }
+        // Not enough: give back what was taken (so two jobs that want two each cannot
+        // hold one apiece forever) and try again until the deadline.
+        drop(got);
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            let busy: Vec<String> = eligible
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} ({} holder(s))",
+                        c.name,
+                        held.get(&c.index).unwrap_or(&0)
+                    )
+                })
+                .collect();
+            return Err(RunError::NoGpu(format!(
+                "--pick {}: every eligible GPU is leased by others: {} (hint: --wait SECS, \
+                 drmtool leases)",
+                p.n,
+                busy.join(", ")
+            )));
+        }
+        // 50-150 ms, varied by pid so that waiters do not retry in lockstep.
+        let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
+        std::thread::sleep(pause.min(deadline - now));
+    }
 }
 
 /// Runs the request: returns the command's exit status (or prints the variables).
 pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunError> {
-    let (all, idx) = resolve(&req.gpus)?;
+    let mut leases: Vec<Lease> = Vec::new();
+    let (all, idx) = match &req.pick {
+        None => resolve(&req.gpus)?,
+        Some(p) => {
+            if req.env_only {
+                return Err(RunError::Usage(
+                    "--pick leases GPUs for a command; for the variables alone use \
+                     drmtool pick --format env"
+                        .into(),
+                ));
+            }
+            let (all, cand) = if req.gpus.is_empty() {
+                let all = all_gpus()?;
+                let cand = (0..all.len()).collect();
+                (all, cand)
+            } else {
+                resolve(&req.gpus)?
+            };
+            leases = pick_and_lease(&all, &cand, p)?;
+            (all, leases.iter().map(|l| l.index).collect())
+        }
+    };
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
     let env = vendor_env(&chosen, &all);
     if req.env_only {
@@ -309,6 +449,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         .flat_map(|g| g.nodes.iter().map(|n| n.dev.1))
         .collect();
     let parent = cgroup::own()?;
+    sweep_dead(&parent);
     let cg = Cgroup::create(&parent, &format!("drmtool-run-{}", std::process::id()))?;
     attach(cg.path(), &Policy::only_drm_minors(&minors))?;
     let mut helper = req.helper.clone();
@@ -319,6 +460,25 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     }
     let mut child = std::process::Command::new(&helper[0]);
     child.args(&helper[1..]);
+    if !leases.is_empty() {
+        // The lock fds go to the command (no close-on-exec), so the leases last as long
+        // as it does even if this process is killed.
+        for l in &leases {
+            for fd in &l.fds {
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| {
+                    RunError::Setup(format!("keeping the lease of {} open: {e}", l.key))
+                })?;
+            }
+        }
+        let names: Vec<String> = leases
+            .iter()
+            .map(|l| match l.slot {
+                Some(s) => format!("{}/{s}", l.key),
+                None => l.key.clone(),
+            })
+            .collect();
+        child.env(LEASES_ENV, names.join(","));
+    }
     child.env(CHILD_ENV, encode_job(cg.path(), &placed, &req.argv));
     child.envs(env.iter().map(|(k, v)| (k, v)));
     let mut job = child
@@ -341,6 +501,30 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         (None, Some(s)) => u8::try_from(128 + s).unwrap_or(255),
         _ => 1,
     })
+}
+
+/// Removes the `drmtool-run-<pid>` cgroups under `parent` that a `run` killed before it
+/// could remove its own left behind: only where process `<pid>` is gone, and only empty
+/// ones (the kernel refuses to remove a cgroup that still has processes, such as a command
+/// that outlived its killed `run`).
+fn sweep_dead(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("drmtool-run-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = std::fs::remove_dir(e.path());
+    }
 }
 
 /// Loads the device program of `policy` and attaches it to the cgroup at `dir`

@@ -1,0 +1,256 @@
+//! `drmtool pick`: ranks the GPUs by what the buffers model knows of their use and what the
+//! leases say, and chooses the least used.
+//!
+//! Rank, best first: not excluded; fewest lease holders; fewest clients (open DRM files);
+//! least memory held (fdinfo `drm-total-*` summed over the device's clients, else the bytes
+//! its buffers are mapped, else unknown: unknown ranks after every known figure, never as
+//! zero); then the ordering's index. Excluded, with the reason: another driver than
+//! `--driver`, more clients than `--max-clients`, free memory below `--min-free` or unknown
+//! (generic DRM has no free-memory query; amdgpu's sysfs `mem_info_vram_{total,used}` is read
+//! where present).
+
+use super::ordering::Gpu;
+use crate::scan::Report;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What the caller wants.
+#[derive(Debug, Clone, Default)]
+pub struct Want {
+    /// Only GPUs of this driver.
+    pub driver: Option<String>,
+    /// At most this many clients.
+    pub max_clients: Option<usize>,
+    /// At least this many free bytes (a GPU whose free memory is unknown is excluded).
+    pub min_free: Option<u64>,
+}
+
+/// A figure with where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Known {
+    /// The value, `None` when no source has it.
+    pub value: Option<u64>,
+    /// `fdinfo`, `maps`, `sysfs-amdgpu`, or why it is unknown.
+    pub source: String,
+}
+
+/// One GPU as ranked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// Its index in the ordering.
+    pub index: usize,
+    /// PCI bus id, else the device's name (a platform device).
+    pub name: String,
+    /// Its driver.
+    pub driver: Option<String>,
+    /// Distinct open DRM files on it (`None` when the scan could not run).
+    pub clients: Option<usize>,
+    /// Memory its clients hold.
+    pub memory: Known,
+    /// Free memory.
+    pub free: Known,
+    /// Lease holders now.
+    pub leases: usize,
+    /// Why it cannot be chosen.
+    pub excluded: Option<String>,
+}
+
+/// What the report says about one GPU: clients and memory held.
+fn usage(g: &Gpu, r: Option<&Report>) -> (Option<usize>, Known) {
+    let Some(r) = r else {
+        return (
+            None,
+            Known {
+                value: None,
+                source: "the scan could not run".into(),
+            },
+        );
+    };
+    let devs: Vec<_> = r
+        .devices
+        .iter()
+        .filter(|d| {
+            d.nodes.iter().any(|n| {
+                g.nodes
+                    .iter()
+                    .any(|m| m.path.as_os_str() == n.path.as_str())
+            })
+        })
+        .collect();
+    let clients = devs.iter().map(|d| d.clients).sum();
+    let sum = |f: &dyn Fn(&crate::scan::DeviceReport) -> Option<u64>| -> Option<u64> {
+        let v: Vec<u64> = devs.iter().filter_map(|d| f(d)).collect();
+        (!v.is_empty()).then(|| v.iter().fold(0u64, |a, b| a.saturating_add(*b)))
+    };
+    let memory = if devs.is_empty() {
+        // No client has it open: nothing is held (the scan saw every process it could).
+        Known {
+            value: Some(0),
+            source: "no clients".into(),
+        }
+    } else if let Some(v) = sum(&|d| d.memory_total.value) {
+        Known {
+            value: Some(v),
+            source: "fdinfo".into(),
+        }
+    } else if let Some(v) = sum(&|d| d.mapped.value) {
+        Known {
+            value: Some(v),
+            source: "maps".into(),
+        }
+    } else {
+        Known {
+            value: None,
+            source: "unknown: the driver prints no drm-total-* and no buffer is mapped".into(),
+        }
+    };
+    (Some(clients), memory)
+}
+
+/// Ranks `gpus` (the candidates) for `want`; `held` is the number of lease holders per GPU
+/// index, `free` each GPU's free memory.
+pub fn rank(
+    gpus: &[&Gpu],
+    report: Option<&Report>,
+    held: &BTreeMap<usize, usize>,
+    free: &dyn Fn(&Gpu) -> Known,
+    want: &Want,
+) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = gpus
+        .iter()
+        .map(|g| {
+            let (clients, memory) = usage(g, report);
+            let free = free(g);
+            let excluded = if let Some(d) = &want.driver
+                && g.driver.as_deref() != Some(d.as_str())
+            {
+                Some(format!(
+                    "driver {} is not {d}",
+                    g.driver.as_deref().unwrap_or("unknown")
+                ))
+            } else if let Some(k) = want.max_clients
+                && clients.is_none_or(|c| c > k)
+            {
+                Some(match clients {
+                    Some(c) => format!("{c} clients > --max-clients {k}"),
+                    None => "clients unknown (the scan could not run)".into(),
+                })
+            } else if let Some(m) = want.min_free {
+                match free.value {
+                    Some(f) if f >= m => None,
+                    Some(f) => Some(format!("{f} bytes free < --min-free {m}")),
+                    None => Some(format!("free memory unknown ({})", free.source)),
+                }
+            } else {
+                None
+            };
+            Candidate {
+                index: g.index,
+                name: g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
+                driver: g.driver.clone(),
+                clients,
+                memory,
+                free,
+                leases: held.get(&g.index).copied().unwrap_or(0),
+                excluded,
+            }
+        })
+        .collect();
+    out.sort_by_key(|c| {
+        (
+            c.excluded.is_some(),
+            c.leases,
+            c.clients.unwrap_or(usize::MAX),
+            c.memory.value.map_or((1, 0), |v| (0, v)),
+            c.index,
+        )
+    });
+    out
+}
+
+/// Free VRAM from amdgpu's sysfs (`<device>/mem_info_vram_total` minus `..._used`), the
+/// one driver that publishes it; unknown elsewhere.
+pub fn sysfs_free(g: &Gpu) -> Known {
+    let dev = g.nodes.first().and_then(|n| n.path.file_name()).map(|f| {
+        std::path::Path::new("/sys/class/drm")
+            .join(f)
+            .join("device")
+    });
+    let read = |name: &str| -> Option<u64> {
+        let d = dev.as_ref()?;
+        let t = std::fs::read_to_string(d.join(name)).ok()?;
+        t.trim().parse().ok()
+    };
+    match (read("mem_info_vram_total"), read("mem_info_vram_used")) {
+        (Some(t), Some(u)) => Known {
+            value: Some(t.saturating_sub(u)),
+            source: "sysfs-amdgpu".into(),
+        },
+        _ => Known {
+            value: None,
+            source: "no source: DRM has no free-memory query and the driver publishes none".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: usize, driver: &str) -> Gpu {
+        Gpu {
+            index,
+            bus_id: None,
+            name: format!("{driver}{index}"),
+            driver: Some(driver.into()),
+            pci_id: None,
+            nodes: Vec::new(),
+            numa_node: None,
+            local_cpulist: None,
+        }
+    }
+
+    fn unknown(_: &Gpu) -> Known {
+        Known {
+            value: None,
+            source: "no source".into(),
+        }
+    }
+
+    #[test]
+    fn leases_then_clients_then_index_and_exclusions_named() {
+        let gs = [gpu(0, "vkms"), gpu(1, "vgem"), gpu(2, "vgem")];
+        let refs: Vec<&Gpu> = gs.iter().collect();
+        // Without a report, clients are unknown: only leases and the index decide.
+        let held = BTreeMap::from([(0, 1)]);
+        let r = rank(&refs, None, &held, &unknown, &Want::default());
+        let order: Vec<usize> = r.iter().map(|c| c.index).collect();
+        assert_eq!(order, [1, 2, 0], "the leased GPU last");
+        let idle = |want: Want| rank(&refs, None, &BTreeMap::new(), &unknown, &want);
+        let r = idle(Want {
+            driver: Some("vgem".into()),
+            ..Default::default()
+        });
+        assert_eq!(r.last().unwrap().index, 0);
+        assert_eq!(
+            r.last().unwrap().excluded.as_deref(),
+            Some("driver vkms is not vgem")
+        );
+        let r = idle(Want {
+            min_free: Some(1),
+            ..Default::default()
+        });
+        assert!(
+            r.iter()
+                .all(|c| c.excluded.as_deref() == Some("free memory unknown (no source)"))
+        );
+        let r = idle(Want {
+            max_clients: Some(3),
+            ..Default::default()
+        });
+        assert!(
+            r.iter().all(|c| c.excluded.is_some()),
+            "clients unknown: excluded"
+        );
+    }
+}

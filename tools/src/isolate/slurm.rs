@@ -1,0 +1,267 @@
+//! Slurm: `gres.conf` lines for the DRM GPUs, and a TaskProlog's environment.
+//!
+//! `drmtool slurm gres-conf` lists every GPU in the ordering (`drmtool devices`), one line
+//! each, so that the n-th GPU line of the node's gres.conf is GPU index n: Slurm numbers a
+//! node's `gpu` GRES in file order, and hands a job those numbers (`SLURM_JOB_GPUS`,
+//! `SLURM_STEP_GPUS`), which `drmtool slurm task-env` turns back into the vendor variables.
+//! `File=` is the render node where the GPU has one (what compute opens), else its card
+//! node; `Type=` the DRM driver; `Cores=` the GPU's local CPUs as Slurm's abstract core
+//! indices, left out where every CPU is local (no NUMA affinity to state).
+
+use super::ordering::Gpu;
+
+/// Parses a kernel CPU list (`0-3,8,10-11`).
+pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 65_536 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// Writes a sorted list of numbers as ranges (`0-3,8`).
+pub fn ranges(v: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Slurm's abstract core index of each CPU: cores numbered 0.. in (package, core id)
+/// order, as `(cpu, package, core_id)` triples give them.
+pub fn core_indices(topology: &[(u32, u32, u32)]) -> std::collections::BTreeMap<u32, u32> {
+    let mut cores: Vec<(u32, u32)> = topology.iter().map(|&(_, p, c)| (p, c)).collect();
+    cores.sort_unstable();
+    cores.dedup();
+    topology
+        .iter()
+        .filter_map(|&(cpu, p, c)| {
+            let idx = cores.binary_search(&(p, c)).ok()?;
+            Some((cpu, u32::try_from(idx).ok()?))
+        })
+        .collect()
+}
+
+/// The machine's CPU topology from sysfs: `(cpu, physical_package_id, core_id)`.
+pub fn topology() -> Vec<(u32, u32, u32)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/sys/devices/system/cpu") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(cpu) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let read = |f: &str| -> Option<u32> {
+            std::fs::read_to_string(e.path().join("topology").join(f))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        if let (Some(p), Some(c)) = (read("physical_package_id"), read("core_id")) {
+            out.push((cpu, p, c));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// `Type=`: the driver name with anything but `[A-Za-z0-9_-]` as `_` (a GRES type is one
+/// word), `unknown` without a driver.
+fn gres_type(g: &Gpu) -> String {
+    g.driver
+        .as_deref()
+        .unwrap_or("unknown")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// gres.conf text for `gpus` (in the ordering), `topology` being the machine's CPUs.
+pub fn gres_conf(gpus: &[Gpu], topology: &[(u32, u32, u32)]) -> String {
+    let cores = core_indices(topology);
+    let all_cpus = topology.len();
+    let mut out = String::from(
+        "# drmtool slurm gres-conf: one line per DRM GPU, in drmtool's ordering (drmtool \
+         devices):\n# the n-th line is GPU index n, as drmtool slurm task-env reads \
+         SLURM_STEP_GPUS.\n",
+    );
+    for g in gpus {
+        let Some(node) = g.render().or_else(|| g.card()) else {
+            out.push_str(&format!("# GPU {} ({}) has no node\n", g.index, g.name));
+            continue;
+        };
+        let mut line = format!(
+            "Name=gpu Type={} File={}",
+            gres_type(g),
+            node.path.display()
+        );
+        let local = g.local_cpulist.as_deref().and_then(parse_cpulist);
+        if let Some(cpus) = local
+            && !cpus.is_empty()
+            && cpus.len() < all_cpus
+        {
+            let mut idx: Vec<u32> = cpus.iter().filter_map(|c| cores.get(c).copied()).collect();
+            idx.sort_unstable();
+            idx.dedup();
+            if !idx.is_empty() {
+                line.push_str(&format!(" Cores={}", ranges(&idx)));
+            }
+        }
+        line.push_str(&format!(
+            "  # GPU {}: {}{}\n",
+            g.index,
+            g.bus_id.as_deref().unwrap_or(&g.name),
+            g.driver
+                .as_deref()
+                .map(|d| format!(" {d}"))
+                .unwrap_or_default()
+        ));
+        out.push_str(&line);
+    }
+    out
+}
+
+/// The GPU indices a Slurm job step was given: `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`
+/// (comma-separated indices in gres.conf order); `Err` with the variable's text when an
+/// entry is not an index there.
+pub fn job_gpus(step: Option<&str>, job: Option<&str>, count: usize) -> Result<Vec<usize>, String> {
+    let Some(v) = step.or(job) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match p.parse::<usize>() {
+            Ok(i) if i < count => {
+                if !out.contains(&i) {
+                    out.push(i);
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "SLURM_STEP_GPUS/SLURM_JOB_GPUS {v:?}: {p:?} is not a GPU index (0..{count})"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolate::ordering::Node;
+    use drm_gem::NodeKind;
+
+    fn gpu(index: usize, driver: &str, nodes: &[(&str, NodeKind)], cpus: Option<&str>) -> Gpu {
+        Gpu {
+            index,
+            bus_id: Some(format!("0000:00:0{index}.0")),
+            name: format!("0000:00:0{index}.0"),
+            driver: Some(driver.into()),
+            pci_id: None,
+            nodes: nodes
+                .iter()
+                .map(|(p, k)| Node {
+                    path: p.into(),
+                    kind: *k,
+                    dev: (226, 0),
+                    by_path: None,
+                })
+                .collect(),
+            numa_node: None,
+            local_cpulist: cpus.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn cpulists_and_ranges() {
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpulist(""), Some(vec![]));
+        assert_eq!(parse_cpulist("3-1"), None);
+        assert_eq!(parse_cpulist("0-4294967295"), None, "bounded");
+        assert_eq!(parse_cpulist("x"), None);
+        assert_eq!(ranges(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(ranges(&[]), "");
+    }
+
+    #[test]
+    fn gres_lines_follow_the_ordering_with_render_nodes_and_local_cores() {
+        // Two sockets of two cores with two threads each: cpus 0-3 on socket 0, 4-7 on 1.
+        let topo: Vec<(u32, u32, u32)> = (0..8).map(|c| (c, c / 4, (c % 4) / 2)).collect();
+        let gs = [
+            gpu(
+                0,
+                "virtio_gpu",
+                &[
+                    ("/dev/dri/card1", NodeKind::Primary),
+                    ("/dev/dri/renderD128", NodeKind::Render),
+                ],
+                Some("4-7"),
+            ),
+            gpu(
+                1,
+                "vkms",
+                &[("/dev/dri/card0", NodeKind::Primary)],
+                Some("0-7"),
+            ),
+        ];
+        let text = gres_conf(&gs, &topo);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "Name=gpu Type=virtio_gpu File=/dev/dri/renderD128 Cores=2-3  # GPU 0: 0000:00:00.0 virtio_gpu",
+                "Name=gpu Type=vkms File=/dev/dri/card0  # GPU 1: 0000:00:01.0 vkms",
+            ]
+        );
+    }
+
+    #[test]
+    fn job_gpus_from_slurm_variables() {
+        assert_eq!(
+            job_gpus(Some("1,0"), Some("2"), 3),
+            Ok(vec![1, 0]),
+            "the step's first"
+        );
+        assert_eq!(job_gpus(None, Some("2"), 3), Ok(vec![2]));
+        assert_eq!(job_gpus(None, None, 3), Ok(vec![]));
+        assert!(job_gpus(Some("3"), None, 3).is_err());
+        assert!(job_gpus(Some("gpu:1"), None, 3).is_err());
+    }
+}
