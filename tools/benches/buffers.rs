@@ -397,16 +397,33 @@ fn scan_once_child(times: &str) -> Result<(), String> {
     } else {
         scan::Skip::default()
     };
-    for _ in 0..times.parse::<u32>().unwrap_or(1).max(1) {
-        clients = black_box(scan_skipping(skip)).clients.len();
+    let n = times.parse::<u32>().unwrap_or(1).max(1);
+    if std::env::var_os(SCRAPE_ENV).is_some_and(|v| v == "1") {
+        // An exporter's steady state: its counter state and two cached encodings.
+        let mut exp = exporter();
+        for _ in 0..n {
+            clients = black_box(exp.scrape(Format::OpenMetrics, Instant::now())).len();
+        }
+    } else {
+        for _ in 0..n {
+            clients = black_box(scan_skipping(skip)).clients.len();
+        }
     }
     let after = vm_hwm().ok_or("no VmHWM")?;
     println!("{before} {after} {clients}");
     Ok(())
 }
 
+/// `BUFBENCH_SCAN_ONCE_EXPORT=1`: the re-run scrapes with an exporter instead of scanning.
+const SCRAPE_ENV: &str = "BUFBENCH_SCAN_ONCE_EXPORT";
+
 /// Runs one scan in a fresh process of this binary; `(VmHWM before, after)` in KiB.
 fn peak_memory() -> Result<(u64, u64), String> {
+    peak_memory_of(false)
+}
+
+/// [`peak_memory`], or with `export` an exporter's four scrapes.
+fn peak_memory_of(export: bool) -> Result<(u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     // `BUFBENCH_WRAP` (a shell prefix such as `strace -c -o /dev/stderr`) runs the scan
     // under a tool; `BUFBENCH_SCAN_ONCE_TIMES` repeats it there (for a profiler).
@@ -418,9 +435,14 @@ fn peak_memory() -> Result<(u64, u64), String> {
         }
         _ => Command::new(&exe),
     };
-    let times = std::env::var("BUFBENCH_SCAN_ONCE_TIMES").unwrap_or_else(|_| "1".into());
+    let times = if export {
+        "4".into()
+    } else {
+        std::env::var("BUFBENCH_SCAN_ONCE_TIMES").unwrap_or_else(|_| "1".into())
+    };
     let out = cmd
         .env(SCAN_ONCE_ENV, times)
+        .env(SCRAPE_ENV, if export { "1" } else { "0" })
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -600,6 +622,11 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
     println!(
         "buffers: the scan found all {fds} fds; peak memory of one scan {} KiB (VmHWM; {} before it)",
         hwm.1, hwm.0
+    );
+    let ehwm = peak_memory_of(true)?;
+    println!(
+        "buffers: peak memory of an exporter after four scrapes {} KiB (VmHWM; {} before them)",
+        ehwm.1, ehwm.0
     );
     let mut row = Row {
         fds,

@@ -20,6 +20,12 @@ pub enum By {
     Client,
     /// One row per buffer (mapped DRM buffers and dma-bufs).
     Buffer,
+    /// One row per cgroup v2 path of the holders.
+    Cgroup,
+    /// One row per systemd unit (from the cgroup path).
+    Unit,
+    /// One row per Slurm job (from the cgroup path).
+    Job,
 }
 
 /// Sort key of the main table.
@@ -124,6 +130,126 @@ fn table(out: &mut String, st: &Style, header: &[&str], rows: &[Vec<String>]) {
     for r in rows {
         let _ = writeln!(out, "{}", st.dim_unknown(line(r.clone())));
     }
+}
+
+/// The group of a process for `--by cgroup|unit|job` (escaped; `(unknown)` or `(none)`).
+fn group_of(p: &crate::scan::ProcessReport, by: By) -> String {
+    let a = p.attribution.as_ref();
+    match by {
+        By::Cgroup => p
+            .cgroup
+            .as_ref()
+            .map_or_else(|| "(unknown)".into(), Untrusted::escaped),
+        By::Unit => a
+            .and_then(|a| a.unit.as_deref())
+            .map_or_else(|| "(none)".into(), esc),
+        _ => a.and_then(|a| a.slurm.as_ref()).map_or_else(
+            || "(none)".into(),
+            |j| match &j.step {
+                Some(s) => format!("{}.{}", j.job, esc(s)),
+                None => j.job.to_string(),
+            },
+        ),
+    }
+}
+
+/// The table by cgroup, unit or Slurm job: each open DRM file counted once, in its lowest
+/// holder's group; dma-bufs once per group; mapped bytes summed over the group's processes.
+fn grouped(out: &mut String, st: &Style, r: &Report, by: By, sort: SortKey) {
+    #[derive(Default)]
+    struct G {
+        procs: usize,
+        clients: usize,
+        total: Option<u64>,
+        mapped: Option<u64>,
+        dmabufs: std::collections::BTreeSet<u64>,
+    }
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.saturating_add(y)),
+        (x, None) => x,
+        (None, y) => y,
+    };
+    let title = match by {
+        By::Cgroup => "CGROUPS",
+        By::Unit => "SYSTEMD UNITS",
+        _ => "SLURM JOBS (job.step)",
+    };
+    let _ = writeln!(out, "{}", st.bold(title));
+    let key: std::collections::BTreeMap<u32, String> = r
+        .processes
+        .iter()
+        .map(|p| (p.pid, group_of(p, by)))
+        .collect();
+    let mut gs: std::collections::BTreeMap<String, G> = Default::default();
+    for p in &r.processes {
+        let g = gs.entry(key[&p.pid].clone()).or_default();
+        g.procs += 1;
+        g.mapped = add(g.mapped, p.mapped_drm.value);
+        g.dmabufs.extend(p.dmabuf_fds.iter().map(|d| d.inode));
+        g.dmabufs.extend(p.dmabuf_mappings.iter().copied());
+    }
+    for c in &r.clients {
+        let Some(k) = c
+            .holders
+            .iter()
+            .map(|h| h.pid)
+            .min()
+            .and_then(|p| key.get(&p))
+        else {
+            continue;
+        };
+        let g = gs.entry(k.clone()).or_default();
+        g.clients += 1;
+        g.total = add(g.total, c.memory_total.value);
+    }
+    let sizes: std::collections::BTreeMap<u64, Option<u64>> =
+        r.dmabufs.iter().map(|b| (b.inode, b.size.value)).collect();
+    let figure = |v: Option<u64>, s: Source| {
+        v.map_or_else(|| Figure::unknown("no source"), |v| Figure::known(v, s))
+    };
+    let mut rows: Vec<(u64, String, Vec<String>)> = gs
+        .into_iter()
+        .map(|(k, g)| {
+            let dmabuf = g
+                .dmabufs
+                .iter()
+                .map(|i| sizes.get(i).copied().flatten())
+                .fold(None, add);
+            let total = figure(g.total, Source::Fdinfo);
+            let mapped = figure(g.mapped, Source::Maps);
+            let dmabuf = figure(dmabuf, Source::DmabufFdinfo);
+            let size = [&total, &mapped, &dmabuf]
+                .iter()
+                .filter_map(|f| f.value)
+                .fold(0u64, u64::saturating_add);
+            let row = vec![
+                k.clone(),
+                g.procs.to_string(),
+                g.clients.to_string(),
+                fig(&total),
+                fig(&mapped),
+                fig(&dmabuf),
+            ];
+            (size, k, row)
+        })
+        .collect();
+    if sort == SortKey::Size {
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    }
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.2).collect();
+    table(
+        out,
+        st,
+        &[
+            "GROUP",
+            "PROCESSES",
+            "CLIENTS",
+            "FDINFO TOTAL",
+            "MAPPED",
+            "DMABUF",
+        ],
+        &rows,
+    );
 }
 
 /// Renders the report as text tables.
@@ -272,6 +398,7 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                 &rows,
             );
         }
+        By::Cgroup | By::Unit | By::Job => grouped(&mut out, &st, r, by, sort),
         By::Buffer => {
             let _ = writeln!(out, "{}", st.bold("BUFFERS"));
             let mut rows: Vec<(u64, Vec<String>)> = Vec::new();

@@ -483,3 +483,41 @@ fn textfile_is_replaced_whole_and_a_symlink_is_refused() {
     assert_eq!(code, std::process::ExitCode::FAILURE);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `buffers --by cgroup|unit|job` on the same fixture: one row per group, the fork's file
+/// once, the forged cgroup nowhere.
+#[test]
+fn buffers_tables_group_by_cgroup_unit_and_job() {
+    let (root, opts) = tree("by", &procs());
+    let r = drmtool::scan(&opts).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    use drmtool::render::{By, SortKey, tables};
+    let row = |t: &str, g: &str| -> Vec<String> {
+        t.lines()
+            .find(|l| l.starts_with(g))
+            .unwrap_or_else(|| panic!("no row {g}:\n{t}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let t = tables(&r, By::Cgroup, SortKey::Size, false);
+    let slurm = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0";
+    let s = row(&t, slurm);
+    eprintln!("{t}");
+    assert_eq!(&s[1..3], ["2", "1"], "two processes, one open file: {t}");
+    assert!(
+        s[3].starts_with("16.0KiB") || s[3].starts_with("16 KiB") || s[3].contains("16"),
+        "{t}"
+    );
+    assert!(t.contains("(unknown)"), "the ambiguous cgroup: {t}");
+    assert!(!t.contains("forged"), "{t}");
+    let t = tables(&r, By::Job, SortKey::Name, false);
+    assert_eq!(&row(&t, "42.0")[1..3], ["2", "1"], "{t}");
+    let t = tables(&r, By::Unit, SortKey::Name, false);
+    assert_eq!(
+        &row(&t, &format!("docker-{DOCKER}.scope"))[1..3],
+        ["1", "1"],
+        "{t}"
+    );
+    assert!(!t.contains('\u{1b}'));
+}
