@@ -1110,14 +1110,17 @@ fn slurm_gres_conf_and_task_env_follow_the_ordering() {
     let vg = gpu_of(&gpus, "virtio_gpu").index;
     let vk = gpu_of(&gpus, "vkms").index;
     let step = format!("{vg},{vk}");
-    let out = std::process::Command::new("env")
-        .args(["-u", "KERNEL_TESTS_SIGNAL_STORM"])
-        .env(CLI_ENV, "slurm\x1ftask-env")
-        .env("SLURM_STEP_GPUS", &step)
-        .arg(me())
-        .args(["cli_entry", "--exact", "-q", "--nocapture"])
-        .output()
-        .unwrap();
+    let task_env = |gpus: &str| {
+        std::process::Command::new("env")
+            .args(["-u", "KERNEL_TESTS_SIGNAL_STORM"])
+            .env(CLI_ENV, "slurm\x1ftask-env")
+            .env("SLURM_STEP_GPUS", gpus)
+            .arg(me())
+            .args(["cli_entry", "--exact", "-q", "--nocapture"])
+            .output()
+            .unwrap()
+    };
+    let out = task_env(&step);
     assert!(
         out.status.success(),
         "{}",
@@ -1131,14 +1134,7 @@ fn slurm_gres_conf_and_task_env_follow_the_ordering() {
         expect.push_str(&format!("export {l}\n"));
     }
     assert!(got.contains(&expect), "task-env:\n{got}\nwant:\n{expect}");
-    let bad = std::process::Command::new("env")
-        .args(["-u", "KERNEL_TESTS_SIGNAL_STORM"])
-        .env(CLI_ENV, "slurm\x1ftask-env")
-        .env("SLURM_STEP_GPUS", "99")
-        .arg(me())
-        .args(["cli_entry", "--exact", "-q", "--nocapture"])
-        .output()
-        .unwrap();
+    let bad = task_env("99");
     assert_eq!(
         bad.status.code(),
         Some(2),

@@ -914,19 +914,9 @@ fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(run::RunError::Usage(e)),
     };
-    let (all, cand) = if sels.is_empty() {
-        match run::all_gpus() {
-            Ok(all) => {
-                let c = (0..all.len()).collect::<Vec<_>>();
-                (all, c)
-            }
-            Err(e) => return fail(e),
-        }
-    } else {
-        match run::resolve(&sels) {
-            Ok(x) => x,
-            Err(e) => return fail(e),
-        }
+    let (all, cand) = match run::candidates(&sels) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
     };
     if a.n == 0 {
         return fail(run::RunError::Usage(
@@ -1044,7 +1034,7 @@ fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
 fn leases_cmd(json: bool, out: &mut dyn Write) -> ExitCode {
     use crate::isolate::lease;
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let hs = lease::holders(&lease::dir(), &locks);
+    let hs = lease::with_cgroups(lease::holders(&lease::dir(), &locks));
     if json {
         #[derive(Serialize)]
         struct Doc<'a> {

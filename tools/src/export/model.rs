@@ -84,14 +84,15 @@ fn owner(c: &ClientReport) -> Option<u32> {
     c.holders.iter().map(|h| h.pid).min()
 }
 
-/// A client's identity across scans: device, then `drm-client-id` or its first holder.
-fn client_key(c: &ClientReport, device: &str) -> (String, String) {
-    let id = match (c.client_id, c.holders.first()) {
+/// A client's name: its `drm-client-id`, else `<pid>/<fd>` of its first holder (every
+/// client the scan found has one; `#<index>` otherwise). The `client` label, and with the
+/// device its identity across scans.
+fn client_label(c: &ClientReport) -> String {
+    match (c.client_id, c.holders.first()) {
         (Some(id), _) => id.to_string(),
         (None, Some(h)) => format!("{}/{}", h.pid, h.fd),
         (None, None) => format!("#{}", c.index),
-    };
-    (device.to_string(), id)
+    }
 }
 
 /// Engine counters of one client: (metric, engine) -> value.
@@ -274,12 +275,7 @@ pub fn build(
         let p = owner(c).and_then(|pid| procs.get(&pid).copied());
         let mut l = process_group(p, per, names);
         if per == Per::Client {
-            let id = match (c.client_id, c.holders.first()) {
-                (Some(id), _) => id.to_string(),
-                (None, Some(h)) => format!("{}/{}", h.pid, h.fd),
-                (None, None) => String::new(),
-            };
-            l.push(("client".into(), id));
+            l.push(("client".into(), client_label(c)));
             if names && let Some(n) = &c.client_name {
                 l.push(("client_name".into(), hostile(n)));
             }
@@ -353,8 +349,10 @@ pub fn build(
                 *e = (*e).max(v);
             }
         }
-        let (kd, kid) = client_key(c, dev);
-        live.insert((kd, kid), ((dev.to_string(), g), vals));
+        live.insert(
+            (dev.to_string(), client_label(c)),
+            ((dev.to_string(), g), vals),
+        );
     }
     gauge_family(
         reg,

@@ -243,7 +243,20 @@ pub struct Holder {
     pub since: Option<u64>,
 }
 
-/// The holders of every lease in `d`, from `/proc/locks` (`locks` is its text).
+/// Fills each holder's cgroup (`/proc/<pid>/cgroup`; kept apart from [`holders`], whose
+/// counts the retry loop of `run --pick` reads many times a second).
+pub fn with_cgroups(mut hs: Vec<Holder>) -> Vec<Holder> {
+    for h in &mut hs {
+        h.cgroup = u32::try_from(h.pid).ok().and_then(|p| {
+            let t = std::fs::read(format!("/proc/{p}/cgroup")).ok()?;
+            crate::scan::cgroup_v2_path(&t).map(|c| crate::Untrusted::from(c.as_str()))
+        });
+    }
+    hs
+}
+
+/// The holders of every lease in `d`, from `/proc/locks` (`locks` is its text), without
+/// their cgroups ([`with_cgroups`]).
 pub fn holders(d: &Path, locks: &str) -> Vec<Holder> {
     use std::os::unix::fs::MetadataExt;
     let table = parse_proc_locks(locks);
@@ -282,10 +295,6 @@ pub fn holders(d: &Path, locks: &str) -> Vec<Holder> {
                 (Some(_), true) => "shared",
                 _ => continue,
             };
-            let cgroup = u32::try_from(l.pid).ok().and_then(|p| {
-                let t = std::fs::read(format!("/proc/{p}/cgroup")).ok()?;
-                crate::scan::cgroup_v2_path(&t).map(|c| crate::Untrusted::from(c.as_str()))
-            });
             let since = m
                 .modified()
                 .ok()
@@ -296,7 +305,7 @@ pub fn holders(d: &Path, locks: &str) -> Vec<Holder> {
                 mode,
                 slot,
                 pid: l.pid,
-                cgroup,
+                cgroup: None,
                 since,
             });
         }

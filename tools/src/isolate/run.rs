@@ -313,6 +313,18 @@ pub fn all_gpus() -> Result<Vec<Gpu>, RunError> {
     })
 }
 
+/// The GPUs `pick` and `run --pick` choose among: the selectors' (as [`resolve`]), or every
+/// GPU when there are none.
+pub fn candidates(gpus: &[Selector]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+    if gpus.is_empty() {
+        let all = all_gpus()?;
+        let cand = (0..all.len()).collect();
+        Ok((all, cand))
+    } else {
+        resolve(gpus)
+    }
+}
+
 /// Holders per GPU index among `cand`, from the lease directory and `/proc/locks`.
 pub fn held_by_index(all: &[Gpu], cand: &[usize], d: &Path) -> BTreeMap<usize, usize> {
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
@@ -410,13 +422,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
                         .into(),
                 ));
             }
-            let (all, cand) = if req.gpus.is_empty() {
-                let all = all_gpus()?;
-                let cand = (0..all.len()).collect();
-                (all, cand)
-            } else {
-                resolve(&req.gpus)?
-            };
+            let (all, cand) = candidates(&req.gpus)?;
             leases = pick_and_lease(&all, &cand, p)?;
             (all, leases.iter().map(|l| l.index).collect())
         }
