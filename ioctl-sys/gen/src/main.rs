@@ -29,7 +29,7 @@ const PACKAGE: &str = "linux-source-6.12";
 const TARBALL: &str = "/usr/src/linux-source-6.12.tar.xz";
 /// The package version the committed files were generated from. `--check` accepts a newer
 /// package whose output differs only in the provenance line, and says so.
-const PINNED_VERSION: &str = "6.12.117-1~deb12u1";
+const PINNED_VERSION: &str = "6.12.118-1~deb12u1";
 
 /// One generated Rust module.
 struct Module {
@@ -106,6 +106,15 @@ const MODULES: &[Module] = &[
         headers: &["linux/bpf_common.h", "linux/bpf.h"],
         layouts: &[],
         top_level_ioctls: false,
+    },
+    Module {
+        name: "perf_event",
+        doc: "perf_event_open(2) uapi: `linux/perf_event.h` (`struct perf_event_attr`, the \
+              ring buffer's `struct perf_event_mmap_page`, record types, `PERF_EVENT_IOC_*`), \
+              for the tracepoint recorder of `drmtool trace`.",
+        headers: &["linux/perf_event.h"],
+        layouts: &[],
+        top_level_ioctls: true,
     },
     Module {
         name: "test_hmm",
@@ -725,6 +734,13 @@ fn looks_integer(body: &str) -> bool {
 /// Maps a C ioctl argument type to the Rust type whose size encodes it.
 fn rust_type(c: &str) -> Res<String> {
     let c = c.split_whitespace().collect::<Vec<_>>().join(" ");
+    // A pointer argument (perf's `__u64 *`, `struct perf_event_attr *`): the number encodes
+    // the pointer's size.
+    if let Some(inner) = c.strip_suffix('*').map(str::trim)
+        && !inner.ends_with("char")
+    {
+        return Ok(format!("*mut {}", rust_type(inner)?));
+    }
     if let Some(s) = c
         .strip_prefix("struct ")
         .or_else(|| c.strip_prefix("union "))
