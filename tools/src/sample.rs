@@ -293,8 +293,17 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
     if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
         return ExitCode::FAILURE;
     }
+    // Hold everything until stdin closes. A signal (EINTR) is not the end of stdin: a
+    // client under a signal storm must keep what it holds.
     let mut sink = [0u8; 64];
-    while matches!(wait.read(&mut sink), Ok(n) if n > 0) {}
+    loop {
+        match wait.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
     drop(dmabuf_map);
     drop(maps);
     drop(imported);
