@@ -27,6 +27,7 @@ pub mod sample;
 pub mod scan;
 pub mod select;
 mod sys_call;
+pub mod trace;
 pub mod untrusted;
 
 pub use scan::{Options, Report, SCHEMA_VERSION, scan};

@@ -1,6 +1,6 @@
-//! The only module of drmtool with unsafe code: `kcmp(2)` and `bpf(2)`, which rustix does
-//! not wrap, and the one slice over a shared memfd mapping that `drmtool hmm probe`
-//! registers as a udmabuf.
+//! The only module of drmtool with unsafe code: `kcmp(2)`, `bpf(2)` and
+//! `perf_event_open(2)` (with its integer ioctls), which rustix does not wrap, and the one
+//! slice over a shared memfd mapping that `drmtool hmm probe` registers as a udmabuf.
 //!
 //! # Safety
 //! `kcmp` takes two pids, a type and two integers and reads no user memory, so any argument
@@ -13,6 +13,11 @@
 //! and buffers it owns or borrows for the call's duration, with lengths taken from those
 //! same slices, so the kernel never reads or writes outside them; fds it returns are
 //! adopted as `OwnedFd` at once.
+//!
+//! `perf_event_open(2)` reads a `struct perf_event_attr` of the size its `size` field gives
+//! (the wrapper passes a reference to a whole one, with its own size); the ioctls wrapped
+//! here take integers. The perf ring itself is a [`drm_gem::Mmap`], read and written only
+//! through its volatile copies (tools/src/trace/perf.rs): no unsafe code of ours.
 //!
 //! The probe's mappings are [`drm_gem::Mmap`]s (drm-gem owns every `mmap` and `munmap`, and
 //! their copies): private anonymous pages, borrowed as slices through `Mmap::as_mut_slice`,
@@ -381,6 +386,70 @@ pub fn restore_job_signals(saved: SavedSignals) {
 
 fn last_errno() -> Errno {
     Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+/// `perf_event_open(attr, pid, cpu, -1, flags)`: a new perf event fd (no group).
+///
+/// EINTR (none is documented, but a signal storm is no reason to fail) is retried a
+/// bounded number of times.
+///
+/// # Errors
+/// The kernel's errno: `EACCES`/`EPERM` (perf_event_paranoid, no CAP_PERFMON), `ENOENT` or
+/// `EINVAL` (no such tracepoint), `ENODEV` (an offline CPU), `E2BIG` (an attr size this
+/// kernel refuses, with non-zero bytes past its own), `EMFILE`.
+pub fn perf_event_open(
+    attr: &ioctl_sys::perf_event::perf_event_attr,
+    pid: i32,
+    cpu: u32,
+    flags: u32,
+) -> Result<OwnedFd, Errno> {
+    let cpu = libc::c_int::try_from(cpu).map_err(|_| Errno::INVAL)?;
+    for _ in 0..1000 {
+        // SAFETY: `attr` is a live `struct perf_event_attr` whose `size` field is its own
+        // size (the kernel reads that many bytes and, for the output fields, writes back
+        // at most `size` on E2BIG); the other arguments are integers; group fd -1.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                attr as *const ioctl_sys::perf_event::perf_event_attr,
+                libc::pid_t::from(pid),
+                cpu,
+                -1 as libc::c_int,
+                libc::c_ulong::from(flags),
+            )
+        };
+        if r >= 0 {
+            return adopt(r);
+        }
+        match last_errno() {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+    Err(Errno::INTR)
+}
+
+/// A perf event fd ioctl whose argument is an integer (`PERF_EVENT_IOC_ENABLE`,
+/// `_DISABLE`, `_RESET` with 0, `_SET_OUTPUT` with a target fd). EINTR is retried a
+/// bounded number of times.
+///
+/// # Errors
+/// The kernel's errno (`EINVAL` for a target ring on another CPU, `EBADF`).
+pub fn perf_ioctl(fd: BorrowedFd<'_>, request: u32, arg: libc::c_ulong) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    for _ in 0..1000 {
+        // SAFETY: these requests take their argument as an integer (a flag or an fd number);
+        // the kernel dereferences no user pointer for them; `fd` is a live fd.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
+        if r >= 0 {
+            return Ok(());
+        }
+        match last_errno() {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+    Err(Errno::INTR)
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t debugfs debugfs /sys/kernel/debug
+# tracefs where the kernel has event tracing (drmtool trace, trace-cmd), as systemd mounts it
+[ -d /sys/kernel/tracing ] && mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t configfs configfs /sys/kernel/config 2>/dev/null
 
 . /etc/vm.env

@@ -115,7 +115,11 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         release: m.release.clone(),
         built_from: Some((m.tree.clone(), m.obj.clone())),
         cache_dir: Some(dir.to_path_buf()),
-        missing_features: Vec::new(),
+        // What the build's own config lacks (the project's fragment turns event tracing
+        // off, for example), read from the `config` the build kept.
+        missing_features: fs::read_to_string(dir.join("config"))
+            .map(|c| crate::stock::missing_features(&crate::kconfig::KConfig::parse(&c)))
+            .unwrap_or_default(),
         extra_modules: Vec::new(),
         early_modules: Vec::new(),
     }

@@ -114,6 +114,9 @@ pub const FEATURE_OPTIONS: &[(&str, &[&str])] = &[
     ),
     ("sw_sync", &["CONFIG_SW_SYNC"]),
     ("test_hmm", &["CONFIG_DEVICE_PRIVATE", "CONFIG_TEST_HMM"]),
+    // Tracepoints readable through perf_event_open (`drmtool trace`): event tracing (the
+    // tracefs `events/*/format` files and the tracepoints themselves) and perf events.
+    ("tracing", &["CONFIG_EVENT_TRACING", "CONFIG_PERF_EVENTS"]),
     (
         "pmem",
         &[
@@ -914,15 +917,23 @@ extra/vkms.ko: kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz kernel/drivers/gpu/
         );
         assert_eq!(
             missing_features(&cfg61),
-            ["dma_heap", "sw_sync", "test_hmm", "udmabuf"]
+            ["dma_heap", "sw_sync", "test_hmm", "tracing", "udmabuf"]
         );
         let cfg612 = KConfig::parse(
             "CONFIG_DRM_VGEM=m\nCONFIG_DRM_VIRTIO_GPU=m\nCONFIG_DRM_BOCHS=m\nCONFIG_DRM_QXL=m\n\
              CONFIG_UDMABUF=y\nCONFIG_DMABUF_HEAPS=y\nCONFIG_DMABUF_HEAPS_SYSTEM=y\n\
              # CONFIG_SW_SYNC is not set\n# CONFIG_DEVICE_PRIVATE is not set\n\
-             CONFIG_LIBNVDIMM=m\nCONFIG_ACPI_NFIT=m\nCONFIG_BLK_DEV_PMEM=m\n",
+             CONFIG_LIBNVDIMM=m\nCONFIG_ACPI_NFIT=m\nCONFIG_BLK_DEV_PMEM=m\n\
+             CONFIG_EVENT_TRACING=y\nCONFIG_PERF_EVENTS=y\n",
         );
         assert_eq!(missing_features(&cfg612), ["sw_sync", "test_hmm"]);
+        // Perf events without event tracing (the project's fragment: CONFIG_FTRACE off).
+        let mut no_ftrace = cfg612.clone();
+        no_ftrace.set("CONFIG_EVENT_TRACING", None);
+        assert_eq!(
+            missing_features(&no_ftrace),
+            ["sw_sync", "test_hmm", "tracing"]
+        );
     }
 
     #[test]

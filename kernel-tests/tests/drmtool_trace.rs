@@ -1,0 +1,584 @@
+//! `drmtool trace` in the guest, against Debian's trace-cmd as the oracle in the same boot.
+//!
+//! Deterministic workloads (this binary's `workload_entry`): N vgem fences attached and
+//! signalled (each on a context of its own, vgem's "unbound" timelines), and M legacy page
+//! flips with events on vkms. `trace-cmd record` runs `drmtool trace record`, which runs the
+//! workload, so both see the whole workload: the vgem fences (init, signal) and the flips'
+//! delivered vblank events must be exactly the same sets in both, in the counts the
+//! workload made; drmtool's per-vblank events must all be in trace-cmd's; timestamps must be
+//! consistent (init before signal, delivered sequences rising, all inside the recording);
+//! the file must validate against tools/schema/trace.schema.json and parse strictly; and
+//! `trace summary`'s figures must equal the ones recomputed here from the raw events.
+//!
+//! Tracing needs a kernel with event tracing and perf events: Debian's stock images have
+//! them; the project's own kernels are built with CONFIG_FTRACE off (vm/config/guest.config)
+//! and report `tracing` in VM_MISSING_FEATURES, so these tests skip there (counted). A
+//! virtio-gpu EXECBUFFER out-fence workload needs virgl, which only the self-built lanes
+//! get (scripts/guest-virgl): not covered yet.
+
+mod schema_common;
+
+use kernel_tests::{require_feature, skip};
+use schema_common::validate;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const CLI_ENV: &str = "DRMTOOL_TRACE_CLI_ARGS";
+const WORK_ENV: &str = "DRMTOOL_TRACE_WORKLOAD";
+const TRACE_CMD: &str = "/usr/bin/trace-cmd";
+
+fn me() -> String {
+    std::env::current_exe()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// drmtool's command line in a process of its own (arguments in [`CLI_ENV`],
+/// `\x1f`-separated), so that trace-cmd can run it; exits with drmtool's status (0-5, else
+/// 255).
+#[test]
+fn cli_entry() {
+    if let Ok(a) = std::env::var(CLI_ENV) {
+        let argv = std::iter::once("drmtool".to_string())
+            .chain(a.split('\x1f').map(str::to_string))
+            .map(OsString::from);
+        let code = drmtool::cli::main_with(argv, &mut std::io::stdout());
+        let n = (0u8..=5)
+            .find(|&c| std::process::ExitCode::from(c) == code)
+            .map_or(255, i32::from);
+        std::process::exit(n);
+    }
+}
+
+/// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, comma-separated, in order); run
+/// plainly it does nothing.
+#[test]
+fn workload_entry() {
+    let Ok(w) = std::env::var(WORK_ENV) else {
+        return;
+    };
+    for part in w.split(',') {
+        let (kind, n) = part.split_once(':').expect("KIND:N");
+        let n: u32 = n.parse().expect("a count");
+        match kind {
+            "vgem" => vgem_fences(n),
+            "flips" => vkms_flips(n),
+            other => panic!("unknown workload {other}"),
+        }
+    }
+    std::process::exit(0);
+}
+
+fn vgem_fences(n: u32) {
+    use drm_gem::driver::vgem::{Vgem, VgemFenceAccess};
+    let dev = kernel_tests::open_driver(&["vgem"], drm_gem::NodeKind::Primary)
+        .unwrap()
+        .expect("a vgem node");
+    let buf = drm_gem::DumbBuffer::create(
+        &dev,
+        drm_gem::DumbSpec {
+            width: 64,
+            height: 64,
+            bpp: 32,
+        },
+    )
+    .unwrap();
+    let vgem = Vgem::new(&dev).unwrap();
+    for _ in 0..n {
+        let f = vgem
+            .attach_fence(buf.handle(), VgemFenceAccess::Write)
+            .unwrap();
+        f.signal().unwrap();
+    }
+}
+
+fn vkms_flips(n: u32) {
+    use drm_gem::kms::{Event, FbSpec, Snapshot};
+    let dev = kernel_tests::vkms(&[]).expect("vkms, as master");
+    kernel_tests::kms_all_off(&dev).ok();
+    let snap = Snapshot::take(&dev).unwrap();
+    let crtc = snap.resources.crtcs[0];
+    let (conn, mode) = kernel_tests::vkms_output(&dev, &snap);
+    let spec = drm_gem::DumbSpec {
+        width: 1024,
+        height: 768,
+        bpp: 32,
+    };
+    let bufs = [
+        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
+        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
+    ];
+    let fbs: Vec<_> = bufs
+        .iter()
+        .map(|b| {
+            dev.add_framebuffer(&FbSpec::single(
+                1024,
+                768,
+                drm_gem::DrmFourcc::Xrgb8888,
+                b.handle(),
+                b.pitch(),
+            ))
+            .unwrap()
+        })
+        .collect();
+    dev.set_crtc(crtc, fbs[0].id(), (0, 0), &[conn], &mode)
+        .unwrap();
+    for i in 0..n {
+        let fb = &fbs[(i as usize + 1) % 2];
+        dev.page_flip(crtc, fb.id(), Some(u64::from(i))).unwrap();
+        loop {
+            let evs = dev.read_events(Some(Duration::from_secs(10))).unwrap();
+            assert!(!evs.is_empty(), "flip {i}: no event in 10 s");
+            if evs
+                .iter()
+                .any(|e| matches!(e, Event::FlipComplete(v) if v.user_data == u64::from(i)))
+            {
+                break;
+            }
+        }
+    }
+}
+
+/// `env -u KERNEL_TESTS_SIGNAL_STORM [VAR=VALUE...] <this binary> TEST ...` as argv.
+fn entry(test: &str, env: &[(&str, String)]) -> Vec<String> {
+    let mut v = vec![
+        "env".to_string(),
+        "-u".into(),
+        "KERNEL_TESTS_SIGNAL_STORM".into(),
+    ];
+    v.extend(env.iter().map(|(k, val)| format!("{k}={val}")));
+    v.extend([
+        me(),
+        test.into(),
+        "--exact".into(),
+        "--nocapture".into(),
+        "-q".into(),
+    ]);
+    v
+}
+
+/// drmtool `args` in its own process (through [`cli_entry`]).
+fn drmtool_argv(args: &[String]) -> Vec<String> {
+    entry("cli_entry", &[(CLI_ENV, args.join("\x1f"))])
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/tmp/drmtool-trace-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: strict JSON: {e}", p.display()))
+}
+
+/// One event of trace-cmd's report: name and its `key=value` fields.
+#[derive(Debug)]
+struct TcEvent {
+    name: String,
+    fields: BTreeMap<String, String>,
+}
+
+/// Parses `trace-cmd report` lines (`comm-pid [cpu] ts: event: k=v, k=v ...`) of the
+/// events named in `names`.
+fn parse_report(text: &str, names: &[&str]) -> Vec<TcEvent> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        for &n in names {
+            let tag = format!(" {n}: ");
+            let Some(at) = line.find(&tag) else { continue };
+            let fields = line[at + tag.len()..]
+                .split_whitespace()
+                .filter_map(|kv| kv.trim_end_matches(',').split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            out.push(TcEvent {
+                name: n.to_string(),
+                fields,
+            });
+            break;
+        }
+    }
+    out
+}
+
+/// The raw instants of `system:event` in a drmtool trace.
+fn instants<'a>(t: &'a Value, full: &str) -> Vec<&'a Value> {
+    t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"] == full)
+        .collect()
+}
+
+macro_rules! tracing_guest {
+    () => {{
+        if !kernel_tests::in_guest() {
+            skip!("not in a vm guest: no tracefs or DRM devices here");
+        }
+        require_feature!("tracing");
+        require_feature!("vgem");
+        require_feature!("vkms");
+        if drmtool::trace::record::tracefs().is_none() {
+            panic!(
+                "the kernel has event tracing but no tracefs is mounted (the guest init mounts it)"
+            );
+        }
+    }};
+}
+
+const FENCES: usize = 50;
+const FLIPS: usize = 30;
+
+#[test]
+fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
+    tracing_guest!();
+    if !Path::new(TRACE_CMD).exists() {
+        skip!("{TRACE_CMD} is not installed (scripts/setup installs Debian's trace-cmd)");
+    }
+    let dir = scratch("oracle");
+    let json = dir.join("t.json");
+    let dat = dir.join("t.dat");
+    let work = entry(
+        "workload_entry",
+        &[(WORK_ENV, format!("vgem:{FENCES},flips:{FLIPS}"))],
+    );
+    let mut args: Vec<String> = ["trace", "record", "--events", "fence,vblank", "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(json.display().to_string());
+    args.push("--".into());
+    args.extend(work);
+    let out = Command::new(TRACE_CMD)
+        .args(["record", "-q", "-e", "dma_fence", "-e", "drm", "-o"])
+        .arg(&dat)
+        .args(drmtool_argv(&args))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "trace-cmd record: {:?}\n{err}",
+        out.status
+    );
+    eprintln!("{err}");
+    let t = read_json(&json);
+    validate(&t, "trace.schema.json", "trace record");
+    let od = &t["otherData"];
+    assert_eq!(od["exit_status"], 0, "the workload's status");
+    assert_eq!(od["lost"], 0, "nothing lost at this rate: {od}");
+    assert_eq!(
+        (od["corrupt_bytes"].as_u64(), od["undecoded"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let (start, end) = (
+        od["start_ns"].as_f64().unwrap() / 1e3,
+        od["end_ns"].as_f64().unwrap() / 1e3,
+    );
+
+    // trace-cmd's view of the same run.
+    let rep = Command::new(TRACE_CMD)
+        .args(["report", "-i"])
+        .arg(&dat)
+        .output()
+        .unwrap();
+    assert!(rep.status.success(), "trace-cmd report: {rep:?}");
+    let rep = String::from_utf8_lossy(&rep.stdout);
+    let names = [
+        "dma_fence_init",
+        "dma_fence_signaled",
+        "drm_vblank_event_delivered",
+        "drm_vblank_event",
+    ];
+    let tc = parse_report(&rep, &names);
+
+    // vgem fences: the same (event, context, seqno) set, FENCES of each.
+    let key = |ev: &str, c: &str, s: &str| (ev.to_string(), c.to_string(), s.to_string());
+    let tc_fences: BTreeSet<_> = tc
+        .iter()
+        .filter(|e| {
+            e.name.starts_with("dma_fence")
+                && e.fields.get("driver").map(String::as_str) == Some("vgem")
+        })
+        .map(|e| key(&e.name, &e.fields["context"], &e.fields["seqno"]))
+        .collect();
+    let mut ours = BTreeSet::new();
+    let mut init_ts = BTreeMap::new();
+    let mut lat = BTreeMap::new();
+    for ev in ["dma_fence_init", "dma_fence_signaled"] {
+        for e in instants(&t, &format!("dma_fence:{ev}")) {
+            let a = &e["args"];
+            if a["driver"] != "vgem" {
+                continue;
+            }
+            let ts = e["ts"].as_f64().unwrap();
+            assert!(ts >= start && ts <= end, "{e} outside [{start}, {end}]");
+            let c = a["context"].as_i64().unwrap();
+            ours.insert(key(
+                ev,
+                &c.to_string(),
+                &a["seqno"].as_i64().unwrap().to_string(),
+            ));
+            if ev == "dma_fence_init" {
+                init_ts.insert(c, ts);
+            } else {
+                let t0 = init_ts[&c];
+                assert!(
+                    ts >= t0,
+                    "context {c}: signalled at {ts} before its init at {t0}"
+                );
+                lat.insert(c, ts - t0);
+            }
+        }
+    }
+    let count =
+        |s: &BTreeSet<(String, String, String)>, ev: &str| s.iter().filter(|k| k.0 == ev).count();
+    assert_eq!(count(&ours, "dma_fence_init"), FENCES, "{ours:?}");
+    assert_eq!(count(&ours, "dma_fence_signaled"), FENCES);
+    assert_eq!(
+        ours, tc_fences,
+        "drmtool and trace-cmd saw the same vgem fences"
+    );
+
+    // Flips: the same delivered (crtc, seq) set, FLIPS of them, sequences rising.
+    let tc_delivered: BTreeSet<(i64, i64)> = tc
+        .iter()
+        .filter(|e| e.name == "drm_vblank_event_delivered")
+        .map(|e| {
+            (
+                e.fields["crtc"].parse().unwrap(),
+                e.fields["seq"].parse().unwrap(),
+            )
+        })
+        .collect();
+    let delivered: Vec<(i64, i64)> = instants(&t, "drm:drm_vblank_event_delivered")
+        .iter()
+        .map(|e| {
+            (
+                e["args"]["crtc"].as_i64().unwrap(),
+                e["args"]["seq"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(delivered.len(), FLIPS, "{delivered:?}");
+    assert!(
+        delivered.windows(2).all(|w| w[1].1 > w[0].1),
+        "rising: {delivered:?}"
+    );
+    assert_eq!(
+        delivered.iter().copied().collect::<BTreeSet<_>>(),
+        tc_delivered
+    );
+    // Every vblank drmtool saw, trace-cmd saw (its window is wider).
+    let tc_vbl: BTreeSet<(i64, i64)> = tc
+        .iter()
+        .filter(|e| e.name == "drm_vblank_event")
+        .map(|e| {
+            (
+                e.fields["crtc"].parse().unwrap(),
+                e.fields["seq"].parse().unwrap(),
+            )
+        })
+        .collect();
+    let vbl = instants(&t, "drm:drm_vblank_event");
+    assert!(
+        vbl.len() >= FLIPS,
+        "a vblank per flip at least: {}",
+        vbl.len()
+    );
+    for e in &vbl {
+        let k = (
+            e["args"]["crtc"].as_i64().unwrap(),
+            e["args"]["seq"].as_i64().unwrap(),
+        );
+        assert!(tc_vbl.contains(&k), "vblank {k:?} not in trace-cmd's");
+    }
+    assert_eq!(
+        od["events"]["drm:drm_vblank_event"].as_u64(),
+        Some(vbl.len() as u64),
+        "the header counts what the file holds"
+    );
+
+    // The summary, recomputed: each vgem context's one fence, and CRTC 0's intervals.
+    let (code, s) =
+        drmtool::cli::run_captured(&["trace", "summary", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{s}");
+    let s: Value = serde_json::from_str(&s).unwrap();
+    validate(&s, "trace-summary.schema.json", "trace summary --json");
+    for (c, l) in &lat {
+        let track = drmtool::trace::chrome::timeline_label("vgem", "unbound", *c);
+        let row = s["timelines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["track"] == track.as_str())
+            .unwrap_or_else(|| panic!("no summary row {track}"));
+        assert_eq!(
+            (row["fences"].as_u64(), row["unsignaled"].as_u64()),
+            (Some(1), Some(0))
+        );
+        for k in ["p50", "p99", "max"] {
+            let got = row["emit_to_signal_us"][k].as_f64().unwrap();
+            assert!((got - l).abs() < 1e-6, "{track} {k}: {got} vs {l}");
+        }
+    }
+    let mut by_crtc: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
+    for e in &vbl {
+        by_crtc
+            .entry(e["args"]["crtc"].as_i64().unwrap())
+            .or_default()
+            .push(e["ts"].as_f64().unwrap());
+    }
+    for (crtc, mut ts) in by_crtc {
+        ts.sort_by(f64::total_cmp);
+        let iv: Vec<f64> = ts.windows(2).map(|w| w[1] - w[0]).collect();
+        let mean = iv.iter().sum::<f64>() / iv.len() as f64;
+        let row = s["crtcs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["crtc"] == crtc)
+            .unwrap();
+        assert_eq!(row["vblanks"].as_u64(), Some(ts.len() as u64));
+        let got = row["mean_interval_us"].as_f64().unwrap();
+        assert!((got - mean).abs() < 1e-6, "crtc {crtc}: {got} vs {mean}");
+        // vkms's vblank timer: 60 Hz (16.7 ms) give or take a loaded TCG guest.
+        assert!(
+            mean > 10_000.0 && mean < 200_000.0,
+            "crtc {crtc}: mean interval {mean} us"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The command's exit status comes back, and the trace is written all the same; a group the
+/// kernel lacks, asked for by name, is an error listing what the kernel has (a probe of
+/// tracefs decides which is expected); an unprivileged user gets the permission error.
+#[test]
+fn statuses_absent_groups_and_permissions() {
+    tracing_guest!();
+    let dir = scratch("status");
+    let json = dir.join("t.json");
+    let j = json.to_str().unwrap();
+    let (code, _) = drmtool::cli::run_captured(&[
+        "trace", "record", "--events", "fence", "-o", j, "--", "sh", "-c", "exit 3",
+    ]);
+    assert_eq!(
+        code,
+        std::process::ExitCode::from(3),
+        "the command's status"
+    );
+    let t = read_json(&json);
+    validate(&t, "trace.schema.json", "trace record of a failing command");
+    assert_eq!(t["otherData"]["exit_status"], 3);
+
+    let root = drmtool::trace::record::tracefs().unwrap();
+    let has_gpu_mem = root.join("events/gpu_mem/gpu_mem_total").is_dir();
+    let argv = drmtool_argv(&[
+        "trace".into(),
+        "record".into(),
+        "--events".into(),
+        "gpumem".into(),
+        "--duration".into(),
+        "0.2".into(),
+        "-o".into(),
+        j.into(),
+    ]);
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if has_gpu_mem {
+        assert!(out.status.success(), "{err}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("this kernel has no tracepoint of gpumem"),
+            "{err}"
+        );
+        assert!(err.contains("dma_fence"), "it lists what there is: {err}");
+    }
+
+    // As nobody: tracefs is root-only (or perf refuses system-wide tracing).
+    let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+    let nobody = format!("{}/n.json", dir.display());
+    let mut argv = vec![
+        "setpriv".to_string(),
+        "--reuid=65534".into(),
+        "--regid=65534".into(),
+        "--clear-groups".into(),
+    ];
+    argv.extend(drmtool_argv(&[
+        "trace".into(),
+        "record".into(),
+        "--duration".into(),
+        "0.2".into(),
+        "-o".into(),
+        nobody.clone(),
+    ]));
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("tracefs is root-only")
+            || err.contains("perf_event_paranoid")
+            || err.contains("no tracefs"),
+        "{err}"
+    );
+    assert!(!Path::new(&nobody).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A ring too small for a burst loses events: they are counted in the file and reported,
+/// and what was kept plus what was lost covers the burst.
+#[test]
+fn a_full_ring_counts_what_it_lost() {
+    tracing_guest!();
+    let dir = scratch("lost");
+    let json = dir.join("t.json");
+    let n = 4000;
+    let mut args: Vec<String> = [
+        "trace",
+        "record",
+        "--events",
+        "fence",
+        "--buffer-kib",
+        "4",
+        "--memory-interval",
+        "0",
+        "-o",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(json.display().to_string());
+    args.push("--".into());
+    args.extend(entry("workload_entry", &[(WORK_ENV, format!("vgem:{n}"))]));
+    let argv = drmtool_argv(&args);
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let t = read_json(&json);
+    let lost = t["otherData"]["lost"].as_u64().unwrap();
+    let kept = instants(&t, "dma_fence:dma_fence_init").len()
+        + instants(&t, "dma_fence:dma_fence_signaled").len();
+    eprintln!("kept {kept}, lost {lost}");
+    assert!(
+        lost > 0,
+        "a 1-page ring under {n} fences must overflow (kept {kept})"
+    );
+    assert!(err.contains("events lost"), "{err}");
+    assert!(
+        kept as u64 + lost >= 2 * n,
+        "kept {kept} + lost {lost} < {}",
+        2 * n
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

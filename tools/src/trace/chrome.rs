@@ -1,0 +1,377 @@
+//! A [`Recording`] as a Chrome/Perfetto JSON trace (the "JSON Object Format" that
+//! ui.perfetto.dev and chrome://tracing load).
+//!
+//! What goes in:
+//! - every tracepoint hit, as an instant on the thread that hit it (`cat` = its system,
+//!   `name` = `system:event`, `args` = its fields and CPU): nothing the kernel gave is left
+//!   out;
+//! - one async track per fence timeline (process "GPU fence timelines"), each fence a slice
+//!   from its emit (or, without one, its init) to its signal, unbound timelines (vgem's,
+//!   sw_sync's) kept under their context number; a fence that never signalled in the trace
+//!   is a slice with no end;
+//! - wait slices (`dma_fence_wait_start` to `_end`) on the waiting thread;
+//! - vblanks per CRTC (process "Display"), scheduler events per ring (process "GPU
+//!   scheduler"), `gpu_mem_total` and the sampled per-process GPU memory as counters.
+//!
+//! Timestamps are `CLOCK_MONOTONIC` microseconds (with ns precision), as perf recorded them.
+
+use super::record::{Event, Recording};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// Version of the `otherData` block.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Synthetic process ids of the GPU-side tracks: above any pid the kernel hands out
+/// (`pid_max` is at most 2^22).
+pub const FENCE_PID: u64 = 10_000_001;
+/// See [`FENCE_PID`].
+pub const DISPLAY_PID: u64 = 10_000_002;
+/// See [`FENCE_PID`].
+pub const SCHED_PID: u64 = 10_000_003;
+/// See [`FENCE_PID`].
+pub const GPUMEM_PID: u64 = 10_000_004;
+
+/// Name of the wait slices and of a vblank instant, which `trace summary` reads back.
+pub const WAIT: &str = "fence wait";
+/// See [`WAIT`].
+pub const VBLANK: &str = "vblank";
+
+fn ts(ns: u64) -> Value {
+    // µs with three decimals: exact for any uptime below 104 days.
+    json!((ns as f64) / 1000.0)
+}
+
+fn args(e: &Event) -> Map<String, Value> {
+    let mut m: Map<String, Value> = e
+        .fields
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                super::format::Value::Int(i) => json!(i),
+                super::format::Value::Str(s) => json!(s),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    m.insert("cpu".into(), json!(e.cpu));
+    m
+}
+
+fn meta(out: &mut Vec<Value>, what: &str, pid: u64, tid: Option<u64>, name: &str) {
+    let mut v = json!({"ph": "M", "name": what, "pid": pid, "args": {"name": name}});
+    if let Some(t) = tid {
+        v["tid"] = json!(t);
+    }
+    out.push(v);
+}
+
+/// A fence's key: (context, seqno).
+type FenceKey = (i64, i64);
+
+#[derive(Default)]
+struct Fence {
+    init: Option<u64>,
+    emit: Option<u64>,
+    signaled: Option<u64>,
+    driver: String,
+    timeline: String,
+}
+
+/// Builds the trace.
+pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
+    let mut out: Vec<Value> = Vec::with_capacity(rec.events.len() * 2 + 16);
+    let mut counts: BTreeMap<String, u64> = rec
+        .formats
+        .values()
+        .map(|f| (format!("{}:{}", f.system, f.name), 0))
+        .collect();
+    let mut fences: BTreeMap<FenceKey, Fence> = BTreeMap::new();
+    let mut waits: BTreeMap<(u32, FenceKey), u64> = BTreeMap::new();
+    let mut crtcs: BTreeMap<i64, ()> = BTreeMap::new();
+    let mut rings: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &rec.events {
+        let full = format!("{}:{}", e.system, e.name);
+        *counts.entry(full.clone()).or_default() += 1;
+        out.push(json!({
+            "ph": "i", "s": "t", "name": full, "cat": e.system,
+            "ts": ts(e.time), "pid": e.pid, "tid": e.tid, "args": args(e),
+        }));
+        match (e.system.as_str(), e.name.as_str()) {
+            ("dma_fence", name) => {
+                let (Some(c), Some(s)) = (e.int("context"), e.int("seqno")) else {
+                    continue;
+                };
+                let key = (c, s);
+                match name {
+                    "dma_fence_wait_start" => {
+                        waits.insert((e.tid, key), e.time);
+                    }
+                    "dma_fence_wait_end" => {
+                        if let Some(t0) = waits.remove(&(e.tid, key)) {
+                            out.push(json!({
+                                "ph": "X", "name": WAIT, "cat": "fence",
+                                "ts": ts(t0), "dur": ts(e.time - t0),
+                                "pid": e.pid, "tid": e.tid,
+                                "args": {"context": c, "seqno": s,
+                                         "timeline": e.str("timeline").unwrap_or("")},
+                            }));
+                        }
+                    }
+                    _ => {}
+                }
+                let f = fences.entry(key).or_default();
+                if f.driver.is_empty() {
+                    f.driver = e.str("driver").unwrap_or("").to_string();
+                    f.timeline = e.str("timeline").unwrap_or("").to_string();
+                }
+                match name {
+                    // A new fence on the same (context, seqno) (sw_sync reuses neither,
+                    // but a driver may): the old one's figures are kept only if complete.
+                    "dma_fence_init" => f.init = Some(e.time),
+                    "dma_fence_emit" => f.emit = Some(e.time),
+                    "dma_fence_signaled" => f.signaled = f.signaled.or(Some(e.time)),
+                    _ => {}
+                }
+            }
+            ("drm", "drm_vblank_event") => {
+                let crtc = e.int("crtc").unwrap_or(-1);
+                crtcs.insert(crtc, ());
+                let mut a = args(e);
+                a.insert("crtc".into(), json!(crtc));
+                out.push(json!({
+                    "ph": "i", "s": "t", "name": VBLANK, "cat": "vblank",
+                    "ts": ts(e.time), "pid": DISPLAY_PID, "tid": crtc + 1, "args": a,
+                }));
+            }
+            ("gpu_scheduler", name) => {
+                let ring = e
+                    .str("name")
+                    .or_else(|| e.str("ring"))
+                    .unwrap_or("scheduler")
+                    .to_string();
+                let n = rings.len() as u64 + 1;
+                let tid = *rings.entry(ring).or_insert(n);
+                out.push(json!({
+                    "ph": "i", "s": "t", "name": name, "cat": "sched",
+                    "ts": ts(e.time), "pid": SCHED_PID, "tid": tid, "args": args(e),
+                }));
+            }
+            ("gpu_mem", "gpu_mem_total") => {
+                let gpu = e.int("gpu_id").unwrap_or(0);
+                let pid = e.int("pid").unwrap_or(0);
+                let name = if pid == 0 {
+                    format!("gpu_mem_total gpu {gpu}")
+                } else {
+                    format!("gpu_mem_total gpu {gpu} pid {pid}")
+                };
+                out.push(json!({
+                    "ph": "C", "name": name, "ts": ts(e.time), "pid": GPUMEM_PID,
+                    "args": {"bytes": e.int("size").unwrap_or(0)},
+                }));
+            }
+            _ => {}
+        }
+    }
+    // Fence timelines: one async track per context.
+    let mut contexts: BTreeMap<i64, String> = BTreeMap::new();
+    for (&(c, s), f) in &fences {
+        let label = contexts
+            .entry(c)
+            .or_insert_with(|| timeline_label(&f.driver, &f.timeline, c))
+            .clone();
+        let Some(begin) = f.emit.or(f.init) else {
+            continue;
+        };
+        let id = format!("0x{:x}:{:x}", c, s);
+        out.push(json!({
+            "ph": "b", "name": label, "cat": "fence", "id": id, "ts": ts(begin),
+            "pid": FENCE_PID, "tid": 0,
+            "args": {"context": c, "seqno": s, "driver": f.driver, "timeline": f.timeline,
+                     "emitted": f.emit.is_some()},
+        }));
+        if let Some(end) = f.signaled.filter(|&t| t >= begin) {
+            out.push(json!({
+                "ph": "e", "name": label, "cat": "fence", "id": id, "ts": ts(end),
+                "pid": FENCE_PID, "tid": 0,
+            }));
+        }
+    }
+    meta(
+        &mut out,
+        "process_name",
+        FENCE_PID,
+        None,
+        "GPU fence timelines",
+    );
+    if !crtcs.is_empty() {
+        meta(&mut out, "process_name", DISPLAY_PID, None, "Display");
+        for &c in crtcs.keys() {
+            meta(
+                &mut out,
+                "thread_name",
+                DISPLAY_PID,
+                Some((c + 1) as u64),
+                &format!("CRTC {c}"),
+            );
+        }
+    }
+    if !rings.is_empty() {
+        meta(&mut out, "process_name", SCHED_PID, None, "GPU scheduler");
+        for (r, &t) in &rings {
+            meta(&mut out, "thread_name", SCHED_PID, Some(t), r);
+        }
+    }
+    if out.iter().any(|v| v["pid"] == GPUMEM_PID) {
+        meta(&mut out, "process_name", GPUMEM_PID, None, "gpu_mem_total");
+    }
+    let mut named = BTreeMap::new();
+    for m in &rec.memory {
+        let mut a = Map::new();
+        if let Some(v) = m.fdinfo {
+            a.insert("fdinfo".into(), json!(v));
+        }
+        if let Some(v) = m.maps {
+            a.insert("maps".into(), json!(v));
+        }
+        if a.is_empty() {
+            continue;
+        }
+        named.insert(m.pid, m.comm.clone());
+        out.push(
+            json!({"ph": "C", "name": "GPU memory (bytes)", "ts": ts(m.time),
+                        "pid": m.pid, "args": a}),
+        );
+    }
+    for (pid, comm) in named {
+        if !comm.is_empty() {
+            meta(&mut out, "process_name", u64::from(pid), None, &comm);
+        }
+    }
+    json!({
+        "traceEvents": out,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "drmtool trace",
+            "version": env!("CARGO_PKG_VERSION"),
+            "kernel": kernel,
+            "clock": "CLOCK_MONOTONIC",
+            "start_ns": rec.start,
+            "end_ns": rec.end,
+            "cpus": rec.cpus,
+            "events": counts,
+            "lost": rec.lost,
+            "corrupt_bytes": rec.corrupt_bytes,
+            "undecoded": rec.undecoded,
+            "absent": rec.absent.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "memory_samples": rec.memory.len(),
+            "command": command,
+            "exit_status": rec.exit.and_then(|s| s.code()),
+        },
+    })
+}
+
+/// A fence timeline's track name: `driver timeline (context N)`; the context keeps two
+/// unbound timelines apart.
+pub fn timeline_label(driver: &str, timeline: &str, context: i64) -> String {
+    let d = if driver.is_empty() { "?" } else { driver };
+    let t = if timeline.is_empty() { "?" } else { timeline };
+    format!("{d} {t} (context {context})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::format::Value as V;
+
+    fn ev(name: &str, time: u64, tid: u32, fields: &[(&str, V)]) -> Event {
+        let system = if name.starts_with("dma_fence") {
+            "dma_fence"
+        } else {
+            "drm"
+        };
+        Event {
+            system: system.into(),
+            name: name.into(),
+            time,
+            pid: 100,
+            tid,
+            cpu: 0,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        }
+    }
+
+    fn fence(name: &str, time: u64, seqno: i64) -> Event {
+        ev(
+            name,
+            time,
+            101,
+            &[
+                ("driver", V::Str("sw_sync".into())),
+                ("timeline", V::Str("t\"1\n".into())),
+                ("context", V::Int(7)),
+                ("seqno", V::Int(seqno)),
+            ],
+        )
+    }
+
+    #[test]
+    fn fences_waits_and_vblanks_become_tracks() {
+        let rec = Recording {
+            events: vec![
+                fence("dma_fence_init", 1000, 1),
+                fence("dma_fence_init", 1500, 2),
+                fence("dma_fence_wait_start", 2000, 1),
+                fence("dma_fence_signaled", 5000, 1),
+                fence("dma_fence_wait_end", 5200, 1),
+                ev(
+                    "drm_vblank_event",
+                    6000,
+                    0,
+                    &[("crtc", V::Int(0)), ("seq", V::Int(9))],
+                ),
+                ev(
+                    "drm_vblank_event",
+                    22667,
+                    0,
+                    &[("crtc", V::Int(0)), ("seq", V::Int(10))],
+                ),
+            ],
+            start: 900,
+            end: 30000,
+            ..Default::default()
+        };
+        let v = to_json(&rec, "6.12.0", &["x".into()]);
+        let evs = v["traceEvents"].as_array().unwrap();
+        let of = |ph: &str| evs.iter().filter(|e| e["ph"] == ph).collect::<Vec<_>>();
+        assert_eq!(
+            of("i").iter().filter(|e| e["cat"] != "vblank").count(),
+            7,
+            "every hit"
+        );
+        let b = of("b");
+        assert_eq!(b.len(), 2, "two fences begun");
+        assert_eq!(of("e").len(), 1, "one signalled");
+        assert_eq!(b[0]["name"], "sw_sync t\"1\n (context 7)");
+        assert_eq!(b[0]["ts"], 1.0);
+        let x = of("X");
+        assert_eq!(
+            (x[0]["name"].as_str(), x[0]["dur"].as_f64()),
+            (Some(WAIT), Some(3.2))
+        );
+        assert_eq!(x[0]["tid"], 101);
+        let vb: Vec<_> = evs.iter().filter(|e| e["name"] == VBLANK).collect();
+        assert_eq!(vb.len(), 2);
+        assert_eq!(vb[1]["tid"], 1);
+        assert_eq!(v["otherData"]["events"]["dma_fence:dma_fence_init"], 2);
+        // Strict JSON: the timeline's quote and newline are escaped, and it reparses.
+        let text = serde_json::to_string(&v).unwrap();
+        assert!(text.contains(r#"t\"1\n"#));
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v);
+    }
+}

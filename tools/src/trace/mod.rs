@@ -1,0 +1,188 @@
+//! `drmtool trace`: GPU fence, vblank and scheduler timelines and GPU memory over time, for
+//! any DRM driver, recorded from the kernel's tracepoints through perf and written as a
+//! Chrome/Perfetto JSON trace; and the latency summary of such a file.
+//!
+//! ```no_run
+//! use drmtool::trace::{self, Category};
+//! let rec = trace::record::record(&trace::record::Options {
+//!     categories: vec![Category::Fence, Category::Vblank],
+//!     explicit: false,
+//!     duration: Some(std::time::Duration::from_secs(1)),
+//!     command: Vec::new(),
+//!     ring_pages: 64,
+//!     memory_interval: None,
+//! })?;
+//! let json = trace::chrome::to_json(&rec, "6.12", &[]);
+//! let s = trace::summary::summarize(&json).expect("a trace");
+//! println!("{}", trace::summary::render(&s));
+//! # Ok::<(), trace::TraceError>(())
+//! ```
+
+pub mod chrome;
+pub mod format;
+pub mod perf;
+pub mod record;
+pub mod summary;
+
+use rustix::io::Errno;
+
+/// A group of tracepoints (`--events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Category {
+    /// `dma_fence:*` (init, emit, signaled, enable_signal, wait_start, wait_end, destroy).
+    Fence,
+    /// `gpu_scheduler:*`, where a driver with the DRM scheduler is loaded (the names changed
+    /// across kernels: every event of the system is taken).
+    Sched,
+    /// `drm:drm_vblank_event`, `_queued`, `_delivered`.
+    Vblank,
+    /// `gpu_mem:gpu_mem_total`, where the kernel has it.
+    Gpumem,
+    /// Every `drm:*` event.
+    Drm,
+}
+
+impl Category {
+    /// Every category, the default of `--events`.
+    pub const ALL: [Category; 5] = [
+        Category::Fence,
+        Category::Sched,
+        Category::Vblank,
+        Category::Gpumem,
+        Category::Drm,
+    ];
+
+    /// Its `--events` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fence => "fence",
+            Self::Sched => "sched",
+            Self::Vblank => "vblank",
+            Self::Gpumem => "gpumem",
+            Self::Drm => "drm",
+        }
+    }
+}
+
+/// Why a recording could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceError {
+    /// No tracefs with `events/` under any of [`record::TRACEFS`].
+    NoTracefs,
+    /// A tracefs file could not be read for lack of privilege.
+    Permission {
+        /// The file.
+        what: String,
+        /// The errno.
+        errno: i32,
+    },
+    /// None of the categories has a tracepoint on this kernel.
+    NoTracepoints {
+        /// What was asked.
+        asked: Vec<Category>,
+        /// The GPU-related event systems this kernel has.
+        present: Vec<String>,
+    },
+    /// Categories asked for by name that this kernel lacks.
+    Absent {
+        /// The missing ones.
+        missing: Vec<Category>,
+        /// The GPU-related event systems this kernel has.
+        present: Vec<String>,
+    },
+    /// `/sys/devices/system/cpu/online` named no CPU.
+    NoCpus,
+    /// `perf_event_open` refused a tracepoint.
+    Open {
+        /// `system:event`.
+        event: String,
+        /// The CPU.
+        cpu: u32,
+        /// The errno.
+        errno: Errno,
+    },
+    /// A perf ioctl failed.
+    Ioctl {
+        /// The C macro name.
+        ioctl: &'static str,
+        /// The errno.
+        errno: Errno,
+    },
+    /// A CPU's ring could not be mapped.
+    Ring {
+        /// The CPU.
+        cpu: u32,
+        /// drm-gem's error.
+        error: String,
+    },
+    /// The command could not be started.
+    Command {
+        /// argv\[0\].
+        program: String,
+        /// Why.
+        error: String,
+    },
+}
+
+fn names(c: &[Category]) -> String {
+    c.iter().map(|c| c.name()).collect::<Vec<_>>().join(",")
+}
+
+impl std::fmt::Display for TraceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoTracefs => write!(
+                f,
+                "no tracefs at {} (hint: mount -t tracefs nodev /sys/kernel/tracing; a kernel \
+                 without CONFIG_EVENT_TRACING has none)",
+                record::TRACEFS.join(" or ")
+            ),
+            Self::Permission { what, errno } => write!(
+                f,
+                "{what}: {} (hint: run as root; tracefs is root-only)",
+                Errno::from_raw_os_error(*errno)
+            ),
+            Self::NoTracepoints { asked, present } => write!(
+                f,
+                "this kernel has no tracepoint of {} (GPU event systems here: {})",
+                names(asked),
+                if present.is_empty() {
+                    "none".into()
+                } else {
+                    present.join(", ")
+                }
+            ),
+            Self::Absent { missing, present } => write!(
+                f,
+                "this kernel has no {} tracepoints (GPU event systems here: {}; hint: leave \
+                 --events out to take what there is)",
+                names(missing),
+                if present.is_empty() {
+                    "none".into()
+                } else {
+                    present.join(", ")
+                }
+            ),
+            Self::NoCpus => f.write_str("no online CPU in /sys/devices/system/cpu/online"),
+            Self::Open { event, cpu, errno } => {
+                write!(f, "perf_event_open({event}, cpu {cpu}): {errno}")?;
+                if matches!(*errno, Errno::ACCESS | Errno::PERM) {
+                    f.write_str(
+                        " (hint: run as root, or give CAP_PERFMON, or lower \
+                         /proc/sys/kernel/perf_event_paranoid to -1)",
+                    )?;
+                }
+                Ok(())
+            }
+            Self::Ioctl { ioctl, errno } => write!(f, "{ioctl}: {errno}"),
+            Self::Ring { cpu, error } => write!(
+                f,
+                "mapping the perf ring of cpu {cpu}: {error} (hint: a smaller --buffer-kib, or \
+                 raise /proc/sys/kernel/perf_event_mlock_kb)"
+            ),
+            Self::Command { program, error } => write!(f, "cannot run {program}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}

@@ -1,0 +1,539 @@
+//! `drmtool trace record`: finds the tracepoints in tracefs, opens them on every online CPU
+//! through perf, runs the command or waits out the duration, and collects what the kernel
+//! wrote, with per-client GPU memory sampled alongside.
+
+use super::format::{self, EventFormat, Value};
+use super::perf::{self, Record, Ring};
+use super::{Category, TraceError};
+use crate::sys_call;
+use ioctl_sys::perf_event as pe;
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where tracefs is looked for, in order.
+pub const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// The tracepoints of a category on this kernel: `(system, event)`; `None` for "every event
+/// of the system".
+fn wanted(c: Category) -> (&'static str, Option<&'static [&'static str]>) {
+    match c {
+        Category::Fence => ("dma_fence", None),
+        Category::Sched => ("gpu_scheduler", None),
+        Category::Vblank => (
+            "drm",
+            Some(&[
+                "drm_vblank_event",
+                "drm_vblank_event_queued",
+                "drm_vblank_event_delivered",
+            ]),
+        ),
+        Category::Drm => ("drm", None),
+        Category::Gpumem => ("gpu_mem", Some(&["gpu_mem_total"])),
+    }
+}
+
+/// The tracefs mount, if one is there (`events/` readable).
+pub fn tracefs() -> Option<PathBuf> {
+    TRACEFS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("events").is_dir())
+}
+
+/// Reads at most `max` bytes of `path` as text.
+fn read_bounded(path: &Path, max: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = Vec::new();
+    std::fs::File::open(path)?
+        .take(max as u64)
+        .read_to_end(&mut s)?;
+    Ok(String::from_utf8_lossy(&s).into_owned())
+}
+
+/// The event names under `events/<system>/`, sorted; empty when there is no such system.
+fn system_events(root: &Path, system: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("events").join(system))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("format").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    v.sort();
+    v
+}
+
+/// What the categories resolve to on this kernel.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Every tracepoint to open, by id.
+    pub formats: BTreeMap<u32, EventFormat>,
+    /// Categories with no tracepoint on this kernel.
+    pub absent: Vec<Category>,
+}
+
+/// Reads the formats of the categories' tracepoints under tracefs `root`.
+///
+/// # Errors
+/// [`TraceError::Permission`] when a format file cannot be read for lack of privilege;
+/// [`TraceError::NoTracepoints`] when none of the categories has a tracepoint here.
+pub fn resolve(root: &Path, categories: &[Category]) -> Result<Resolved, TraceError> {
+    let mut r = Resolved::default();
+    for &c in categories {
+        let (system, names) = wanted(c);
+        let have = system_events(root, system);
+        let pick: Vec<&String> = match names {
+            None => have.iter().collect(),
+            Some(n) => have.iter().filter(|h| n.contains(&h.as_str())).collect(),
+        };
+        if pick.is_empty() {
+            r.absent.push(c);
+            continue;
+        }
+        for name in pick {
+            let path = root.join("events").join(system).join(name).join("format");
+            let text = match read_bounded(&path, format::MAX_FORMAT) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(TraceError::Permission {
+                        what: path.display().to_string(),
+                        errno: e.raw_os_error().unwrap_or(0),
+                    });
+                }
+                Err(_) => continue,
+            };
+            if let Ok(f) = format::parse(system, &text) {
+                r.formats.insert(f.id, f);
+            }
+        }
+    }
+    if r.formats.is_empty() {
+        return Err(TraceError::NoTracepoints {
+            asked: categories.to_vec(),
+            present: present_systems(root),
+        });
+    }
+    Ok(r)
+}
+
+/// The GPU-related event systems this tracefs has (for the error that lists what is there).
+fn present_systems(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("events"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            [
+                "dma_fence",
+                "drm",
+                "gpu",
+                "sched",
+                "i915",
+                "amdgpu",
+                "virtio",
+                "v3d",
+                "msm",
+            ]
+            .iter()
+            .any(|k| n.contains(k))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`: `0-3,6`).
+pub fn online_cpus() -> Vec<u32> {
+    let text = read_bounded(Path::new("/sys/devices/system/cpu/online"), 4096).unwrap_or_default();
+    parse_cpu_list(&text)
+}
+
+/// Parses a kernel CPU list (`0-3,6`), at most 4096 CPUs; bad parts are skipped.
+pub fn parse_cpu_list(text: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in text.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+            for c in a..=b.min(a.saturating_add(4095)) {
+                if v.len() < 4096 {
+                    v.push(c);
+                }
+            }
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// One decoded tracepoint hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// `dma_fence`, `drm`, ...
+    pub system: String,
+    /// The tracepoint.
+    pub name: String,
+    /// `CLOCK_MONOTONIC` ns.
+    pub time: u64,
+    /// The process running when it fired.
+    pub pid: u32,
+    /// Its thread.
+    pub tid: u32,
+    /// The CPU.
+    pub cpu: u32,
+    /// Every non-common field, decoded by the kernel's own format.
+    pub fields: BTreeMap<String, Value>,
+}
+
+impl Event {
+    /// Integer field `name`.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        match self.fields.get(name)? {
+            Value::Int(v) => Some(*v),
+            Value::Str(_) => None,
+        }
+    }
+
+    /// String field `name`.
+    pub fn str(&self, name: &str) -> Option<&str> {
+        match self.fields.get(name)? {
+            Value::Str(s) => Some(s),
+            Value::Int(_) => None,
+        }
+    }
+}
+
+/// Decodes a sample by the format its `common_type` names; `None` for an id not opened.
+pub fn decode(formats: &BTreeMap<u32, EventFormat>, s: &perf::Sample) -> Option<Event> {
+    let ty = u16::from_ne_bytes(s.raw.get(0..2)?.try_into().ok()?);
+    let f = formats.get(&u32::from(ty))?;
+    let fields = f
+        .fields
+        .iter()
+        .filter(|x| !x.name.starts_with("common_"))
+        .filter_map(|x| Some((x.name.clone(), f.decode(&s.raw, x)?)))
+        .collect();
+    Some(Event {
+        system: f.system.clone(),
+        name: f.name.clone(),
+        time: s.time,
+        pid: s.pid,
+        tid: s.tid,
+        cpu: s.cpu,
+        fields,
+    })
+}
+
+/// One sample of a process's GPU memory (the buffers model, during the run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySample {
+    /// `CLOCK_MONOTONIC` ns.
+    pub time: u64,
+    /// The process.
+    pub pid: u32,
+    /// Its comm, escaped.
+    pub comm: String,
+    /// Sum of its clients' fdinfo totals (source: fdinfo), when the driver prints them.
+    pub fdinfo: Option<u64>,
+    /// Bytes of DRM buffers it maps (source: maps).
+    pub maps: Option<u64>,
+}
+
+/// What a recording collected.
+#[derive(Debug, Default)]
+pub struct Recording {
+    /// Decoded events, in time order.
+    pub events: Vec<Event>,
+    /// The formats of what was opened.
+    pub formats: BTreeMap<u32, EventFormat>,
+    /// Categories with no tracepoint on this kernel.
+    pub absent: Vec<Category>,
+    /// Samples the kernel dropped (ring full), from `PERF_RECORD_LOST`.
+    pub lost: u64,
+    /// Ring bytes that did not parse as records (dropped, counted).
+    pub corrupt_bytes: u64,
+    /// Samples whose `common_type` named no opened tracepoint.
+    pub undecoded: u64,
+    /// Per-process GPU memory over time.
+    pub memory: Vec<MemorySample>,
+    /// `CLOCK_MONOTONIC` ns at start and end.
+    pub start: u64,
+    /// See `start`.
+    pub end: u64,
+    /// The traced command's exit status (`None` without a command).
+    pub exit: Option<std::process::ExitStatus>,
+    /// CPUs traced.
+    pub cpus: usize,
+}
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Event categories.
+    pub categories: Vec<Category>,
+    /// Whether the categories were asked for by name (then an absent one is an error).
+    pub explicit: bool,
+    /// Stop after this long (with a command: the command is killed then).
+    pub duration: Option<Duration>,
+    /// The command to trace (argv); the recording stops when it exits.
+    pub command: Vec<std::ffi::OsString>,
+    /// Data pages of each CPU's ring (a power of two).
+    pub ring_pages: usize,
+    /// How often GPU memory is sampled (`None`: never).
+    pub memory_interval: Option<Duration>,
+}
+
+/// `CLOCK_MONOTONIC` now, in ns.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+/// The perf side of a recording: every event fd and one ring per CPU.
+struct Session {
+    fds: Vec<OwnedFd>,
+    rings: Vec<(OwnedFd, Ring)>,
+}
+
+impl Session {
+    fn open(
+        formats: &BTreeMap<u32, EventFormat>,
+        cpus: &[u32],
+        pages: usize,
+    ) -> Result<Self, TraceError> {
+        let page = rustix::param::page_size();
+        let wakeup = u32::try_from(page * pages / 4).unwrap_or(u32::MAX);
+        let mut s = Session {
+            fds: Vec::new(),
+            rings: Vec::new(),
+        };
+        for &cpu in cpus {
+            let mut leader: Option<usize> = None;
+            for (&id, f) in formats {
+                let fd = perf::open_tracepoint(id, cpu, wakeup).map_err(|e| TraceError::Open {
+                    event: format!("{}:{}", f.system, f.name),
+                    cpu,
+                    errno: e,
+                })?;
+                match leader {
+                    None => {
+                        let ring = Ring::new(&fd, pages).map_err(|e| TraceError::Ring {
+                            cpu,
+                            error: e.to_string(),
+                        })?;
+                        leader = Some(s.rings.len());
+                        s.rings.push((fd, ring));
+                    }
+                    Some(l) => {
+                        let target = s.rings[l].0.as_fd();
+                        sys_call::perf_ioctl(
+                            fd.as_fd(),
+                            pe::PERF_EVENT_IOC_SET_OUTPUT,
+                            target_raw(target),
+                        )
+                        .map_err(|e| TraceError::Ioctl {
+                            ioctl: "PERF_EVENT_IOC_SET_OUTPUT",
+                            errno: e,
+                        })?;
+                        s.fds.push(fd);
+                    }
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
+        self.rings.iter().map(|(f, _)| f).chain(self.fds.iter())
+    }
+
+    fn set(&self, on: bool) -> Result<(), TraceError> {
+        let (req, name) = if on {
+            (pe::PERF_EVENT_IOC_ENABLE, "PERF_EVENT_IOC_ENABLE")
+        } else {
+            (pe::PERF_EVENT_IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
+        };
+        for fd in self.all() {
+            sys_call::perf_ioctl(fd.as_fd(), req, 0).map_err(|e| TraceError::Ioctl {
+                ioctl: name,
+                errno: e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Drains every ring into `rec`.
+    fn drain(&mut self, buf: &mut Vec<u8>, rec: &mut Recording) {
+        let mut records = Vec::new();
+        for (_, ring) in &mut self.rings {
+            buf.clear();
+            ring.drain(buf);
+            records.clear();
+            if let Err(c) = perf::parse(buf, &mut records) {
+                rec.corrupt_bytes += (buf.len() - c.at) as u64;
+            }
+            for r in records.drain(..) {
+                match r {
+                    Record::Sample(s) => match decode(&rec.formats, &s) {
+                        Some(e) => rec.events.push(e),
+                        None => rec.undecoded += 1,
+                    },
+                    Record::Lost(n) => rec.lost = rec.lost.saturating_add(n),
+                    Record::Other(_) => {}
+                }
+            }
+        }
+    }
+
+    /// Waits until a ring passes its watermark or `timeout` passes.
+    fn wait(&self, timeout: Duration) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let mut fds: Vec<PollFd<'_>> = self
+            .rings
+            .iter()
+            .map(|(f, _)| PollFd::new(f, PollFlags::IN))
+            .collect();
+        let ts = rustix::time::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        // EINTR: the caller's loop goes round again against its own deadline.
+        let _ = poll(&mut fds, Some(&ts));
+    }
+}
+
+fn target_raw(fd: std::os::fd::BorrowedFd<'_>) -> libc::c_ulong {
+    use std::os::fd::AsRawFd;
+    fd.as_raw_fd() as libc::c_ulong
+}
+
+/// Samples the buffers model: one entry per process holding GPU memory.
+fn sample_memory(out: &mut Vec<MemorySample>) {
+    let Ok(r) = crate::scan::scan(&crate::scan::Options::default()) else {
+        return;
+    };
+    let time = monotonic_ns();
+    for p in &r.processes {
+        out.push(MemorySample {
+            time,
+            pid: p.pid,
+            comm: p.comm.as_ref().map(|c| c.escaped()).unwrap_or_default(),
+            fdinfo: p.memory_total.value,
+            maps: p.mapped_drm.value,
+        });
+    }
+}
+
+/// Records with `opts`.
+///
+/// # Errors
+/// [`TraceError`]: no tracefs, no permission, no tracepoint, an absent category asked for
+/// by name, a perf call refused, a command that could not be started.
+pub fn record(opts: &Options) -> Result<Recording, TraceError> {
+    let root = tracefs().ok_or(TraceError::NoTracefs)?;
+    let resolved = resolve(&root, &opts.categories)?;
+    if opts.explicit && !resolved.absent.is_empty() {
+        return Err(TraceError::Absent {
+            missing: resolved.absent.clone(),
+            present: present_systems(&root),
+        });
+    }
+    let cpus = online_cpus();
+    if cpus.is_empty() {
+        return Err(TraceError::NoCpus);
+    }
+    let mut session = Session::open(&resolved.formats, &cpus, opts.ring_pages)?;
+    let mut rec = Recording {
+        formats: resolved.formats,
+        absent: resolved.absent,
+        cpus: cpus.len(),
+        ..Default::default()
+    };
+    let mut buf = Vec::new();
+    session.set(true)?;
+    rec.start = monotonic_ns();
+    let t0 = Instant::now();
+    let deadline = opts.duration.map(|d| t0 + d);
+    let mut child = if opts.command.is_empty() {
+        None
+    } else {
+        let mut c = std::process::Command::new(&opts.command[0]);
+        c.args(&opts.command[1..]);
+        match c.spawn() {
+            Ok(ch) => Some(ch),
+            Err(e) => {
+                let _ = session.set(false);
+                return Err(TraceError::Command {
+                    program: opts.command[0].to_string_lossy().into_owned(),
+                    error: e.to_string(),
+                });
+            }
+        }
+    };
+    // While the command runs, ^C and kill go to it (as under time(1)): the trace of
+    // what it did up to then is still written.
+    let saved = child.as_ref().map(|_| sys_call::ignore_job_signals());
+    let mut next_memory = opts.memory_interval.map(|_| Instant::now());
+    loop {
+        if let (Some(at), Some(every)) = (next_memory, opts.memory_interval)
+            && Instant::now() >= at
+        {
+            sample_memory(&mut rec.memory);
+            next_memory = Some(at + every);
+        }
+        let now = Instant::now();
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(st)) = c.try_wait()
+        {
+            rec.exit = Some(st);
+            break;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let mut wait = Duration::from_millis(50);
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        if let Some(at) = next_memory {
+            wait = wait.min(at.saturating_duration_since(now));
+        }
+        session.wait(wait);
+        session.drain(&mut buf, &mut rec);
+    }
+    if let Some(mut c) = child.take()
+        && rec.exit.is_none()
+    {
+        // The duration ran out first: the command does not outlive its trace.
+        let _ = c.kill();
+        rec.exit = c.wait().ok();
+    }
+    if let Some(s) = saved {
+        sys_call::restore_job_signals(s);
+    }
+    let off = session.set(false);
+    rec.end = monotonic_ns();
+    session.drain(&mut buf, &mut rec);
+    off?;
+    // Rings are per CPU: merge into one time order (stable: same-time events keep their
+    // CPU order).
+    rec.events.sort_by_key(|e| e.time);
+    Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,6\n"), [0, 1, 2, 3, 6]);
+        assert_eq!(parse_cpu_list("0"), [0]);
+        assert_eq!(parse_cpu_list("x,2-1,5"), [5]);
+        assert_eq!(parse_cpu_list("").len(), 0);
+        assert_eq!(parse_cpu_list("0-4294967295").len(), 4096, "bounded");
+    }
+}

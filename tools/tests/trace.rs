@@ -1,0 +1,248 @@
+//! The host side of `drmtool trace`: the trace and summary JSON against their schemas, the
+//! summary's figures, and every usage error and the no-tracefs error (this host has no
+//! tracefs). Recording itself is tested in guests (kernel-tests/tests/drmtool_trace.rs).
+
+use drmtool::trace::chrome::{self, FENCE_PID};
+use drmtool::trace::format::Value as V;
+use drmtool::trace::record::{Event, MemorySample, Recording};
+use drmtool::trace::summary;
+use std::process::Command;
+
+fn schema(name: &str) -> jsonschema::Validator {
+    let p = format!("{}/schema/{name}", env!("CARGO_MANIFEST_DIR"));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    jsonschema::validator_for(&s).expect("the schema is a valid JSON Schema")
+}
+
+fn errors(s: &jsonschema::Validator, v: &serde_json::Value) -> Vec<String> {
+    s.iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect()
+}
+
+fn fence(name: &str, time: u64, context: i64, seqno: i64) -> Event {
+    Event {
+        system: "dma_fence".into(),
+        name: name.into(),
+        time,
+        pid: 50,
+        tid: 51,
+        cpu: 1,
+        fields: [
+            ("driver".to_string(), V::Str("vgem".into())),
+            ("timeline".to_string(), V::Str("unbound".into())),
+            ("context".to_string(), V::Int(context)),
+            ("seqno".to_string(), V::Int(seqno)),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+fn recording() -> Recording {
+    let mut events = Vec::new();
+    // Ten vgem fences, each on its own context, signalled 1..10 us after init.
+    for i in 0..10u64 {
+        let t = 1_000_000 + i * 100_000;
+        events.push(fence("dma_fence_init", t, 40 + i as i64, 1));
+        events.push(fence(
+            "dma_fence_signaled",
+            t + (i + 1) * 1000,
+            40 + i as i64,
+            1,
+        ));
+    }
+    events.push(fence("dma_fence_init", 3_000_000, 99, 1));
+    for i in 0..4u64 {
+        events.push(Event {
+            system: "drm".into(),
+            name: "drm_vblank_event".into(),
+            time: 2_000_000 + i * 16_666_667,
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            fields: [
+                ("crtc".to_string(), V::Int(0)),
+                ("seq".to_string(), V::Int(100 + i as i64)),
+            ]
+            .into_iter()
+            .collect(),
+        });
+    }
+    Recording {
+        events,
+        start: 900_000,
+        end: 80_000_000,
+        cpus: 2,
+        memory: vec![MemorySample {
+            time: 1_500_000,
+            pid: 50,
+            comm: "job".into(),
+            fdinfo: None,
+            maps: Some(65536),
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn trace_and_summary_validate_and_the_figures_add_up() {
+    let t = chrome::to_json(&recording(), "6.12.0", &["./job".into()]);
+    let s = schema("trace.schema.json");
+    assert!(errors(&s, &t).is_empty(), "{:#?}", errors(&s, &t));
+    let evs = t["traceEvents"].as_array().unwrap();
+    let begins = evs
+        .iter()
+        .filter(|e| e["ph"] == "b" && e["pid"] == FENCE_PID)
+        .count();
+    assert_eq!(begins, 11, "every fence, the unsignalled one too");
+    assert!(
+        evs.iter()
+            .any(|e| e["ph"] == "C" && e["args"]["maps"] == 65536)
+    );
+
+    let sum = summary::summarize(&t).unwrap();
+    let v = serde_json::to_value(&sum).unwrap();
+    let ss = schema("trace-summary.schema.json");
+    assert!(errors(&ss, &v).is_empty(), "{:#?}", errors(&ss, &v));
+    // One track per context: ten with one signalled fence each (1..10 us), one unsignalled.
+    assert_eq!(sum.timelines.len(), 11);
+    let lat: Vec<f64> = sum
+        .timelines
+        .iter()
+        .filter_map(|t| t.emit_to_signal_us.as_ref().map(|l| l.max))
+        .collect();
+    assert_eq!(lat, (1..=10).map(f64::from).collect::<Vec<_>>());
+    assert_eq!(sum.timelines.iter().map(|t| t.unsignaled).sum::<u64>(), 1);
+    let c = &sum.crtcs[0];
+    assert_eq!(c.vblanks, 4);
+    assert!((c.mean_interval_us.unwrap() - 16_666.667).abs() < 1e-6);
+    assert!(c.jitter_us.unwrap() < 1e-6);
+
+    // Drift is rejected.
+    let mut bad = t.clone();
+    bad["otherData"]["schema_version"] = 2.into();
+    assert!(!s.is_valid(&bad));
+    let mut bad = t.clone();
+    bad["traceEvents"][0]["ph"] = "Q".into();
+    assert!(!s.is_valid(&bad));
+    let mut bad = v.clone();
+    bad["timelines"][0]["surprise"] = 1.into();
+    assert!(!ss.is_valid(&bad));
+}
+
+fn drmtool(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_drmtool"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_are_exit_2_with_one_line() {
+    for (args, want) in [
+        (
+            &["trace", "record"][..],
+            "give --duration SECS or a command",
+        ),
+        (
+            &["trace", "record", "--duration", "0"],
+            "--duration needs a positive",
+        ),
+        (
+            &["trace", "record", "--duration=-1"],
+            "--duration needs a positive",
+        ),
+        (
+            &["trace", "record", "--duration", "1e300"],
+            "--duration needs a positive",
+        ),
+        (
+            &["trace", "record", "--duration", "1", "-o", "x.pftrace"],
+            "protobuf output is not built yet",
+        ),
+        (
+            &["trace", "record", "--duration", "1", "-o", "x.txt"],
+            "must end in .json",
+        ),
+        (
+            &["trace", "record", "--duration", "1", "--buffer-kib", "0"],
+            "--buffer-kib",
+        ),
+        (
+            &["trace", "record", "--duration", "1", "--memory-interval=-2"],
+            "--memory-interval",
+        ),
+    ] {
+        let (code, err) = drmtool(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+    }
+    let (code, err) = drmtool(&["trace", "record", "--events", "nope", "--duration", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn without_tracefs_record_says_so_and_writes_nothing() {
+    if drmtool::trace::record::tracefs().is_some() {
+        eprintln!("SKIP: this host has tracefs; the guest tests cover recording");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("drmtool-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("t.json");
+    let (code, err) = drmtool(&[
+        "trace",
+        "record",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no tracefs at /sys/kernel/tracing"), "{err}");
+    assert!(!out.exists(), "no trace file on failure");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn summary_of_missing_bad_and_good_files() {
+    let dir = std::env::temp_dir().join(format!("drmtool-tsum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, err) = drmtool(&["trace", "summary", dir.join("none.json").to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"traceEvents\": [1, 2").unwrap();
+    let (code, err) = drmtool(&["trace", "summary", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not JSON"), "{err}");
+    std::fs::write(&bad, "{}").unwrap();
+    let (code, err) = drmtool(&["trace", "summary", bad.to_str().unwrap()]);
+    assert!(code == Some(1) && err.contains("no traceEvents"), "{err}");
+    let good = dir.join("good.json");
+    let t = chrome::to_json(&recording(), "6.12.0", &[]);
+    std::fs::write(&good, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drmtool"))
+        .args(["trace", "summary", "--json", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["crtcs"][0]["vblanks"], 4);
+    let out = Command::new(env!("CARGO_BIN_EXE_drmtool"))
+        .args(["trace", "summary", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("vgem unbound (context 40)"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
