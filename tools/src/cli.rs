@@ -677,6 +677,7 @@ fn trace_record(a: &TraceRecordArgs) -> ExitCode {
         command: a.command.clone(),
         ring_pages,
         memory_interval: (!memory_every.is_zero()).then_some(memory_every),
+        stop: None,
     };
     let rec = match record::record(&opts) {
         Ok(r) => r,

@@ -11,6 +11,7 @@
 //!     command: Vec::new(),
 //!     ring_pages: 64,
 //!     memory_interval: None,
+//!     stop: None,
 //! })?;
 //! let json = trace::chrome::to_json(&rec, "6.12", &[]);
 //! let s = trace::summary::summarize(&json).expect("a trace");

@@ -284,6 +284,9 @@ pub struct Options {
     pub ring_pages: usize,
     /// How often GPU memory is sampled (`None`: never).
     pub memory_interval: Option<Duration>,
+    /// Stops the recording when set (by another thread), as the duration running out
+    /// would.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// `CLOCK_MONOTONIC` now, in ns.
@@ -491,7 +494,12 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
             rec.exit = Some(st);
             break;
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if deadline.is_some_and(|d| now >= d)
+            || opts
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+        {
             break;
         }
         let mut wait = Duration::from_millis(50);
