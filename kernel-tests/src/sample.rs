@@ -25,6 +25,24 @@ pub fn entry() {
     }
 }
 
+/// Where the environment variable `var` is set: runs drmtool's command line with its
+/// value as the arguments (`\x1f`-separated) in this process and exits with drmtool's
+/// status. For a test a binary names as its drmtool entry (a test that must run drmtool as
+/// a process of its own: under another program, in another namespace, as another user).
+pub fn cli_entry(var: &str) {
+    if let Ok(a) = std::env::var(var) {
+        let argv = std::iter::once("drmtool".to_string())
+            .chain(a.split('\x1f').map(str::to_string))
+            .map(std::ffi::OsString::from);
+        let code = drmtool::cli::main_with(argv, &mut std::io::stdout());
+        // ExitCode has no accessor: the byte it was made from.
+        let n = (0u8..=255)
+            .find(|&c| ExitCode::from(c) == code)
+            .map_or(255, i32::from);
+        std::process::exit(n);
+    }
+}
+
 /// A sample client in its own process; closes its stdin and reaps it on drop.
 #[derive(Debug)]
 pub struct Client {

@@ -771,18 +771,7 @@ const CLI_ENV: &str = "DRMTOOL_RUN_CLI_ARGS";
 /// [`CLI_ENV`], `\x1f`-separated), for the test that changes the process's mounts first.
 #[test]
 fn cli_entry() {
-    if let Ok(a) = std::env::var(CLI_ENV) {
-        let argv = std::iter::once("drmtool".to_string())
-            .chain(a.split('\x1f').map(str::to_string))
-            .map(OsString::from);
-        let code = drmtool::cli::main_with(argv, &mut std::io::stdout());
-        // ExitCode has no accessor: the statuses drmtool uses, else 255.
-        let n = [0u8, 1, 2, 3, 4, run::EXIT_SETUP]
-            .into_iter()
-            .find(|&c| std::process::ExitCode::from(c) == code)
-            .map_or(255, i32::from);
-        std::process::exit(n);
-    }
+    kernel_tests::sample::cli_entry(CLI_ENV);
 }
 
 /// Without cgroup v2 (a tmpfs over /sys/fs/cgroup in a private mount namespace), `run`

@@ -22,10 +22,8 @@ use kernel_tests::{require_feature, skip};
 use schema_common::validate;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 const CLI_ENV: &str = "DRMTOOL_TRACE_CLI_ARGS";
 const WORK_ENV: &str = "DRMTOOL_TRACE_WORKLOAD";
@@ -38,21 +36,11 @@ fn me() -> String {
         .into_owned()
 }
 
-/// drmtool's command line in a process of its own (arguments in [`CLI_ENV`],
-/// `\x1f`-separated), so that trace-cmd can run it; exits with drmtool's status (0-5, else
-/// 255).
+/// drmtool's command line in a process of its own (arguments in [`CLI_ENV`]), so that
+/// trace-cmd can run it.
 #[test]
 fn cli_entry() {
-    if let Ok(a) = std::env::var(CLI_ENV) {
-        let argv = std::iter::once("drmtool".to_string())
-            .chain(a.split('\x1f').map(str::to_string))
-            .map(OsString::from);
-        let code = drmtool::cli::main_with(argv, &mut std::io::stdout());
-        let n = (0u8..=5)
-            .find(|&c| std::process::ExitCode::from(c) == code)
-            .map_or(255, i32::from);
-        std::process::exit(n);
-    }
+    kernel_tests::sample::cli_entry(CLI_ENV);
 }
 
 /// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, comma-separated, in order); run
@@ -64,84 +52,14 @@ fn workload_entry() {
     };
     for part in w.split(',') {
         let (kind, n) = part.split_once(':').expect("KIND:N");
-        let n: u32 = n.parse().expect("a count");
+        let n: u64 = n.parse().expect("a count");
         match kind {
-            "vgem" => vgem_fences(n),
-            "flips" => vkms_flips(n),
+            "vgem" => drmtool::sample::workload::vgem_fences(n).expect("vgem fences"),
+            "flips" => drmtool::sample::workload::vkms_flips(n).expect("vkms flips"),
             other => panic!("unknown workload {other}"),
         }
     }
     std::process::exit(0);
-}
-
-fn vgem_fences(n: u32) {
-    use drm_gem::driver::vgem::{Vgem, VgemFenceAccess};
-    let dev = kernel_tests::open_driver(&["vgem"], drm_gem::NodeKind::Primary)
-        .unwrap()
-        .expect("a vgem node");
-    let buf = drm_gem::DumbBuffer::create(
-        &dev,
-        drm_gem::DumbSpec {
-            width: 64,
-            height: 64,
-            bpp: 32,
-        },
-    )
-    .unwrap();
-    let vgem = Vgem::new(&dev).unwrap();
-    for _ in 0..n {
-        let f = vgem
-            .attach_fence(buf.handle(), VgemFenceAccess::Write)
-            .unwrap();
-        f.signal().unwrap();
-    }
-}
-
-fn vkms_flips(n: u32) {
-    use drm_gem::kms::{Event, FbSpec, Snapshot};
-    let dev = kernel_tests::vkms(&[]).expect("vkms, as master");
-    kernel_tests::kms_all_off(&dev).ok();
-    let snap = Snapshot::take(&dev).unwrap();
-    let crtc = snap.resources.crtcs[0];
-    let (conn, mode) = kernel_tests::vkms_output(&dev, &snap);
-    let spec = drm_gem::DumbSpec {
-        width: 1024,
-        height: 768,
-        bpp: 32,
-    };
-    let bufs = [
-        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
-        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
-    ];
-    let fbs: Vec<_> = bufs
-        .iter()
-        .map(|b| {
-            dev.add_framebuffer(&FbSpec::single(
-                1024,
-                768,
-                drm_gem::DrmFourcc::Xrgb8888,
-                b.handle(),
-                b.pitch(),
-            ))
-            .unwrap()
-        })
-        .collect();
-    dev.set_crtc(crtc, fbs[0].id(), (0, 0), &[conn], &mode)
-        .unwrap();
-    for i in 0..n {
-        let fb = &fbs[(i as usize + 1) % 2];
-        dev.page_flip(crtc, fb.id(), Some(u64::from(i))).unwrap();
-        loop {
-            let evs = dev.read_events(Some(Duration::from_secs(10))).unwrap();
-            assert!(!evs.is_empty(), "flip {i}: no event in 10 s");
-            if evs
-                .iter()
-                .any(|e| matches!(e, Event::FlipComplete(v) if v.user_data == u64::from(i)))
-            {
-                break;
-            }
-        }
-    }
 }
 
 /// `env -u KERNEL_TESTS_SIGNAL_STORM [VAR=VALUE...] <this binary> TEST ...` as argv.
@@ -584,6 +502,25 @@ fn a_full_ring_counts_what_it_lost() {
         kept as u64 + lost >= 2 * n,
         "kept {kept} + lost {lost} < {}",
         2 * n
+    );
+    // The exact books: every hit the counters saw was kept or counted lost.
+    let od = &t["otherData"];
+    let fired: u64 = od["fired"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().expect("every counter read"))
+        .sum();
+    let all_kept: u64 = od["events"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(fired, all_kept + lost, "fired = kept + lost: {od}");
+    assert!(
+        od["fired"]["dma_fence:dma_fence_init"].as_u64().unwrap() >= n,
+        "{od}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -309,3 +309,105 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
     drop(imported);
     ExitCode::SUCCESS
 }
+
+/// Deterministic GPU workloads with a known count of kernel events, for tracing tests and
+/// benchmarks (`drmtool trace`): what each does is exactly what the tracepoints must show.
+pub mod workload {
+    use drm_gem::{Device, DumbBuffer, DumbSpec, Error, NodeKind, Result};
+    use std::time::Duration;
+
+    fn not_found(what: &str) -> Error {
+        Error::NotFound { what: what.into() }
+    }
+
+    /// `n` vgem fences, each attached (write) to one dumb buffer and signalled at once: `n`
+    /// `dma_fence_init` and `n` `dma_fence_signaled`, driver `vgem`, each fence on a fresh
+    /// context (timeline `unbound`), seqno 1.
+    ///
+    /// # Errors
+    /// No vgem node, or an ioctl's error.
+    pub fn vgem_fences(n: u64) -> Result<()> {
+        use drm_gem::driver::vgem::{Vgem, VgemFenceAccess};
+        let dev = Device::open_driver("vgem", Some(NodeKind::Primary))?;
+        let spec = DumbSpec {
+            width: 64,
+            height: 64,
+            bpp: 32,
+        };
+        let buf = DumbBuffer::create(&dev, spec)?;
+        let vgem = Vgem::new(&dev)?;
+        for _ in 0..n {
+            vgem.attach_fence(buf.handle(), VgemFenceAccess::Write)?
+                .signal()?;
+        }
+        Ok(())
+    }
+
+    /// `n` legacy page flips with events on vkms's first CRTC (lit first with SETCRTC at
+    /// 1024x768, as master), each waited for: `n` `drm_vblank_event_delivered` for this
+    /// file, sequences rising.
+    ///
+    /// # Errors
+    /// No vkms node, no virtual connector or 1024x768 mode, not master, an ioctl's error,
+    /// or a flip whose event does not come within 10 s.
+    pub fn vkms_flips(n: u64) -> Result<()> {
+        use drm_gem::kms::{Event, FbSpec, Snapshot};
+        let dev = Device::open_driver("vkms", Some(NodeKind::Primary))?;
+        dev.set_master()?;
+        let snap = Snapshot::take(&dev)?;
+        let crtc = *snap
+            .resources
+            .crtcs
+            .first()
+            .ok_or_else(|| not_found("a vkms CRTC"))?;
+        let conn = snap
+            .connectors
+            .iter()
+            .find(|c| c.connector.kind == ioctl_sys::drm::DRM_MODE_CONNECTOR_VIRTUAL)
+            .ok_or_else(|| not_found("vkms's virtual connector"))?
+            .connector
+            .id;
+        let mode = *dev
+            .probe_connector(conn)?
+            .modes
+            .iter()
+            .find(|m| m.size() == (1024, 768))
+            .ok_or_else(|| not_found("a 1024x768 mode"))?;
+        let spec = DumbSpec {
+            width: 1024,
+            height: 768,
+            bpp: 32,
+        };
+        let bufs = [
+            DumbBuffer::create(&dev, spec)?,
+            DumbBuffer::create(&dev, spec)?,
+        ];
+        let mut fbs = Vec::new();
+        for b in &bufs {
+            fbs.push(dev.add_framebuffer(&FbSpec::single(
+                1024,
+                768,
+                drm_gem::DrmFourcc::Xrgb8888,
+                b.handle(),
+                b.pitch(),
+            ))?);
+        }
+        dev.set_crtc(crtc, fbs[0].id(), (0, 0), &[conn], &mode)?;
+        for i in 0..n {
+            dev.page_flip(crtc, fbs[((i + 1) % 2) as usize].id(), Some(i))?;
+            loop {
+                let evs = dev.read_events(Some(Duration::from_secs(10)))?;
+                if evs.is_empty() {
+                    return Err(not_found(&format!("the event of flip {i} within 10 s")));
+                }
+                if evs
+                    .iter()
+                    .any(|e| matches!(e, Event::FlipComplete(v) if v.user_data == i))
+                {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -379,6 +379,42 @@ fn ask(e: &Mutex<Exporter>, request: &[u8]) -> (Served, String) {
     (served, client.join().unwrap())
 }
 
+/// As [`ask`], through `serve_one_with` and `last`.
+fn ask_with(e: &Mutex<Exporter>, last: &export::LastServed, request: &[u8]) -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let req = request.to_vec();
+    let client = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(&req);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    });
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(export::serve_one_with(s, e, Some(last)), Served::Metrics);
+    client.join().unwrap()
+}
+
+/// While a scan holds the exporter (here: the test holds its lock), a scrape gets the last
+/// exposition at once instead of queueing behind it; the first scrape, with nothing served
+/// yet, has to wait (not tested: it would block).
+#[test]
+fn a_scrape_during_a_scan_gets_the_last_exposition() {
+    let (_root, e) = exporter(Duration::ZERO);
+    let last = export::LastServed::default();
+    let get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    let first = ask_with(&e, &last, get);
+    assert!(first.contains("drm_memory_bytes{"), "{first}");
+    let held = e.lock().unwrap();
+    let t0 = std::time::Instant::now();
+    let second = ask_with(&e, &last, get);
+    assert!(t0.elapsed() < Duration::from_secs(5), "it did not wait for the lock");
+    drop(held);
+    let body = |r: &str| r.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap();
+    assert_eq!(body(&second), body(&first), "the last exposition, unchanged");
+}
+
 #[test]
 fn http_serves_only_metrics_and_negotiates_the_format() {
     let (root, e) = exporter(Duration::from_secs(60));

@@ -111,8 +111,44 @@ fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, Option<u16>> {
     }
 }
 
+/// The last exposition served in each format, shared by [`serve`]'s connections: a scrape
+/// that arrives while another's scan holds the exporter gets it at once instead of queueing
+/// behind the scan (a slow scan, on a loaded machine, would otherwise make every scraper
+/// time out and the connections pile up to [`MAX_CONNECTIONS`]).
+#[derive(Debug, Default)]
+pub struct LastServed(Mutex<[Option<String>; 2]>);
+
+impl LastServed {
+    fn slot(format: Format) -> usize {
+        match format {
+            Format::OpenMetrics => 0,
+            Format::Text => 1,
+        }
+    }
+
+    fn get(&self, format: Format) -> Option<String> {
+        self.0.lock().ok()?[Self::slot(format)].clone()
+    }
+
+    fn put(&self, format: Format, body: &str) {
+        if let Ok(mut l) = self.0.lock() {
+            l[Self::slot(format)] = Some(body.to_string());
+        }
+    }
+}
+
 /// Serves one connection: one request, one answer.
-pub fn serve_one(mut s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
+pub fn serve_one(s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
+    serve_one_with(s, exporter, None)
+}
+
+/// [`serve_one`], answering from `last` while another connection's scan holds the
+/// exporter.
+pub fn serve_one_with(
+    mut s: TcpStream,
+    exporter: &Mutex<Exporter>,
+    last: Option<&LastServed>,
+) -> Served {
     let _ = s.set_write_timeout(Some(REQUEST_TIMEOUT));
     let head = match read_head(&mut s) {
         Ok(h) => h,
@@ -144,10 +180,23 @@ pub fn serve_one(mut s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
         .find(|h| h.name.eq_ignore_ascii_case("accept"))
         .and_then(|h| std::str::from_utf8(h.value).ok());
     let format: Format = negotiate(accept);
-    let body = match exporter.lock() {
-        Ok(mut e) => e.scrape(format, Instant::now()),
-        // A scrape that panicked poisoned the lock: the state may be half-updated.
-        Err(_) => return plain(&mut s, 500, "the exporter failed", ""),
+    let stale = match (last, exporter.try_lock()) {
+        (Some(l), Err(std::sync::TryLockError::WouldBlock)) => l.get(format),
+        _ => None,
+    };
+    let body = match stale {
+        Some(b) => b,
+        None => match exporter.lock() {
+            Ok(mut e) => {
+                let b = e.scrape(format, Instant::now());
+                if let Some(l) = last {
+                    l.put(format, &b);
+                }
+                b
+            }
+            // A scrape that panicked poisoned the lock: the state may be half-updated.
+            Err(_) => return plain(&mut s, 500, "the exporter failed", ""),
+        },
     };
     respond(
         &mut s,
@@ -164,6 +213,7 @@ pub fn serve_one(mut s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
 /// [`MAX_CONNECTIONS`] at once).
 pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> std::io::Error {
     let busy = Arc::new(AtomicUsize::new(0));
+    let last = Arc::new(LastServed::default());
     loop {
         let s = match listener.accept() {
             Ok((s, _)) => s,
@@ -184,11 +234,11 @@ pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> std::io::
             plain(&mut s, 503, "too many connections", "Retry-After: 1\r\n");
             continue;
         }
-        let (e, b) = (exporter.clone(), busy.clone());
+        let (e, b, l) = (exporter.clone(), busy.clone(), last.clone());
         let spawned = std::thread::Builder::new()
             .name("export-conn".into())
             .spawn(move || {
-                serve_one(s, &e);
+                serve_one_with(s, &e, Some(&l));
                 b.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {

@@ -31,7 +31,10 @@
 mod http;
 mod model;
 
-pub use http::{MAX_CONNECTIONS, MAX_REQUEST, REQUEST_TIMEOUT, Served, serve, serve_one};
+pub use http::{
+    LastServed, MAX_CONNECTIONS, MAX_REQUEST, REQUEST_TIMEOUT, Served, serve, serve_one,
+    serve_one_with,
+};
 pub use model::{Counters, Group, Per, build};
 
 use crate::isolate::ordering::Gpu;

@@ -261,6 +261,9 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             "end_ns": rec.end,
             "cpus": rec.cpus,
             "events": counts,
+            "fired": rec.formats.iter().map(|(id, f)| {
+                (format!("{}:{}", f.system, f.name), rec.fired.get(id).copied())
+            }).collect::<BTreeMap<_, _>>(),
             "lost": rec.lost,
             "corrupt_bytes": rec.corrupt_bytes,
             "undecoded": rec.undecoded,

@@ -7,6 +7,7 @@ use super::perf::{self, Record, Ring};
 use super::{Category, TraceError};
 use crate::sys_call;
 use ioctl_sys::perf_event as pe;
+use rustix::io::Errno;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -251,8 +252,11 @@ pub struct Recording {
     pub formats: BTreeMap<u32, EventFormat>,
     /// Categories with no tracepoint on this kernel.
     pub absent: Vec<Category>,
-    /// Samples the kernel dropped (ring full), from `PERF_RECORD_LOST`.
+    /// Samples the kernel dropped (ring full): the larger of what `PERF_RECORD_LOST` records
+    /// said and the tracepoints' own hit counts less the samples kept.
     pub lost: u64,
+    /// Hits per tracepoint id while enabled (the events' counters).
+    pub fired: BTreeMap<u32, u64>,
     /// Ring bytes that did not parse as records (dropped, counted).
     pub corrupt_bytes: u64,
     /// Samples whose `common_type` named no opened tracepoint.
@@ -297,8 +301,10 @@ pub fn monotonic_ns() -> u64 {
 
 /// The perf side of a recording: every event fd and one ring per CPU.
 struct Session {
-    fds: Vec<OwnedFd>,
-    rings: Vec<(OwnedFd, Ring)>,
+    /// Event fds whose output goes to another fd's ring, with their tracepoint ids.
+    fds: Vec<(OwnedFd, u32)>,
+    /// Each CPU's first event fd, its ring, its tracepoint id.
+    rings: Vec<(OwnedFd, Ring, u32)>,
 }
 
 impl Session {
@@ -328,7 +334,7 @@ impl Session {
                             error: e.to_string(),
                         })?;
                         leader = Some(s.rings.len());
-                        s.rings.push((fd, ring));
+                        s.rings.push((fd, ring, id));
                     }
                     Some(l) => {
                         let target = s.rings[l].0.as_fd();
@@ -341,7 +347,7 @@ impl Session {
                             ioctl: "PERF_EVENT_IOC_SET_OUTPUT",
                             errno: e,
                         })?;
-                        s.fds.push(fd);
+                        s.fds.push((fd, id));
                     }
                 }
             }
@@ -349,8 +355,33 @@ impl Session {
         Ok(s)
     }
 
-    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
-        self.rings.iter().map(|(f, _)| f).chain(self.fds.iter())
+    fn all(&self) -> impl Iterator<Item = (&OwnedFd, u32)> {
+        self.rings
+            .iter()
+            .map(|(f, _, id)| (f, *id))
+            .chain(self.fds.iter().map(|(f, id)| (f, *id)))
+    }
+
+    /// How often each tracepoint fired while enabled, from the events' own counters (a
+    /// sampling event still counts every hit): the truth the kept samples are checked
+    /// against, since a ring that stays full to the end never gets the `PERF_RECORD_LOST`
+    /// of its last drops. A counter that cannot be read is left out.
+    fn fired(&self) -> BTreeMap<u32, u64> {
+        let mut m = BTreeMap::new();
+        for (fd, id) in self.all() {
+            let mut b = [0u8; 8];
+            let mut r = rustix::io::read(fd, &mut b);
+            for _ in 0..1000 {
+                if r != Err(Errno::INTR) {
+                    break;
+                }
+                r = rustix::io::read(fd, &mut b);
+            }
+            if r == Ok(8) {
+                *m.entry(id).or_default() += u64::from_ne_bytes(b);
+            }
+        }
+        m
     }
 
     fn set(&self, on: bool) -> Result<(), TraceError> {
@@ -359,7 +390,7 @@ impl Session {
         } else {
             (pe::PERF_EVENT_IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
         };
-        for fd in self.all() {
+        for (fd, _) in self.all() {
             sys_call::perf_ioctl(fd.as_fd(), req, 0).map_err(|e| TraceError::Ioctl {
                 ioctl: name,
                 errno: e,
@@ -371,7 +402,7 @@ impl Session {
     /// Drains every ring into `rec`.
     fn drain(&mut self, buf: &mut Vec<u8>, rec: &mut Recording) {
         let mut records = Vec::new();
-        for (_, ring) in &mut self.rings {
+        for (_, ring, _) in &mut self.rings {
             buf.clear();
             ring.drain(buf);
             records.clear();
@@ -397,7 +428,7 @@ impl Session {
         let mut fds: Vec<PollFd<'_>> = self
             .rings
             .iter()
-            .map(|(f, _)| PollFd::new(f, PollFlags::IN))
+            .map(|(f, _, _)| PollFd::new(f, PollFlags::IN))
             .collect();
         let ts = rustix::time::Timespec {
             tv_sec: timeout.as_secs() as i64,
@@ -526,6 +557,12 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     rec.end = monotonic_ns();
     session.drain(&mut buf, &mut rec);
     off?;
+    rec.fired = session.fired();
+    let fired: u64 = rec.fired.values().sum();
+    let kept = (rec.events.len() as u64).saturating_add(rec.undecoded);
+    if !rec.fired.is_empty() {
+        rec.lost = rec.lost.max(fired.saturating_sub(kept));
+    }
     // Rings are per CPU: merge into one time order (stable: same-time events keep their
     // CPU order).
     rec.events.sort_by_key(|e| e.time);
