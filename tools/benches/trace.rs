@@ -27,77 +27,11 @@ fn env_or(k: &str, d: u64) -> u64 {
 }
 
 fn fences(n: u64) {
-    use drm_gem::driver::vgem::{Vgem, VgemFenceAccess};
-    let dev = drm_gem::Device::open_driver("vgem", Some(drm_gem::NodeKind::Primary)).unwrap();
-    let spec = drm_gem::DumbSpec {
-        width: 64,
-        height: 64,
-        bpp: 32,
-    };
-    let buf = drm_gem::DumbBuffer::create(&dev, spec).unwrap();
-    let vgem = Vgem::new(&dev).unwrap();
-    for _ in 0..n {
-        vgem.attach_fence(buf.handle(), VgemFenceAccess::Write)
-            .unwrap()
-            .signal()
-            .unwrap();
-    }
+    drmtool::sample::workload::vgem_fences(n).expect("vgem fences");
 }
 
 fn flips(n: u64) {
-    use drm_gem::kms::{Event, FbSpec, Snapshot};
-    let dev = drm_gem::Device::open_driver("vkms", Some(drm_gem::NodeKind::Primary)).unwrap();
-    dev.set_master().ok();
-    let snap = Snapshot::take(&dev).unwrap();
-    let crtc = snap.resources.crtcs[0];
-    let conn = snap
-        .connectors
-        .iter()
-        .find(|c| c.connector.kind == ioctl_sys::drm::DRM_MODE_CONNECTOR_VIRTUAL)
-        .unwrap()
-        .connector
-        .id;
-    let mode = *dev
-        .probe_connector(conn)
-        .unwrap()
-        .modes
-        .iter()
-        .find(|m| m.size() == (1024, 768))
-        .unwrap();
-    let spec = drm_gem::DumbSpec {
-        width: 1024,
-        height: 768,
-        bpp: 32,
-    };
-    let bufs = [
-        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
-        drm_gem::DumbBuffer::create(&dev, spec).unwrap(),
-    ];
-    let fbs: Vec<_> = bufs
-        .iter()
-        .map(|b| {
-            dev.add_framebuffer(&FbSpec::single(
-                1024,
-                768,
-                drm_gem::DrmFourcc::Xrgb8888,
-                b.handle(),
-                b.pitch(),
-            ))
-            .unwrap()
-        })
-        .collect();
-    dev.set_crtc(crtc, fbs[0].id(), (0, 0), &[conn], &mode)
-        .unwrap();
-    for i in 0..n {
-        dev.page_flip(crtc, fbs[(i as usize + 1) % 2].id(), Some(i))
-            .unwrap();
-        while !dev
-            .read_events(Some(Duration::from_secs(10)))
-            .unwrap()
-            .iter()
-            .any(|e| matches!(e, Event::FlipComplete(v) if v.user_data == i))
-        {}
-    }
+    drmtool::sample::workload::vkms_flips(n).expect("vkms flips");
 }
 
 /// Runs `work` while a recording of `cats` runs in another thread; returns the workload's
