@@ -194,6 +194,8 @@ enum TraceCmd {
     Record(TraceRecordArgs),
     /// Latency figures of a trace: fence emit -> signal per timeline (p50/p99/max),
     /// vblank interval and jitter per CRTC, fence wait time per process.
+    #[command(after_help = "Examples:\n  drmtool trace summary frame.json\n  \
+                      drmtool trace summary --json frame.json")]
     Summary {
         /// The trace (JSON, as `trace record` writes it).
         file: std::path::PathBuf,

@@ -273,7 +273,8 @@ pub struct Recording {
     pub cpus: usize,
 }
 
-/// How to record.
+/// How to record. The recording ends when the command exits, the duration runs out or
+/// `stop` is set, whichever comes first: with none of the three it never ends.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Event categories.
