@@ -361,9 +361,9 @@ fn exporter(min_interval: Duration) -> (PathBuf, Mutex<Exporter>) {
     (root, Mutex::new(e))
 }
 
-/// Sends `request` on a fresh connection served by `serve_one` and returns what it served
-/// and the raw answer.
-fn ask(e: &Mutex<Exporter>, request: &[u8]) -> (Served, String) {
+/// Sends `request` on a fresh connection served by `serve`; returns what it served and the
+/// raw answer.
+fn exchange(request: &[u8], serve: impl FnOnce(std::net::TcpStream) -> Served) -> (Served, String) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let req = request.to_vec();
@@ -375,25 +375,20 @@ fn ask(e: &Mutex<Exporter>, request: &[u8]) -> (Served, String) {
         out
     });
     let (s, _) = l.accept().unwrap();
-    let served = export::serve_one(s, e);
+    let served = serve(s);
     (served, client.join().unwrap())
 }
 
-/// As [`ask`], through `serve_one_with` and `last`.
+/// [`exchange`] through `serve_one`.
+fn ask(e: &Mutex<Exporter>, request: &[u8]) -> (Served, String) {
+    exchange(request, |s| export::serve_one(s, e))
+}
+
+/// [`exchange`] through `serve_one_with` and `last`; it must serve metrics.
 fn ask_with(e: &Mutex<Exporter>, last: &export::LastServed, request: &[u8]) -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let req = request.to_vec();
-    let client = std::thread::spawn(move || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        let _ = s.write_all(&req);
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out
-    });
-    let (s, _) = l.accept().unwrap();
-    assert_eq!(export::serve_one_with(s, e, Some(last)), Served::Metrics);
-    client.join().unwrap()
+    let (served, out) = exchange(request, |s| export::serve_one_with(s, e, Some(last)));
+    assert_eq!(served, Served::Metrics);
+    out
 }
 
 /// While a scan holds the exporter (here: the test holds its lock), a scrape gets the last
