@@ -744,12 +744,7 @@ fn trace_record(a: &TraceRecordArgs) -> ExitCode {
 fn trace_summary(file: &std::path::Path, json: bool, out: &mut dyn Write) -> ExitCode {
     use crate::trace::summary;
     // A trace is data from anywhere: bounded (1 GiB) and parsed strictly.
-    let text = match std::fs::File::open(file).and_then(|f| {
-        use std::io::Read;
-        let mut s = Vec::new();
-        f.take(1 << 30).read_to_end(&mut s)?;
-        Ok(s)
-    }) {
+    let text = match crate::trace::record::read_bounded_bytes(file, 1 << 30) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("drmtool: trace summary: {}: {e}", file.display());

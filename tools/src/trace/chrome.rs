@@ -17,7 +17,7 @@
 
 use super::record::{Event, Recording};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Version of the `otherData` block.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -88,7 +88,7 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
         .collect();
     let mut fences: BTreeMap<FenceKey, Fence> = BTreeMap::new();
     let mut waits: BTreeMap<(u32, FenceKey), u64> = BTreeMap::new();
-    let mut crtcs: BTreeMap<i64, ()> = BTreeMap::new();
+    let mut crtcs: BTreeSet<i64> = BTreeSet::new();
     let mut rings: BTreeMap<String, u64> = BTreeMap::new();
     for e in &rec.events {
         let full = format!("{}:{}", e.system, e.name);
@@ -136,7 +136,7 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             }
             ("drm", "drm_vblank_event") => {
                 let crtc = e.int("crtc").unwrap_or(-1);
-                crtcs.insert(crtc, ());
+                crtcs.insert(crtc);
                 let mut a = args(e);
                 a.insert("crtc".into(), json!(crtc));
                 out.push(json!({
@@ -206,7 +206,7 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
     );
     if !crtcs.is_empty() {
         meta(&mut out, "process_name", DISPLAY_PID, None, "Display");
-        for &c in crtcs.keys() {
+        for &c in &crtcs {
             meta(
                 &mut out,
                 "thread_name",

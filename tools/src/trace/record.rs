@@ -43,14 +43,22 @@ pub fn tracefs() -> Option<PathBuf> {
         .find(|p| p.join("events").is_dir())
 }
 
-/// Reads at most `max` bytes of `path` as text.
-fn read_bounded(path: &Path, max: usize) -> std::io::Result<String> {
+/// Reads at most `max` bytes of `path`.
+///
+/// # Errors
+/// The open or read error.
+pub fn read_bounded_bytes(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut s = Vec::new();
     std::fs::File::open(path)?
         .take(max as u64)
         .read_to_end(&mut s)?;
-    Ok(String::from_utf8_lossy(&s).into_owned())
+    Ok(s)
+}
+
+/// Reads at most `max` bytes of `path` as text (invalid UTF-8 replaced).
+fn read_bounded(path: &Path, max: usize) -> std::io::Result<String> {
+    Ok(String::from_utf8_lossy(&read_bounded_bytes(path, max)?).into_owned())
 }
 
 /// The event names under `events/<system>/`, sorted; empty when there is no such system.
