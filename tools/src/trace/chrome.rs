@@ -126,8 +126,8 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
                     f.timeline = e.str("timeline").unwrap_or("").to_string();
                 }
                 match name {
-                    // A new fence on the same (context, seqno) (sw_sync reuses neither,
-                    // but a driver may): the old one's figures are kept only if complete.
+                    // A second init of the same (context, seqno) (a driver reusing a seqno)
+                    // moves the start to it; the first signal is kept.
                     "dma_fence_init" => f.init = Some(e.time),
                     "dma_fence_emit" => f.emit = Some(e.time),
                     "dma_fence_signaled" => f.signaled = f.signaled.or(Some(e.time)),
