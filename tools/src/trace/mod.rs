@@ -93,6 +93,11 @@ pub enum TraceError {
     },
     /// `/sys/devices/system/cpu/online` named no CPU.
     NoCpus,
+    /// The GPU-memory sampling thread could not be started.
+    Sampler {
+        /// Why (the OS's words).
+        error: String,
+    },
     /// `perf_event_open` refused a tracepoint.
     Open {
         /// `system:event`.
@@ -165,6 +170,9 @@ impl std::fmt::Display for TraceError {
                 }
             ),
             Self::NoCpus => f.write_str("no online CPU in /sys/devices/system/cpu/online"),
+            Self::Sampler { error } => {
+                write!(f, "cannot start the GPU-memory sampling thread: {error}")
+            }
             Self::Open { event, cpu, errno } => {
                 write!(f, "perf_event_open({event}, cpu {cpu}): {errno}")?;
                 if matches!(*errno, Errno::ACCESS | Errno::PERM) {

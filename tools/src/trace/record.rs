@@ -470,6 +470,82 @@ fn sample_memory(out: &mut Vec<MemorySample>) {
     }
 }
 
+/// Samples GPU memory every `every` on a thread of its own, so that a slow scan (a busy
+/// machine, thousands of fds) never delays the ring drains: the schedule is absolute (a scan
+/// that overruns its slot starts the next at once, never a burst of catch-ups), and stopping
+/// wakes the thread at once. Dropping it stops and joins the thread too, so no error path
+/// leaves a sampler running.
+struct MemorySampler {
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<Vec<MemorySample>>>,
+}
+
+impl MemorySampler {
+    fn start(every: Duration) -> Result<Self, TraceError> {
+        use std::sync::{Arc, Condvar, Mutex, PoisonError};
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("trace-memory".into())
+            .spawn(move || {
+                let mut out = Vec::new();
+                let mut next = Instant::now();
+                let (lock, cv) = &*flag;
+                loop {
+                    sample_memory(&mut out);
+                    next = (next + every).max(Instant::now());
+                    let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                    loop {
+                        if *stopped {
+                            return out;
+                        }
+                        let now = Instant::now();
+                        if now >= next {
+                            break;
+                        }
+                        stopped = cv
+                            .wait_timeout(stopped, next - now)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
+                    }
+                }
+            })
+            .map_err(|e| TraceError::Sampler {
+                error: e.to_string(),
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn signal_stop(&self) {
+        let (lock, cv) = &*self.stop;
+        *lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        cv.notify_all();
+    }
+
+    /// Stops the thread and returns its samples (none if it panicked).
+    fn finish(mut self) -> Vec<MemorySample> {
+        self.signal_stop();
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for MemorySampler {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.signal_stop();
+            let _ = t.join();
+        }
+    }
+}
+
 /// Records with `opts`.
 ///
 /// # Errors
@@ -519,14 +595,21 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     // While the command runs, ^C and kill go to it (as under time(1)): the trace of
     // what it did up to then is still written.
     let saved = child.as_ref().map(|_| sys_call::ignore_job_signals());
-    let mut next_memory = opts.memory_interval.map(|_| Instant::now());
-    loop {
-        if let (Some(at), Some(every)) = (next_memory, opts.memory_interval)
-            && Instant::now() >= at
-        {
-            sample_memory(&mut rec.memory);
-            next_memory = Some(at + every);
+    let sampler = match opts.memory_interval.map(MemorySampler::start).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(mut c) = child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            if let Some(s) = saved {
+                sys_call::restore_job_signals(s);
+            }
+            let _ = session.set(false);
+            return Err(e);
         }
+    };
+    loop {
         let now = Instant::now();
         if let Some(c) = child.as_mut()
             && let Ok(Some(st)) = c.try_wait()
@@ -546,9 +629,6 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
-        if let Some(at) = next_memory {
-            wait = wait.min(at.saturating_duration_since(now));
-        }
         session.wait(wait);
         session.drain(&mut buf, &mut rec);
     }
@@ -561,6 +641,9 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     }
     if let Some(s) = saved {
         sys_call::restore_job_signals(s);
+    }
+    if let Some(s) = sampler {
+        rec.memory = s.finish();
     }
     let off = session.set(false);
     rec.end = monotonic_ns();
@@ -589,5 +672,21 @@ mod tests {
         assert_eq!(parse_cpu_list("x,2-1,5"), [5]);
         assert_eq!(parse_cpu_list("").len(), 0);
         assert_eq!(parse_cpu_list("0-4294967295").len(), 4096, "bounded");
+    }
+
+    /// Stopping wakes the sampler out of its wait: with an hour between samples, `finish`
+    /// and a drop both return (the channel only guards the test against a hang; no time
+    /// is asserted).
+    #[test]
+    fn the_memory_sampler_stops_when_told() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let s = MemorySampler::start(Duration::from_secs(3600)).unwrap();
+            let samples = s.finish();
+            drop(MemorySampler::start(Duration::from_secs(3600)).unwrap());
+            tx.send(samples.len()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the sampler thread did not stop");
     }
 }
