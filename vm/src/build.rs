@@ -316,9 +316,14 @@ fn build_tree(
 
     progress(
         start,
-        &format!("{name}: configuring (defconfig + kvm_guest.config + fragment)"),
+        &format!("{name}: configuring (allnoconfig + fragment, kvm_guest.config, fragment)"),
     );
-    make(&["defconfig"], "defconfig")?;
+    // allnoconfig keeps what KCONFIG_ALLCONFIG names (and turns on what that depends on),
+    // so the base is the fragment's guest and nothing else (see vm/config/guest.config).
+    let allconfig = obj.join("guest.allconfig");
+    write(&allconfig, catalog::FRAGMENT.as_bytes())?;
+    let kconfig_allconfig = format!("KCONFIG_ALLCONFIG={}", allconfig.display());
+    make(&["allnoconfig", &kconfig_allconfig], "allnoconfig")?;
     make(&["kvm_guest.config"], "kvm_guest.config")?;
     let cfg_path = obj.join(".config");
     let mut cfg = KConfig::parse(&read(&cfg_path)?);

@@ -927,7 +927,7 @@ extra/vkms.ko: kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz kernel/drivers/gpu/
              CONFIG_EVENT_TRACING=y\nCONFIG_PERF_EVENTS=y\n",
         );
         assert_eq!(missing_features(&cfg612), ["sw_sync", "test_hmm"]);
-        // Perf events without event tracing (the project's fragment: CONFIG_FTRACE off).
+        // Perf events without event tracing (a kernel built with CONFIG_FTRACE off).
         let mut no_ftrace = cfg612.clone();
         no_ftrace.set("CONFIG_EVENT_TRACING", None);
         assert_eq!(
