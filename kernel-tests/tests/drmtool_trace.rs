@@ -10,11 +10,15 @@
 //! the file must validate against tools/schema/trace.schema.json and parse strictly; and
 //! `trace summary`'s figures must equal the ones recomputed here from the raw events.
 //!
-//! Tracing needs a kernel with event tracing and perf events: Debian's stock images have
-//! them; the project's own kernels are built with CONFIG_FTRACE off (vm/config/guest.config)
-//! and report `tracing` in VM_MISSING_FEATURES, so these tests skip there (counted). A
-//! virtio-gpu EXECBUFFER out-fence workload needs virgl, which only the self-built lanes
-//! get (scripts/guest-virgl): not covered yet.
+//! A third workload, on the kernels with sw_sync (the self-built lanes): one sw_sync timeline
+//! whose fences signal one step at a time, with known gaps.
+//!
+//! Tracing needs a kernel with event tracing and perf events: Debian's stock images and the
+//! project's own kernels (vm/config/guest.config turns on FTRACE and the default tracers,
+//! required.list checks EVENT_TRACING and PERF_EVENTS) have them; a kernel without reports
+//! `tracing` in VM_MISSING_FEATURES and these tests skip there (counted). A virtio-gpu
+//! EXECBUFFER out-fence workload needs virgl, which only scripts/guest-virgl's lane gets:
+//! not covered yet.
 
 mod schema_common;
 
@@ -43,7 +47,7 @@ fn cli_entry() {
     kernel_tests::sample::cli_entry(CLI_ENV);
 }
 
-/// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, comma-separated, in order); run
+/// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, `swsync:K`, comma-separated, in order); run
 /// plainly it does nothing.
 #[test]
 fn workload_entry() {
@@ -56,6 +60,11 @@ fn workload_entry() {
         match kind {
             "vgem" => drmtool::sample::workload::vgem_fences(n).expect("vgem fences"),
             "flips" => drmtool::sample::workload::vkms_flips(n).expect("vkms flips"),
+            "swsync" => drmtool::sample::workload::sw_sync_timeline(
+                u32::try_from(n).expect("a u32 count"),
+                SW_SYNC_GAP,
+            )
+            .expect("sw_sync timeline"),
             other => panic!("unknown workload {other}"),
         }
     }
@@ -156,26 +165,25 @@ macro_rules! tracing_guest {
 const FENCES: usize = 50;
 const FLIPS: usize = 30;
 
-#[test]
-fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
-    tracing_guest!();
-    if !Path::new(TRACE_CMD).exists() {
-        skip!("{TRACE_CMD} is not installed (scripts/setup installs Debian's trace-cmd)");
-    }
-    let dir = scratch("oracle");
+/// Runs `trace-cmd record -e dma_fence -e drm` over `drmtool trace record --events EVENTS
+/// -o DIR/t.json -- <workload WORKLOAD>`; checks what any good recording must be (exit 0,
+/// the schema, strict JSON, nothing lost, corrupt or undecoded) and returns drmtool's trace
+/// and the events of `names` in trace-cmd's report of the same run.
+fn record_under_trace_cmd(
+    dir: &Path,
+    workload: &str,
+    events: &str,
+    names: &[&str],
+) -> (Value, Vec<TcEvent>) {
     let json = dir.join("t.json");
     let dat = dir.join("t.dat");
-    let work = entry(
-        "workload_entry",
-        &[(WORK_ENV, format!("vgem:{FENCES},flips:{FLIPS}"))],
-    );
-    let mut args: Vec<String> = ["trace", "record", "--events", "fence,vblank", "-o"]
+    let mut args: Vec<String> = ["trace", "record", "--events", events, "-o"]
         .iter()
         .map(|s| s.to_string())
         .collect();
     args.push(json.display().to_string());
     args.push("--".into());
-    args.extend(work);
+    args.extend(entry("workload_entry", &[(WORK_ENV, workload.to_string())]));
     let out = Command::new(TRACE_CMD)
         .args(["record", "-q", "-e", "dma_fence", "-e", "drm", "-o"])
         .arg(&dat)
@@ -198,12 +206,6 @@ fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
         (od["corrupt_bytes"].as_u64(), od["undecoded"].as_u64()),
         (Some(0), Some(0))
     );
-    let (start, end) = (
-        od["start_ns"].as_f64().unwrap() / 1e3,
-        od["end_ns"].as_f64().unwrap() / 1e3,
-    );
-
-    // trace-cmd's view of the same run.
     let rep = Command::new(TRACE_CMD)
         .args(["report", "-i"])
         .arg(&dat)
@@ -211,13 +213,44 @@ fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
         .unwrap();
     assert!(rep.status.success(), "trace-cmd report: {rep:?}");
     let rep = String::from_utf8_lossy(&rep.stdout);
+    (t, parse_report(&rep, names))
+}
+
+/// `trace summary --json` of `json`, validated against its schema.
+fn summary_of(json: &Path) -> Value {
+    let (code, s) =
+        drmtool::cli::run_captured(&["trace", "summary", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{s}");
+    let s: Value = serde_json::from_str(&s).unwrap();
+    validate(&s, "trace-summary.schema.json", "trace summary --json");
+    s
+}
+
+#[test]
+fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
+    tracing_guest!();
+    if !Path::new(TRACE_CMD).exists() {
+        skip!("{TRACE_CMD} is not installed (scripts/setup installs Debian's trace-cmd)");
+    }
+    let dir = scratch("oracle");
+    let json = dir.join("t.json");
     let names = [
         "dma_fence_init",
         "dma_fence_signaled",
         "drm_vblank_event_delivered",
         "drm_vblank_event",
     ];
-    let tc = parse_report(&rep, &names);
+    let (t, tc) = record_under_trace_cmd(
+        &dir,
+        &format!("vgem:{FENCES},flips:{FLIPS}"),
+        "fence,vblank",
+        &names,
+    );
+    let od = &t["otherData"];
+    let (start, end) = (
+        od["start_ns"].as_f64().unwrap() / 1e3,
+        od["end_ns"].as_f64().unwrap() / 1e3,
+    );
 
     // vgem fences: the same (event, context, seqno) set, FENCES of each.
     let key = |ev: &str, c: &str, s: &str| (ev.to_string(), c.to_string(), s.to_string());
@@ -332,11 +365,7 @@ fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
     );
 
     // The summary, recomputed: each vgem context's one fence, and CRTC 0's intervals.
-    let (code, s) =
-        drmtool::cli::run_captured(&["trace", "summary", "--json", json.to_str().unwrap()]);
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{s}");
-    let s: Value = serde_json::from_str(&s).unwrap();
-    validate(&s, "trace-summary.schema.json", "trace summary --json");
+    let s = summary_of(&json);
     for (c, l) in &lat {
         let track = drmtool::trace::chrome::timeline_label("vgem", "unbound", *c);
         let row = s["timelines"]
@@ -380,6 +409,121 @@ fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
             "crtc {crtc}: {} vblanks, mean interval {mean:.0} us",
             ts.len()
         );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const SW_FENCES: usize = 20;
+const SW_SYNC_GAP: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// One sw_sync timeline with SW_FENCES fences at values 1..=SW_FENCES, advanced one step
+/// every SW_SYNC_GAP: drmtool and trace-cmd see the same (event, context, seqno) set; the
+/// fences are all on one context, signalled in seqno order, each after its init and at
+/// least SW_SYNC_GAP after the one before (the workload sleeps that long between steps); the
+/// summary's row for the timeline has the figures recomputed here from the raw events.
+#[test]
+fn a_sw_sync_timeline_signals_in_order_as_trace_cmd_saw() {
+    tracing_guest!();
+    require_feature!("sw_sync");
+    if !Path::new(TRACE_CMD).exists() {
+        skip!("{TRACE_CMD} is not installed (scripts/setup installs Debian's trace-cmd)");
+    }
+    let dir = scratch("sw_sync");
+    let json = dir.join("t.json");
+    let (t, tc) = record_under_trace_cmd(
+        &dir,
+        &format!("swsync:{SW_FENCES}"),
+        "fence",
+        &["dma_fence_init", "dma_fence_signaled"],
+    );
+    let sw = |a: &Value| a["driver"] == "sw_sync";
+    let key = |ev: &str, c: &str, s: &str| (ev.to_string(), c.to_string(), s.to_string());
+    let tc_set: BTreeSet<_> = tc
+        .iter()
+        .filter(|e| e.fields.get("driver").map(String::as_str) == Some("sw_sync"))
+        .map(|e| key(&e.name, &e.fields["context"], &e.fields["seqno"]))
+        .collect();
+    let mut ours = BTreeSet::new();
+    let mut init: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut signals: Vec<(f64, i64)> = Vec::new();
+    let mut contexts = BTreeSet::new();
+    let mut timeline = String::new();
+    for ev in ["dma_fence_init", "dma_fence_signaled"] {
+        for e in instants(&t, &format!("dma_fence:{ev}")) {
+            let a = &e["args"];
+            if !sw(a) {
+                continue;
+            }
+            let (c, seq) = (a["context"].as_i64().unwrap(), a["seqno"].as_i64().unwrap());
+            contexts.insert(c);
+            timeline = a["timeline"].as_str().unwrap().to_string();
+            ours.insert(key(ev, &c.to_string(), &seq.to_string()));
+            let ts = e["ts"].as_f64().unwrap();
+            if ev == "dma_fence_init" {
+                init.insert(seq, ts);
+            } else {
+                signals.push((ts, seq));
+            }
+        }
+    }
+    assert_eq!(contexts.len(), 1, "one timeline, one context: {contexts:?}");
+    let context = *contexts.first().unwrap();
+    let seqnos: Vec<i64> = (1..=SW_FENCES as i64).collect();
+    assert_eq!(init.keys().copied().collect::<Vec<_>>(), seqnos, "{init:?}");
+    signals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(
+        signals.iter().map(|s| s.1).collect::<Vec<_>>(),
+        seqnos,
+        "signalled in seqno order: {signals:?}"
+    );
+    let gap_us = SW_SYNC_GAP.as_secs_f64() * 1e6;
+    for w in signals.windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= gap_us,
+            "seqno {} signalled {} us after seqno {}, under the workload's {gap_us} us sleep",
+            w[1].1,
+            w[1].0 - w[0].0,
+            w[0].1
+        );
+    }
+    let mut lat: Vec<f64> = signals
+        .iter()
+        .map(|&(ts, seq)| {
+            let t0 = init[&seq];
+            assert!(
+                ts >= t0,
+                "seqno {seq}: signalled at {ts} before its init at {t0}"
+            );
+            ts - t0
+        })
+        .collect();
+    assert_eq!(
+        ours, tc_set,
+        "drmtool and trace-cmd saw the same sw_sync fences"
+    );
+
+    // The summary's row, recomputed: nearest-rank percentiles of the emit-to-signal times.
+    lat.sort_by(f64::total_cmp);
+    let rank = |p: f64| lat[((p / 100.0 * lat.len() as f64).ceil() as usize).max(1) - 1];
+    let s = summary_of(&json);
+    let track = drmtool::trace::chrome::timeline_label("sw_sync", &timeline, context);
+    let row = s["timelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["track"] == track.as_str())
+        .unwrap_or_else(|| panic!("no summary row {track}: {s}"));
+    assert_eq!(
+        (row["fences"].as_u64(), row["unsignaled"].as_u64()),
+        (Some(SW_FENCES as u64), Some(0))
+    );
+    for (k, want) in [
+        ("p50", rank(50.0)),
+        ("p99", rank(99.0)),
+        ("max", lat[lat.len() - 1]),
+    ] {
+        let got = row["emit_to_signal_us"][k].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6, "{track} {k}: {got} vs {want}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

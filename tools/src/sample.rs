@@ -343,6 +343,26 @@ pub mod workload {
         Ok(())
     }
 
+    /// `n` fences on one new sw_sync timeline at values 1..=n, then the timeline advanced by
+    /// one `n` times, `gap` apart: `n` `dma_fence_init` and `n` `dma_fence_signaled`, driver
+    /// `sw_sync`, all on one context, seqnos 1..=n signalled in that order, each signal at
+    /// least `gap` after the one before.
+    ///
+    /// # Errors
+    /// No sw_sync (CONFIG_SW_SYNC, debugfs mounted), or an ioctl's error.
+    pub fn sw_sync_timeline(n: u32, gap: Duration) -> Result<()> {
+        let timeline = drm_gem::SwSyncTimeline::open()?;
+        let fences = (1..=n)
+            .map(|v| timeline.create_fence(v, "drmtool-workload"))
+            .collect::<Result<Vec<_>>>()?;
+        for _ in 0..n {
+            std::thread::sleep(gap);
+            timeline.inc(1)?;
+        }
+        drop(fences);
+        Ok(())
+    }
+
     /// `n` legacy page flips with events on vkms's first CRTC (lit first with SETCRTC at
     /// 1024x768, as master), each waited for: `n` `drm_vblank_event_delivered` for this
     /// file, sequences rising.
