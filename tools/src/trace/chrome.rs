@@ -8,7 +8,8 @@
 //! - one async track per fence timeline (process "GPU fence timelines"), each fence a slice
 //!   from its emit (or, without one, its init) to its signal, unbound timelines (vgem's,
 //!   sw_sync's) kept under their context number; a fence that never signalled in the trace
-//!   is a slice with no end;
+//!   is a slice with no end; on a context whose fences are emitted, an init alone is not a
+//!   fence (virtio-gpu inits every fence with seqno 0 and numbers it at emit);
 //! - wait slices (`dma_fence_wait_start` to `_end`) on the waiting thread;
 //! - vblanks per CRTC (process "Display"), scheduler events per ring (process "GPU
 //!   scheduler"), `gpu_mem_total` and the sampled per-process GPU memory as counters.
@@ -173,9 +174,19 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             _ => {}
         }
     }
-    // Fence timelines: one async track per context.
+    // Fence timelines: one async track per context. On a context whose fences are emitted,
+    // a (context, seqno) seen at init alone is no fence of the timeline: drivers that number
+    // a fence when they emit it (virtio-gpu) init every fence with seqno 0. Its instants stay.
+    let emitting: BTreeSet<i64> = fences
+        .iter()
+        .filter(|(_, f)| f.emit.is_some())
+        .map(|(&(c, _), _)| c)
+        .collect();
     let mut contexts: BTreeMap<i64, String> = BTreeMap::new();
     for (&(c, s), f) in &fences {
+        if f.emit.is_none() && f.signaled.is_none() && emitting.contains(&c) {
+            continue;
+        }
         let label = contexts
             .entry(c)
             .or_insert_with(|| timeline_label(&f.driver, &f.timeline, c))
@@ -376,5 +387,72 @@ mod tests {
         assert!(text.contains(r#"t\"1\n"#));
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, v);
+    }
+
+    /// virtio-gpu's order: every fence inits with seqno 0, is numbered at emit, signals
+    /// later. The timeline has the emitted fences only (slices from emit to signal); the
+    /// seqno-0 inits stay as instants. A context that never emits keeps its init-only fence.
+    #[test]
+    fn fences_numbered_at_emit_are_tracked_from_emit() {
+        let virtio = |name: &str, time: u64, seqno: i64| {
+            ev(
+                name,
+                time,
+                101,
+                &[
+                    ("driver", V::Str("virtio_gpu".into())),
+                    ("timeline", V::Str("controlq".into())),
+                    ("context", V::Int(3)),
+                    ("seqno", V::Int(seqno)),
+                ],
+            )
+        };
+        let rec = Recording {
+            events: vec![
+                virtio("dma_fence_init", 1000, 0),
+                virtio("dma_fence_emit", 1100, 41),
+                virtio("dma_fence_init", 2000, 0),
+                virtio("dma_fence_emit", 2100, 42),
+                virtio("dma_fence_signaled", 3000, 41),
+                virtio("dma_fence_signaled", 3500, 42),
+                fence("dma_fence_init", 4000, 1),
+            ],
+            start: 900,
+            end: 5000,
+            ..Default::default()
+        };
+        let v = to_json(&rec, "6.12.0", &[]);
+        let evs = v["traceEvents"].as_array().unwrap();
+        let of = |ph: &str| evs.iter().filter(|e| e["ph"] == ph).collect::<Vec<_>>();
+        assert_eq!(of("i").len(), 7, "every hit, the seqno-0 inits too");
+        let b: Vec<_> = of("b")
+            .iter()
+            .map(|e| {
+                (
+                    e["args"]["context"].as_i64(),
+                    e["args"]["seqno"].as_i64(),
+                    e["ts"].as_f64(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            b,
+            [
+                (Some(3), Some(41), Some(1.1)),
+                (Some(3), Some(42), Some(2.1)),
+                (Some(7), Some(1), Some(4.0))
+            ]
+        );
+        assert_eq!(of("e").len(), 2);
+        let s = super::super::summary::summarize(&v).unwrap();
+        let row = |c: i64| {
+            s.timelines
+                .iter()
+                .find(|t| t.track.ends_with(&format!("(context {c})")))
+                .unwrap()
+                .clone()
+        };
+        assert_eq!((row(3).fences, row(3).unsignaled), (2, 0));
+        assert_eq!((row(7).fences, row(7).unsignaled), (1, 1));
     }
 }
