@@ -17,8 +17,8 @@
 //! project's own kernels (vm/config/guest.config turns on FTRACE and the default tracers,
 //! required.list checks EVENT_TRACING and PERF_EVENTS) have them; a kernel without reports
 //! `tracing` in VM_MISSING_FEATURES and these tests skip there (counted). A virtio-gpu
-//! EXECBUFFER out-fence workload needs virgl, which only scripts/guest-virgl's lane gets:
-//! not covered yet.
+//! EXECBUFFER out-fence workload needs virgl, which only scripts/guest-virgl's lane gets: it
+//! runs this binary's virtio tests there.
 
 mod schema_common;
 
@@ -47,8 +47,8 @@ fn cli_entry() {
     kernel_tests::sample::cli_entry(CLI_ENV);
 }
 
-/// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, `swsync:K`, comma-separated, in order); run
-/// plainly it does nothing.
+/// The workload ([`WORK_ENV`]: `vgem:N`, `flips:M`, `swsync:K`, `virtio:J`, comma-separated,
+/// in order); run plainly it does nothing.
 #[test]
 fn workload_entry() {
     let Ok(w) = std::env::var(WORK_ENV) else {
@@ -60,6 +60,9 @@ fn workload_entry() {
         match kind {
             "vgem" => drmtool::sample::workload::vgem_fences(n).expect("vgem fences"),
             "flips" => drmtool::sample::workload::vkms_flips(n).expect("vkms flips"),
+            "virtio" => {
+                drmtool::sample::workload::virtio_execbuffers(n).expect("virtio-gpu submissions")
+            }
             "swsync" => drmtool::sample::workload::sw_sync_timeline(
                 u32::try_from(n).expect("a u32 count"),
                 SW_SYNC_GAP,
@@ -516,6 +519,138 @@ fn a_sw_sync_timeline_signals_in_order_as_trace_cmd_saw() {
     assert_eq!(
         (row["fences"].as_u64(), row["unsignaled"].as_u64()),
         (Some(SW_FENCES as u64), Some(0))
+    );
+    for (k, want) in [
+        ("p50", rank(50.0)),
+        ("p99", rank(99.0)),
+        ("max", lat[lat.len() - 1]),
+    ] {
+        let got = row["emit_to_signal_us"][k].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6, "{track} {k}: {got} vs {want}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const VIRTIO_SUBMITS: usize = 20;
+
+/// virtio-gpu with virgl (scripts/guest-virgl's lane; elsewhere `virgl` is missing and this
+/// skips, counted): VIRTIO_SUBMITS EXECBUFFERs with out-fences, each waited for. drmtool and
+/// trace-cmd see the same virtio_gpu (event, context, seqno) multiset; the emitted fences
+/// are VIRTIO_SUBMITS on one context, seqnos consecutive and rising, each signalled after
+/// its emit, in seqno order; every init has seqno 0 (the driver numbers a fence at emit,
+/// drivers/gpu/drm/virtio/virtgpu_fence.c) and is no fence of the timeline; the summary's
+/// row has the VIRTIO_SUBMITS fences, none unsignalled, with the emit-to-signal figures
+/// recomputed here.
+#[test]
+fn virtio_gpu_execbuffer_out_fences_as_trace_cmd_saw() {
+    if !kernel_tests::in_guest() {
+        skip!("not in a vm guest: no tracefs or DRM devices here");
+    }
+    require_feature!("tracing");
+    require_feature!("virgl");
+    assert!(
+        drmtool::trace::record::tracefs().is_some(),
+        "the kernel has event tracing but no tracefs is mounted (the guest init mounts it)"
+    );
+    if !Path::new(TRACE_CMD).exists() {
+        skip!("{TRACE_CMD} is not installed (scripts/setup installs Debian's trace-cmd)");
+    }
+    let dir = scratch("virtio");
+    let json = dir.join("t.json");
+    let names = ["dma_fence_init", "dma_fence_emit", "dma_fence_signaled"];
+    let (t, tc) =
+        record_under_trace_cmd(&dir, &format!("virtio:{VIRTIO_SUBMITS}"), "fence", &names);
+    let key = |ev: &str, c: &str, s: &str| (ev.to_string(), c.to_string(), s.to_string());
+    let mut tc_keys: Vec<_> = tc
+        .iter()
+        .filter(|e| e.fields.get("driver").map(String::as_str) == Some("virtio_gpu"))
+        .map(|e| key(&e.name, &e.fields["context"], &e.fields["seqno"]))
+        .collect();
+    tc_keys.sort();
+    let mut ours = Vec::new();
+    let mut inits = Vec::new();
+    let mut emits: Vec<(f64, i64, i64)> = Vec::new();
+    let mut signals: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut timeline = String::new();
+    for ev in names {
+        for e in instants(&t, &format!("dma_fence:{ev}")) {
+            let a = &e["args"];
+            if a["driver"] != "virtio_gpu" {
+                continue;
+            }
+            let (c, seq) = (a["context"].as_i64().unwrap(), a["seqno"].as_i64().unwrap());
+            ours.push(key(ev, &c.to_string(), &seq.to_string()));
+            let ts = e["ts"].as_f64().unwrap();
+            match ev {
+                "dma_fence_init" => inits.push(seq),
+                "dma_fence_emit" => {
+                    timeline = a["timeline"].as_str().unwrap().to_string();
+                    emits.push((ts, c, seq));
+                }
+                _ => {
+                    assert!(
+                        signals.insert(seq, ts).is_none(),
+                        "seqno {seq} signalled twice"
+                    );
+                }
+            }
+        }
+    }
+    ours.sort();
+    assert_eq!(
+        ours, tc_keys,
+        "drmtool and trace-cmd saw the same virtio_gpu fence events"
+    );
+    assert_eq!(inits, vec![0; VIRTIO_SUBMITS], "every init with seqno 0");
+    emits.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(emits.len(), VIRTIO_SUBMITS, "{emits:?}");
+    let contexts: BTreeSet<i64> = emits.iter().map(|e| e.1).collect();
+    assert_eq!(contexts.len(), 1, "one fence context: {contexts:?}");
+    let context = emits[0].1;
+    let first = emits[0].2;
+    assert_eq!(
+        emits.iter().map(|e| e.2).collect::<Vec<_>>(),
+        (first..first + VIRTIO_SUBMITS as i64).collect::<Vec<_>>(),
+        "emitted in order, seqnos consecutive"
+    );
+    assert_eq!(
+        signals.keys().copied().collect::<Vec<_>>(),
+        (first..first + VIRTIO_SUBMITS as i64).collect::<Vec<_>>(),
+        "every emitted fence signalled"
+    );
+    let mut by_time: Vec<(f64, i64)> = signals.iter().map(|(&s, &ts)| (ts, s)).collect();
+    by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(
+        by_time.windows(2).all(|w| w[0].1 < w[1].1),
+        "signalled in seqno order: {by_time:?}"
+    );
+    let mut lat: Vec<f64> = emits
+        .iter()
+        .map(|&(ts, _, seq)| {
+            let end = signals[&seq];
+            assert!(
+                end >= ts,
+                "seqno {seq}: signalled at {end} before its emit at {ts}"
+            );
+            end - ts
+        })
+        .collect();
+
+    // The summary's row, recomputed: emit to signal, nearest rank.
+    lat.sort_by(f64::total_cmp);
+    let rank = |p: f64| lat[((p / 100.0 * lat.len() as f64).ceil() as usize).max(1) - 1];
+    let s = summary_of(&json);
+    let track = drmtool::trace::chrome::timeline_label("virtio_gpu", &timeline, context);
+    let row = s["timelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["track"] == track.as_str())
+        .unwrap_or_else(|| panic!("no summary row {track}: {s}"));
+    assert_eq!(
+        (row["fences"].as_u64(), row["unsignaled"].as_u64()),
+        (Some(VIRTIO_SUBMITS as u64), Some(0)),
+        "{row}"
     );
     for (k, want) in [
         ("p50", rank(50.0)),

@@ -363,6 +363,35 @@ pub mod workload {
         Ok(())
     }
 
+    /// `n` virtio-gpu EXECBUFFERs (an empty virgl command stream) with out-fences, each
+    /// waited for: `n` `dma_fence_emit` and `n` `dma_fence_signaled`, driver `virtio_gpu`,
+    /// on the device's fence context, seqnos consecutive and rising, signalled in order.
+    /// The driver numbers a fence when it emits it: every `dma_fence_init` has seqno 0.
+    ///
+    /// # Errors
+    /// No virtio-gpu render node, no virgl (EXECBUFFER refused), an ioctl's error, or a
+    /// fence that does not signal within 10 s.
+    pub fn virtio_execbuffers(n: u64) -> Result<()> {
+        use drm_gem::driver::virtio_gpu::{Submit, VirtioGpu};
+        let dev = Device::open_driver("virtio_gpu", Some(NodeKind::Render))?;
+        let gpu = VirtioGpu::new(&dev)?;
+        for i in 0..n {
+            let fence = gpu
+                .submit(&Submit {
+                    command: &[],
+                    out_fence: true,
+                    ..Default::default()
+                })?
+                .ok_or_else(|| not_found(&format!("the out-fence of submission {i}")))?;
+            if !fence.wait(Some(Duration::from_secs(10)))? {
+                return Err(not_found(&format!(
+                    "the signal of submission {i}'s out-fence within 10 s"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `n` legacy page flips with events on vkms's first CRTC (lit first with SETCRTC at
     /// 1024x768, as master), each waited for: `n` `drm_vblank_event_delivered` for this
     /// file, sequences rising.
