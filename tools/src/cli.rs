@@ -654,7 +654,8 @@ fn trace_record(a: &TraceRecordArgs) -> ExitCode {
         Some("json") => {}
         Some("pftrace") => {
             return usage(
-                "Perfetto's protobuf output is not built yet; write .json, which                  ui.perfetto.dev loads too",
+                "Perfetto's protobuf output is not built yet; write .json, which \
+                 ui.perfetto.dev loads too",
             );
         }
         _ => return usage("the output must end in .json"),

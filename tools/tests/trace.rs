@@ -131,6 +131,139 @@ fn trace_and_summary_validate_and_the_figures_add_up() {
     assert!(!ss.is_valid(&bad));
 }
 
+fn sched(name: &str, time: u64, tid: u32, fields: &[(&str, V)]) -> Event {
+    Event {
+        system: "gpu_scheduler".into(),
+        name: name.into(),
+        time,
+        pid: tid,
+        tid,
+        cpu: 0,
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+    }
+}
+
+/// The DRM scheduler's events as the kernel gives them (job `id`, the finished fence's
+/// address): three jobs queued by thread 70 on ring "gfx", run by the scheduler thread 80;
+/// the third job's fence address is one the kernel reused from the first. Each job becomes a
+/// flow from a "submit job" slice on thread 70 to a "run job" slice on the ring, and an
+/// execution slice from run to the first `drm_sched_process_job` of its fence at or after the
+/// run; the second job never finishes in the recording (a slice with no end); a run with no
+/// queue event gets no flow. The whole validates against the schema.
+#[test]
+fn scheduler_jobs_become_flows_and_execution_slices() {
+    let job = |name: &str, t: u64, tid: u32, id: i64, fence: i64| {
+        sched(
+            name,
+            t,
+            tid,
+            &[
+                ("name", V::Str("gfx".into())),
+                ("id", V::Int(id)),
+                ("fence", V::Int(fence)),
+                ("job_count", V::Int(1)),
+                ("hw_job_count", V::Int(0)),
+            ],
+        )
+    };
+    let done =
+        |t: u64, fence: i64| sched("drm_sched_process_job", t, 0, &[("fence", V::Int(fence))]);
+    let rec = Recording {
+        events: vec![
+            job("drm_sched_job", 1_000, 70, 1, 0xa0),
+            job("drm_run_job", 2_000, 80, 1, 0xa0),
+            job("drm_sched_job", 2_500, 70, 2, 0xb0),
+            job("drm_run_job", 3_000, 80, 2, 0xb0),
+            done(5_000, 0xa0),
+            job("drm_sched_job", 6_000, 70, 3, 0xa0),
+            job("drm_run_job", 7_000, 80, 3, 0xa0),
+            done(9_000, 0xa0),
+            job("drm_run_job", 9_500, 80, 4, 0xc0),
+        ],
+        start: 500,
+        end: 10_000,
+        cpus: 1,
+        ..Default::default()
+    };
+    let t = chrome::to_json(&rec, "6.12.0", &[]);
+    let s = schema("trace.schema.json");
+    assert!(errors(&s, &t).is_empty(), "{:#?}", errors(&s, &t));
+    let evs = t["traceEvents"].as_array().unwrap();
+    let of = |ph: &str, name: &str| {
+        evs.iter()
+            .filter(|e| e["ph"] == ph && e["name"] == name)
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["tid"].as_i64().unwrap(),
+                    e["id"].as_str().map(String::from),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let job_ids = |v: Vec<(f64, i64, Option<String>)>| {
+        v.into_iter().map(|e| e.2.unwrap()).collect::<Vec<_>>()
+    };
+    let starts = of("s", "job");
+    let ends = of("f", "job");
+    assert_eq!(job_ids(starts.clone()), ["job:1", "job:2", "job:3"]);
+    assert_eq!(
+        job_ids(ends.clone()),
+        ["job:1", "job:2", "job:3"],
+        "job 4 was never seen queued"
+    );
+    assert!(
+        starts.iter().all(|e| e.1 == 70),
+        "flows leave the queuing thread"
+    );
+    let ring = ends[0].1;
+    assert!(ends.iter().all(|e| e.1 == ring));
+    assert_eq!(
+        starts.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [1.0, 2.5, 6.0]
+    );
+    assert_eq!(
+        ends.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [2.0, 3.0, 7.0]
+    );
+    // Each flow end binds to a slice there: the 1 ns slices at both ends.
+    assert_eq!(of("X", "submit job").len(), 3);
+    assert_eq!(
+        of("X", "run job").iter().map(|e| e.0).collect::<Vec<_>>(),
+        [2.0, 3.0, 7.0]
+    );
+    assert!(
+        evs.iter()
+            .filter(|e| e["ph"] == "f")
+            .all(|e| e["bp"] == "e")
+    );
+    // Execution: job 1 ends at 5 us, job 3 at 9 us (the reused address), job 2 never, job 4
+    // (no process_job after its run) never.
+    let b: Vec<_> = of("b", "gfx jobs")
+        .into_iter()
+        .map(|e| (e.2.unwrap(), e.0))
+        .collect();
+    let e: Vec<_> = of("e", "gfx jobs")
+        .into_iter()
+        .map(|e| (e.2.unwrap(), e.0))
+        .collect();
+    assert_eq!(
+        b,
+        [
+            ("job:1".to_string(), 2.0),
+            ("job:2".to_string(), 3.0),
+            ("job:3".to_string(), 7.0),
+            ("job:4".to_string(), 9.5)
+        ]
+    );
+    assert_eq!(e, [("job:1".to_string(), 5.0), ("job:3".to_string(), 9.0)]);
+    // Fence timelines are untouched by job slices.
+    assert!(summary::summarize(&t).unwrap().timelines.is_empty());
+}
+
 fn drmtool(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_drmtool"))
         .args(args)

@@ -12,7 +12,13 @@
 //!   fence (virtio-gpu inits every fence with seqno 0 and numbers it at emit);
 //! - wait slices (`dma_fence_wait_start` to `_end`) on the waiting thread;
 //! - vblanks per CRTC (process "Display"), scheduler events per ring (process "GPU
-//!   scheduler"), `gpu_mem_total` and the sampled per-process GPU memory as counters.
+//!   scheduler"), `gpu_mem_total` and the sampled per-process GPU memory as counters;
+//! - where the DRM scheduler's events say so, each job's way from the thread that queued it
+//!   (`drm_sched_job`) to its ring (`drm_run_job`, same job `id`) as a flow (`s` to `f`)
+//!   between two 1 ns slices, "submit job" and "run job" (flows bind to slices), and its
+//!   execution as an async slice on the ring's "jobs" track from `drm_run_job` to the
+//!   `drm_sched_process_job` of its finished fence (the events' `fence` pointer; the first
+//!   such event at or after the run, as the kernel reuses fence memory).
 //!
 //! Timestamps are `CLOCK_MONOTONIC` microseconds (with ns precision), as perf recorded them.
 
@@ -70,6 +76,22 @@ fn meta(out: &mut Vec<Value>, what: &str, pid: u64, tid: Option<u64>, name: &str
 /// A fence's key: (context, seqno).
 type FenceKey = (i64, i64);
 
+/// A DRM scheduler job, by its `id`.
+#[derive(Default)]
+struct Job {
+    /// `drm_sched_job`: time, pid, tid of the queuing thread.
+    queued: Option<(u64, u32, u32)>,
+    /// `drm_run_job`: time and the ring's tid.
+    run: Option<(u64, u64)>,
+    /// The ring's name.
+    ring: String,
+    /// The finished fence's address (`fence` of `drm_run_job`).
+    fence: Option<i64>,
+}
+
+/// 1 ns in the trace's µs: the span of the slices a flow binds to.
+const TICK_US: f64 = 0.001;
+
 #[derive(Default)]
 struct Fence {
     init: Option<u64>,
@@ -91,6 +113,8 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
     let mut waits: BTreeMap<(u32, FenceKey), u64> = BTreeMap::new();
     let mut crtcs: BTreeSet<i64> = BTreeSet::new();
     let mut rings: BTreeMap<String, u64> = BTreeMap::new();
+    let mut jobs: BTreeMap<i64, Job> = BTreeMap::new();
+    let mut finished: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
     for e in &rec.events {
         let full = format!("{}:{}", e.system, e.name);
         *counts.entry(full.clone()).or_default() += 1;
@@ -152,11 +176,31 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
                     .unwrap_or("scheduler")
                     .to_string();
                 let n = rings.len() as u64 + 1;
-                let tid = *rings.entry(ring).or_insert(n);
+                let tid = *rings.entry(ring.clone()).or_insert(n);
                 out.push(json!({
                     "ph": "i", "s": "t", "name": name, "cat": "sched",
                     "ts": ts(e.time), "pid": SCHED_PID, "tid": tid, "args": args(e),
                 }));
+                match (name, e.int("id")) {
+                    ("drm_sched_job", Some(id)) => {
+                        let j = jobs.entry(id).or_default();
+                        j.queued = j.queued.or(Some((e.time, e.pid, e.tid)));
+                    }
+                    ("drm_run_job", Some(id)) => {
+                        let j = jobs.entry(id).or_default();
+                        if j.run.is_none() {
+                            j.run = Some((e.time, tid));
+                            j.ring = ring;
+                            j.fence = e.int("fence");
+                        }
+                    }
+                    ("drm_sched_process_job", _) => {
+                        if let Some(f) = e.int("fence") {
+                            finished.entry(f).or_default().push(e.time);
+                        }
+                    }
+                    _ => {}
+                }
             }
             ("gpu_mem", "gpu_mem_total") => {
                 let gpu = e.int("gpu_id").unwrap_or(0);
@@ -208,6 +252,7 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             }));
         }
     }
+    sched_jobs(&mut out, &jobs, &finished);
     meta(
         &mut out,
         "process_name",
@@ -284,6 +329,51 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             "exit_status": rec.exit.and_then(|s| s.code()),
         },
     })
+}
+
+/// The scheduler jobs' flows (queuing thread to ring) and execution slices (see the module
+/// doc). A job seen only in part (the recording began or ended in between) gets what its
+/// events say and nothing more.
+fn sched_jobs(out: &mut Vec<Value>, jobs: &BTreeMap<i64, Job>, finished: &BTreeMap<i64, Vec<u64>>) {
+    for (id, j) in jobs {
+        let Some((run, ring_tid)) = j.run else {
+            continue;
+        };
+        let flow = format!("job:{id}");
+        if let Some((queued, pid, tid)) = j.queued.filter(|q| q.0 <= run) {
+            out.push(json!({
+                "ph": "X", "name": "submit job", "cat": "sched", "ts": ts(queued),
+                "dur": TICK_US, "pid": pid, "tid": tid, "args": {"job": id, "ring": j.ring},
+            }));
+            out.push(json!({
+                "ph": "s", "name": "job", "cat": "sched.flow", "id": flow, "ts": ts(queued),
+                "pid": pid, "tid": tid,
+            }));
+            out.push(json!({
+                "ph": "X", "name": "run job", "cat": "sched", "ts": ts(run), "dur": TICK_US,
+                "pid": SCHED_PID, "tid": ring_tid, "args": {"job": id},
+            }));
+            out.push(json!({
+                "ph": "f", "bp": "e", "name": "job", "cat": "sched.flow", "id": flow,
+                "ts": ts(run), "pid": SCHED_PID, "tid": ring_tid,
+            }));
+        }
+        let done = j
+            .fence
+            .and_then(|f| finished.get(&f))
+            .and_then(|times| times.iter().copied().filter(|&t| t >= run).min());
+        let track = format!("{} jobs", j.ring);
+        out.push(json!({
+            "ph": "b", "name": track, "cat": "sched.job", "id": flow, "ts": ts(run),
+            "pid": SCHED_PID, "tid": 0, "args": {"job": id, "ring": j.ring},
+        }));
+        if let Some(end) = done {
+            out.push(json!({
+                "ph": "e", "name": track, "cat": "sched.job", "id": flow, "ts": ts(end),
+                "pid": SCHED_PID, "tid": 0,
+            }));
+        }
+    }
 }
 
 /// A fence timeline's track name: `driver timeline (context N)`; the context keeps two
