@@ -229,6 +229,33 @@ fn summary_of(json: &Path) -> Value {
     s
 }
 
+/// Checks the summary `s`'s row for the fence timeline `track`: `lat.len()` fences, none
+/// unsignalled, and p50/p99/max equal to the nearest-rank figures of `lat` (the
+/// emit-to-signal times recomputed from the raw events, µs).
+fn assert_timeline_row(s: &Value, track: &str, mut lat: Vec<f64>) {
+    lat.sort_by(f64::total_cmp);
+    let rank = |p: f64| lat[((p / 100.0 * lat.len() as f64).ceil() as usize).max(1) - 1];
+    let row = s["timelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["track"] == track)
+        .unwrap_or_else(|| panic!("no summary row {track}: {s}"));
+    assert_eq!(
+        (row["fences"].as_u64(), row["unsignaled"].as_u64()),
+        (Some(lat.len() as u64), Some(0)),
+        "{row}"
+    );
+    for (k, want) in [
+        ("p50", rank(50.0)),
+        ("p99", rank(99.0)),
+        ("max", lat[lat.len() - 1]),
+    ] {
+        let got = row["emit_to_signal_us"][k].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6, "{track} {k}: {got} vs {want}");
+    }
+}
+
 #[test]
 fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
     tracing_guest!();
@@ -371,20 +398,7 @@ fn record_agrees_with_trace_cmd_and_the_summary_with_the_events() {
     let s = summary_of(&json);
     for (c, l) in &lat {
         let track = drmtool::trace::chrome::timeline_label("vgem", "unbound", *c);
-        let row = s["timelines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["track"] == track.as_str())
-            .unwrap_or_else(|| panic!("no summary row {track}"));
-        assert_eq!(
-            (row["fences"].as_u64(), row["unsignaled"].as_u64()),
-            (Some(1), Some(0))
-        );
-        for k in ["p50", "p99", "max"] {
-            let got = row["emit_to_signal_us"][k].as_f64().unwrap();
-            assert!((got - l).abs() < 1e-6, "{track} {k}: {got} vs {l}");
-        }
+        assert_timeline_row(&s, &track, vec![*l]);
     }
     let mut by_crtc: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
     for e in &vbl {
@@ -489,7 +503,7 @@ fn a_sw_sync_timeline_signals_in_order_as_trace_cmd_saw() {
             w[0].1
         );
     }
-    let mut lat: Vec<f64> = signals
+    let lat: Vec<f64> = signals
         .iter()
         .map(|&(ts, seq)| {
             let t0 = init[&seq];
@@ -506,28 +520,9 @@ fn a_sw_sync_timeline_signals_in_order_as_trace_cmd_saw() {
     );
 
     // The summary's row, recomputed: nearest-rank percentiles of the emit-to-signal times.
-    lat.sort_by(f64::total_cmp);
-    let rank = |p: f64| lat[((p / 100.0 * lat.len() as f64).ceil() as usize).max(1) - 1];
-    let s = summary_of(&json);
     let track = drmtool::trace::chrome::timeline_label("sw_sync", &timeline, context);
-    let row = s["timelines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["track"] == track.as_str())
-        .unwrap_or_else(|| panic!("no summary row {track}: {s}"));
-    assert_eq!(
-        (row["fences"].as_u64(), row["unsignaled"].as_u64()),
-        (Some(SW_FENCES as u64), Some(0))
-    );
-    for (k, want) in [
-        ("p50", rank(50.0)),
-        ("p99", rank(99.0)),
-        ("max", lat[lat.len() - 1]),
-    ] {
-        let got = row["emit_to_signal_us"][k].as_f64().unwrap();
-        assert!((got - want).abs() < 1e-6, "{track} {k}: {got} vs {want}");
-    }
+    assert_eq!(lat.len(), SW_FENCES);
+    assert_timeline_row(&summary_of(&json), &track, lat);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -624,7 +619,7 @@ fn virtio_gpu_execbuffer_out_fences_as_trace_cmd_saw() {
         by_time.windows(2).all(|w| w[0].1 < w[1].1),
         "signalled in seqno order: {by_time:?}"
     );
-    let mut lat: Vec<f64> = emits
+    let lat: Vec<f64> = emits
         .iter()
         .map(|&(ts, _, seq)| {
             let end = signals[&seq];
@@ -637,29 +632,9 @@ fn virtio_gpu_execbuffer_out_fences_as_trace_cmd_saw() {
         .collect();
 
     // The summary's row, recomputed: emit to signal, nearest rank.
-    lat.sort_by(f64::total_cmp);
-    let rank = |p: f64| lat[((p / 100.0 * lat.len() as f64).ceil() as usize).max(1) - 1];
-    let s = summary_of(&json);
     let track = drmtool::trace::chrome::timeline_label("virtio_gpu", &timeline, context);
-    let row = s["timelines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["track"] == track.as_str())
-        .unwrap_or_else(|| panic!("no summary row {track}: {s}"));
-    assert_eq!(
-        (row["fences"].as_u64(), row["unsignaled"].as_u64()),
-        (Some(VIRTIO_SUBMITS as u64), Some(0)),
-        "{row}"
-    );
-    for (k, want) in [
-        ("p50", rank(50.0)),
-        ("p99", rank(99.0)),
-        ("max", lat[lat.len() - 1]),
-    ] {
-        let got = row["emit_to_signal_us"][k].as_f64().unwrap();
-        assert!((got - want).abs() < 1e-6, "{track} {k}: {got} vs {want}");
-    }
+    assert_eq!(lat.len(), VIRTIO_SUBMITS);
+    assert_timeline_row(&summary_of(&json), &track, lat);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
