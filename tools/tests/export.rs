@@ -286,6 +286,65 @@ fn device_series_have_no_group_labels() {
     assert!(ok, "promtool check metrics:\n{out}\n{t}");
 }
 
+/// One framebuffer of one 4,096,000-byte object, as debugfs prints it.
+const FRAMEBUFFER: &str = "framebuffer[36]:\n\tallocated by = [fbcon]\n\trefcount=2\n\
+\tformat=XR24 little-endian (0x34325258)\n\tmodifier=0x0\n\tsize=1280x800\n\tlayers:\n\
+\t\tsize[0]=1280x800\n\t\tpitch[0]=5120\n\t\toffset[0]=0\n\t\tobj[0]:\n\t\t\tname=0\n\
+\t\t\trefcount=3\n\t\t\tstart=00100000\n\t\t\tsize=4096000\n\t\t\timported=no\n";
+
+/// What the device's debugfs knows (its framebuffers' objects, its flink-named objects) is a
+/// per-device series labelled with its source, under every `--per`; a file debugfs lacks
+/// (gem_names) gives no series, the others stay; promtool passes.
+#[test]
+fn debugfs_figures_are_device_series_with_their_source() {
+    let (root, mut opts) = tree("debugfs", &procs());
+    let dir = root.join("debugfs/3");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("clients"),
+        include_str!("fixtures/debugfs-clients-6.12.txt"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("framebuffer"), FRAMEBUFFER).unwrap();
+    std::fs::write(
+        dir.join("gem_names"),
+        include_str!("fixtures/debugfs-gem_names.txt"),
+    )
+    .unwrap();
+    opts.debugfs_root = root.join("debugfs");
+    let fb = [("device", "1:3"), ("source", "debugfs-framebuffer")];
+    let named = [("device", "1:3"), ("source", "debugfs-gem_names")];
+    for per in [Per::Device, Per::Cgroup, Per::Client] {
+        let t = export::encode(
+            &build(&opts, per, false, &mut Counters::default()),
+            Format::Text,
+        );
+        assert_eq!(
+            value(&t, "drm_device_framebuffer_bytes", &fb),
+            Some(4_096_000.0),
+            "{per:?}:\n{t}"
+        );
+        assert_eq!(
+            value(&t, "drm_device_flink_named_bytes", &named),
+            Some((16384 + 4_194_304) as f64),
+            "{per:?}:\n{t}"
+        );
+        let (ok, out) = promtool(&t);
+        assert!(ok, "promtool check metrics:\n{out}\n{t}");
+    }
+    std::fs::remove_file(dir.join("gem_names")).unwrap();
+    let t = export::encode(
+        &build(&opts, Per::Device, false, &mut Counters::default()),
+        Format::Text,
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(!t.contains("drm_device_flink_named_bytes"), "{t}");
+    assert_eq!(
+        value(&t, "drm_device_framebuffer_bytes", &fb),
+        Some(4_096_000.0)
+    );
+}
+
 #[test]
 fn a_figure_no_source_knows_has_no_series() {
     // A client whose driver prints no memory or engine keys.
@@ -312,6 +371,8 @@ fn a_figure_no_source_knows_has_no_series() {
         "drm_memory_bytes",
         "drm_engine_busy_seconds_total",
         "drm_mapped_bytes",
+        "drm_device_framebuffer_bytes",
+        "drm_device_flink_named_bytes",
     ] {
         assert!(!t.contains(absent), "{absent} without a source:\n{t}");
     }

@@ -430,6 +430,49 @@ pub fn build(
         );
     }
 
+    // What the device's debugfs knows (root, debugfs mounted): per device only, no series
+    // where it could not be read.
+    let mut fb = Sums::new();
+    let mut named = Sums::new();
+    for (i, d) in report.devices.iter().enumerate() {
+        let dev = dev_name(i);
+        if let Some(v) = d.framebuffer_bytes.value {
+            add(
+                &mut fb,
+                vec![
+                    ("device".into(), dev.into()),
+                    ("source".into(), "debugfs-framebuffer".into()),
+                ],
+                v,
+            );
+        }
+        if let Some(v) = d.named_bytes.value {
+            add(
+                &mut named,
+                vec![
+                    ("device".into(), dev.into()),
+                    ("source".into(), "debugfs-gem_names".into()),
+                ],
+                v,
+            );
+        }
+    }
+    gauge_family(
+        reg,
+        "drm_device_framebuffer",
+        "Bytes of the GEM objects behind the device's framebuffers, each framebuffer's \
+         objects counted (debugfs <minor>/framebuffer)",
+        Some(Unit::Bytes),
+        &fb,
+    );
+    gauge_family(
+        reg,
+        "drm_device_flink_named",
+        "Bytes of the device's flink-named GEM objects (debugfs <minor>/gem_names)",
+        Some(Unit::Bytes),
+        &named,
+    );
+
     // Mapped DRM buffers, by the mapping process's group.
     let mut mapped = Sums::new();
     for p in &report.processes {
