@@ -334,8 +334,11 @@ pub struct NodeInfo {
     pub kind: NodeKind,
     /// Char-device major and minor.
     pub dev: (u32, u32),
-    /// DRM driver name (`vkms`, `virtio_gpu`, `bochs-drm`, ...) from `DRM_IOCTL_VERSION`,
-    /// or from debugfs `dri/<minor>/name` when the node cannot be opened.
+    /// DRM driver name (`vkms`, `virtio_gpu`, `bochs-drm`, ...): `DRM_IOCTL_VERSION` on a
+    /// render node (debugfs `dri/<minor>/name` when it cannot be opened). A primary node is
+    /// never opened here (its first opener becomes DRM master while it holds it): it takes
+    /// the name of its device's render node, else debugfs's (root), else the driver bound
+    /// to its parent device in sysfs ([`NodeInfo::parent_driver`]), else none.
     pub driver: Option<String>,
     /// Driver bound to the parent device in sysfs (`/sys/.../device/driver`): `virtio-pci`,
     /// `bochs-drm`, `qxl`; none for virtual devices such as vkms and vgem.
@@ -359,7 +362,10 @@ pub enum NoNodes {
 
 /// Lists every DRM primary and render node under `/dev/dri`, sorted by path.
 ///
-/// Identity comes from sysfs, so nodes are found by driver, never by number.
+/// Identity comes from sysfs, so nodes are found by driver, never by number. Only render
+/// nodes are opened (for `DRM_IOCTL_VERSION`): opening a primary node could make this
+/// process DRM master for that moment and another's SET_MASTER fail (see
+/// [`NodeInfo::driver`]).
 pub fn enumerate() -> core::result::Result<Vec<NodeInfo>, NoNodes> {
     enumerate_in(Path::new("/dev/dri"))
 }
@@ -394,11 +400,17 @@ pub fn enumerate_in(dir: &Path) -> core::result::Result<Vec<NodeInfo>, NoNodes> 
         } else {
             None
         };
-        let driver = Device::open(&path)
-            .and_then(|d| d.driver())
-            .map(|v| v.name)
-            .ok()
-            .or_else(|| debugfs_name(dev.1));
+        // A render node is opened for its name; a primary node never is: its first opener
+        // becomes DRM master while it holds the file, so a scan that opened one would make
+        // a compositor's SET_MASTER at that moment fail with EBUSY.
+        let driver = match kind {
+            NodeKind::Render => Device::open(&path)
+                .and_then(|d| d.driver())
+                .map(|v| v.name)
+                .ok()
+                .or_else(|| debugfs_name(dev.1)),
+            NodeKind::Primary => None,
+        };
         out.push(NodeInfo {
             driver,
             parent_driver: link_name(sysfs.join("device/driver")),
@@ -412,6 +424,23 @@ pub fn enumerate_in(dir: &Path) -> core::result::Result<Vec<NodeInfo>, NoNodes> 
     }
     if out.is_empty() {
         return Err(NoNodes::Empty);
+    }
+    // Primary nodes: the name their device's render node gave, else debugfs's (root), else
+    // the driver bound to the parent device in sysfs.
+    let parent = |n: &NodeInfo| std::fs::canonicalize(n.sysfs.join("device")).ok();
+    let render_names: Vec<(PathBuf, String)> = out
+        .iter()
+        .filter(|n| n.kind == NodeKind::Render)
+        .filter_map(|n| Some((parent(n)?, n.driver.clone()?)))
+        .collect();
+    for n in out.iter_mut().filter(|n| n.kind == NodeKind::Primary) {
+        let p = parent(n);
+        n.driver = render_names
+            .iter()
+            .find(|(rp, _)| p.as_ref() == Some(rp))
+            .map(|(_, name)| name.clone())
+            .or_else(|| debugfs_name(n.dev.1))
+            .or_else(|| n.parent_driver.clone());
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)

@@ -425,3 +425,81 @@ fn devices_to_a_full_output_exits_1() {
         assert_eq!(code, ExitCode::FAILURE, "{args:?}");
     }
 }
+
+/// A scan never opens a primary node. The first opener of a primary node is DRM master while
+/// it holds the file, so a root scan (`drmtool buffers`, every `export` scrape, `trace
+/// record`'s memory samples, `pick`) that opened one would make another program's
+/// SET_MASTER at that moment fail with EBUSY (seen: the trace test's vkms workload on
+/// stock-6.1 met the recorder's memory sample). inotify on every node counts the opens while
+/// `drm_gem::enumerate`, `drmtool devices`, `drmtool buffers --json` and one `export
+/// --textfile` scrape run: no primary node is opened; the render nodes are (the control:
+/// the watch sees opens); every primary node still has its driver's name.
+#[test]
+fn scans_never_open_a_primary_node() {
+    use drm_gem::NodeKind;
+    use rustix::fs::inotify;
+    if !kernel_tests::in_guest() {
+        skip!("not in a vm guest: no DRM devices here");
+    }
+    let nodes = drm_gem::enumerate().expect("the guest's DRM nodes");
+    assert!(
+        nodes.iter().any(|n| n.kind == NodeKind::Primary),
+        "no primary node: {nodes:?}"
+    );
+    let ino = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+        .expect("inotify_init1");
+    let mut watched = std::collections::BTreeMap::new();
+    for n in &nodes {
+        let wd = inotify::add_watch(&ino, &n.path, inotify::WatchFlags::OPEN)
+            .unwrap_or_else(|e| panic!("inotify_add_watch({}): {e}", n.path.display()));
+        watched.insert(wd, n.clone());
+    }
+
+    let again = drm_gem::enumerate().expect("enumerate");
+    let (code, text) = run_captured(&["devices"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let (code, text) = run_captured(&["buffers", "--json"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let prom = std::env::temp_dir().join(format!("scan-opens-{}.prom", std::process::id()));
+    let (code, text) = run_captured(&[
+        "export",
+        "--textfile",
+        prom.to_str().unwrap(),
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let _ = std::fs::remove_file(&prom);
+
+    let mut opened: Vec<(NodeKind, String)> = Vec::new();
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut events = inotify::Reader::new(&ino, &mut buf);
+    loop {
+        match events.next() {
+            Ok(e) => {
+                let n = &watched[&e.wd()];
+                opened.push((n.kind, n.path.display().to_string()));
+            }
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("reading inotify events: {e}"),
+        }
+    }
+    let primary: Vec<_> = opened
+        .iter()
+        .filter(|(k, _)| *k == NodeKind::Primary)
+        .collect();
+    assert!(primary.is_empty(), "primary nodes opened: {primary:?}");
+    if nodes.iter().any(|n| n.kind == NodeKind::Render) {
+        assert!(
+            opened.iter().any(|(k, _)| *k == NodeKind::Render),
+            "the watch saw no open at all, not even of a render node: {opened:?}"
+        );
+    }
+    for n in again.iter().filter(|n| n.kind == NodeKind::Primary) {
+        assert!(
+            n.driver.is_some(),
+            "{} has no driver name without being opened",
+            n.path.display()
+        );
+    }
+}
