@@ -398,8 +398,9 @@ fn client_label(holders: &[(u32, u32)]) -> String {
 
 /// `--per client` on the fdinfo path: per open file, `drm-total`, `drm-shared` and
 /// `drm-active` as the kernel counts them (an exported buffer is shared; an import into
-/// another file is in both totals), the file two processes hold counted once (under the
-/// lower pid), and no memory series at all where the driver prints no such keys.
+/// another file is in both totals), the file three processes hold (C, the child C forked,
+/// and E, which took it with pidfd_getfd) counted once under the lowest pid, and no memory
+/// series at all where the driver prints no such keys.
 #[test]
 fn per_client_series_follow_the_kernels_fdinfo() {
     if !in_guest() {
@@ -408,9 +409,11 @@ fn per_client_series_follow_the_kernels_fdinfo() {
     if kernel_tests::node_of_driver(&["vkms"]).is_none() {
         skip!("no vkms node");
     }
-    // C: a vkms buffer, exported; D: imports it into its own file; E: holds C's file too
-    // (what a fork leaves behind) and opens one of its own.
-    let c = spawn(&["--device", "vkms", "--dumb", "16x16", "--export"]);
+    // C: a vkms buffer, exported, and a forked child holding C's file; D: imports the
+    // buffer into its own file; E: holds C's file too (taken with pidfd_getfd) and opens one
+    // of its own.
+    let c = spawn(&["--device", "vkms", "--dumb", "16x16", "--export", "--fork"]);
+    let (child, child_fd) = c.ready.fork_child.expect("--fork reports its child");
     let d = spawn(&[
         "--device",
         "vkms",
@@ -426,6 +429,7 @@ fn per_client_series_follow_the_kernels_fdinfo() {
     let size = page_round(c.ready.buffers[0].size);
     let c_file = [
         (c.pid(), c.ready.drm_fd),
+        (child, child_fd),
         (e.pid(), e.ready.extra_drm_fds[0]),
     ];
     let (idc, idd, ide) = (
@@ -436,8 +440,13 @@ fn per_client_series_follow_the_kernels_fdinfo() {
     if let Some(id) = client_id(c.pid(), c.ready.drm_fd) {
         assert_eq!(
             client_id(e.pid(), e.ready.extra_drm_fds[0]),
-            Some(id),
+            Some(id.clone()),
             "E holds C's open file"
+        );
+        assert_eq!(
+            client_id(child, child_fd),
+            Some(id),
+            "C's child holds C's open file"
         );
     }
     eprintln!("client labels: C's file {idc}, D {idd}, E {ide}");
@@ -448,7 +457,7 @@ fn per_client_series_follow_the_kernels_fdinfo() {
 
     let mut x = Exporter::new(Config {
         scan: drmtool::Options {
-            pids: vec![c.pid(), d.pid(), e.pid()],
+            pids: vec![c.pid(), child, d.pid(), e.pid()],
             ..Default::default()
         },
         per: Per::Client,
@@ -467,7 +476,7 @@ fn per_client_series_follow_the_kernels_fdinfo() {
             .map(|(_, l, v)| (l.get("pid").cloned().unwrap_or_default(), *v))
             .collect()
     };
-    let low = c.pid().min(e.pid()).to_string();
+    let low = c.pid().min(e.pid()).min(child).to_string();
     assert_eq!(
         find("drm_clients", &idc, None),
         [(low.clone(), 1.0)],

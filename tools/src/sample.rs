@@ -48,6 +48,10 @@ pub struct Args {
     /// Duplicate its own DRM fd once (two fds, one open file).
     #[arg(long)]
     pub dup: bool,
+    /// Fork a child that inherits the DRM file (on an fd without close-on-exec) and holds it
+    /// until stdin closes: one open file in two processes, as any fork leaves it.
+    #[arg(long)]
+    pub fork: bool,
 }
 
 fn parse_dumb(s: &str) -> Result<DumbSpec, String> {
@@ -115,6 +119,9 @@ pub struct Ready {
     pub dmabuf_size: Option<u64>,
     /// Whether it is mapped.
     pub dmabuf_mapped: bool,
+    /// The child `--fork` started: its pid and the fd on which it holds the DRM file.
+    #[serde(default)]
+    pub fork_child: Option<(u32, u32)>,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ExitCode {
@@ -277,7 +284,15 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
             None => return fail("map-dmabuf", "no dma-buf (add --export or --import)"),
         }
     }
+    let mut child = None;
+    if args.fork {
+        match fork_holder(&dev, &node) {
+            Ok(c) => child = Some(c),
+            Err(e) => return fail("fork", e),
+        }
+    }
     let ready = Ready {
+        fork_child: child.as_ref().map(|(c, fd)| (c.id(), *fd)),
         pid: std::process::id(),
         node: node.clone(),
         drm_fd: raw(&dev),
@@ -307,7 +322,26 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
     drop(dmabuf_map);
     drop(maps);
     drop(imported);
+    if let Some((mut c, _)) = child {
+        // The child reads the same stdin: it has seen its end too.
+        let _ = c.wait();
+    }
     ExitCode::SUCCESS
+}
+
+/// Forks a child (`cat`, reading this process's stdin to its end) that inherits the DRM file
+/// `dev` on an fd without close-on-exec; returns it and that fd's number. The parent's copy
+/// of that fd is closed again, so the parent keeps exactly the fds it had.
+fn fork_holder(dev: &Device, node: &str) -> std::io::Result<(std::process::Child, u32)> {
+    let keep = rustix::io::fcntl_dupfd_cloexec(dev, 3)?;
+    rustix::io::fcntl_setfd(&keep, rustix::io::FdFlags::empty())?;
+    let fd = raw(&keep);
+    let child = std::process::Command::new("cat")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| std::io::Error::other(format!("cat holding {node}: {e}")))?;
+    drop(keep);
+    Ok((child, fd))
 }
 
 /// Deterministic GPU workloads with a known count of kernel events, for tracing tests and
