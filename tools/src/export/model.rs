@@ -436,25 +436,17 @@ pub fn build(
     let mut named = Sums::new();
     for (i, d) in report.devices.iter().enumerate() {
         let dev = dev_name(i);
-        if let Some(v) = d.framebuffer_bytes.value {
-            add(
-                &mut fb,
-                vec![
+        for (figure, sums, source) in [
+            (&d.framebuffer_bytes, &mut fb, "debugfs-framebuffer"),
+            (&d.named_bytes, &mut named, "debugfs-gem_names"),
+        ] {
+            if let Some(v) = figure.value {
+                let l = vec![
                     ("device".into(), dev.into()),
-                    ("source".into(), "debugfs-framebuffer".into()),
-                ],
-                v,
-            );
-        }
-        if let Some(v) = d.named_bytes.value {
-            add(
-                &mut named,
-                vec![
-                    ("device".into(), dev.into()),
-                    ("source".into(), "debugfs-gem_names".into()),
-                ],
-                v,
-            );
+                    ("source".into(), source.into()),
+                ];
+                add(sums, l, v);
+            }
         }
     }
     gauge_family(
