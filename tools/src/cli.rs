@@ -1593,17 +1593,28 @@ fn devices(json: bool, out: &mut dyn Write) -> ExitCode {
     emit_text(&text, out)
 }
 
+/// A row of `devices`. The driver version is read from a render node (`DRM_IOCTL_VERSION`),
+/// the GPU's render node standing in for its primary: a primary node is never opened here
+/// (its first opener is DRM master while it holds the file, and another program's
+/// SET_MASTER at that moment would fail), so a GPU without a render node (vkms, bochs, qxl)
+/// shows no version; `drmtool info PATH` opens the node itself.
 fn row(
     n: drm_gem::NodeInfo,
     g: &crate::isolate::ordering::Gpu,
     by_path: Option<String>,
 ) -> DeviceRow {
-    let (version, error) = match drm_gem::Device::open(&n.path).and_then(|d| d.driver()) {
-        Ok(v) => (
+    let render = match n.kind {
+        drm_gem::NodeKind::Render => Some(n.path.clone()),
+        drm_gem::NodeKind::Primary => g.render().map(|m| m.path.clone()),
+    };
+    let (version, error) = match render.map(|p| drm_gem::Device::open(&p).and_then(|d| d.driver()))
+    {
+        Some(Ok(v)) => (
             Some(format!("{}.{}.{}", v.version.0, v.version.1, v.version.2)),
             None,
         ),
-        Err(e) => (None, Some(e.to_string())),
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
     };
     DeviceRow {
         index: g.index,
