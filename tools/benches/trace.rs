@@ -2,7 +2,8 @@
 //! tracing: a workload of vgem fences (attach + signal, `TRACEBENCH_FENCES` each round,
 //! default 2,000), one of vkms page flips with events (`TRACEBENCH_FLIPS`, default 20) and,
 //! where the kernel has sw_sync, one sw_sync timeline of `TRACEBENCH_SWSYNC` fences (default
-//! 2,000) advanced one step at a time with no sleep. Each is timed without a recording, while
+//! 500: each is a sync_file fd, held until the end, under the fd limit) advanced one step at a
+//! time with no sleep. Each is timed without a recording, while
 //! `drmtool::trace::record` records its tracepoints (fence; fence and vblank for the flips)
 //! in another thread, and while Debian's `trace-cmd record` records the same tracepoint
 //! systems (`-e dma_fence`, plus `-e drm` for the flips) where it is installed, interleaved
@@ -178,7 +179,7 @@ fn main() -> ExitCode {
     }
     let n_fences = env_or("TRACEBENCH_FENCES", 2000);
     let n_flips = env_or("TRACEBENCH_FLIPS", 20);
-    let n_sw = env_or("TRACEBENCH_SWSYNC", 2000);
+    let n_sw = env_or("TRACEBENCH_SWSYNC", 500);
     let rounds = env_or("TRACEBENCH_ROUNDS", 5).max(1);
     let has_sw_sync = drm_gem::SwSyncTimeline::open().is_ok();
     let has_trace_cmd = std::path::Path::new(TRACE_CMD).exists();
