@@ -489,24 +489,29 @@ impl MemorySampler {
             .name("trace-memory".into())
             .spawn(move || {
                 let mut out = Vec::new();
-                let mut next = Instant::now();
+                let mut next = Some(Instant::now());
                 let (lock, cv) = &*flag;
                 loop {
                     sample_memory(&mut out);
-                    next = (next + every).max(Instant::now());
+                    next = next.and_then(|at| next_slot(at, every, Instant::now()));
                     let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
                     loop {
                         if *stopped {
                             return out;
                         }
-                        let now = Instant::now();
-                        if now >= next {
-                            break;
-                        }
-                        stopped = cv
-                            .wait_timeout(stopped, next - now)
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .0;
+                        stopped = match next {
+                            // Beyond the clock's range: no further sample, only the stop.
+                            None => cv.wait(stopped).unwrap_or_else(PoisonError::into_inner),
+                            Some(at) => {
+                                let now = Instant::now();
+                                if now >= at {
+                                    break;
+                                }
+                                cv.wait_timeout(stopped, at - now)
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .0
+                            }
+                        };
                     }
                 }
             })
@@ -535,6 +540,13 @@ impl MemorySampler {
             .and_then(|t| t.join().ok())
             .unwrap_or_default()
     }
+}
+
+/// The slot after `prev`, `every` later but never before `now` (a scan that overran its slot
+/// starts the next at once, never a burst of catch-ups); `None` past the clock's range (an
+/// interval of centuries asked for), where `Instant + Duration` would panic.
+fn next_slot(prev: Instant, every: Duration, now: Instant) -> Option<Instant> {
+    prev.checked_add(every).map(|t| t.max(now))
 }
 
 impl Drop for MemorySampler {
@@ -575,7 +587,17 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     session.set(true)?;
     rec.start = monotonic_ns();
     let t0 = Instant::now();
-    let deadline = opts.duration.map(|d| t0 + d);
+    // A duration past the clock's range (`Instant + Duration` would panic) has no deadline.
+    let deadline = opts.duration.and_then(|d| t0.checked_add(d));
+    // Started before the command, so that a thread that cannot start leaves nothing to undo
+    // but the session; dropped (stopped and joined) on every early return below.
+    let sampler = match opts.memory_interval.map(MemorySampler::start).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = session.set(false);
+            return Err(e);
+        }
+    };
     let mut child = if opts.command.is_empty() {
         None
     } else {
@@ -595,20 +617,6 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     // While the command runs, ^C and kill go to it (as under time(1)): the trace of
     // what it did up to then is still written.
     let saved = child.as_ref().map(|_| sys_call::ignore_job_signals());
-    let sampler = match opts.memory_interval.map(MemorySampler::start).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(mut c) = child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            if let Some(s) = saved {
-                sys_call::restore_job_signals(s);
-            }
-            let _ = session.set(false);
-            return Err(e);
-        }
-    };
     loop {
         let now = Instant::now();
         if let Some(c) = child.as_mut()
@@ -672,6 +680,22 @@ mod tests {
         assert_eq!(parse_cpu_list("x,2-1,5"), [5]);
         assert_eq!(parse_cpu_list("").len(), 0);
         assert_eq!(parse_cpu_list("0-4294967295").len(), 4096, "bounded");
+    }
+
+    /// The next sampling slot: `every` after the last, never in the past, and none past the
+    /// clock's range (where `Instant + Duration` panics: `--memory-interval 1e19`).
+    #[test]
+    fn sampling_slots_never_overflow_the_clock() {
+        let t = Instant::now();
+        let s = Duration::from_secs(1);
+        assert_eq!(next_slot(t, s, t), Some(t + s));
+        assert_eq!(
+            next_slot(t, s, t + 5 * s),
+            Some(t + 5 * s),
+            "an overrun slot starts now"
+        );
+        assert_eq!(next_slot(t, Duration::MAX, t), None);
+        assert_eq!(next_slot(t, Duration::from_secs_f64(1e19), t), None);
     }
 
     /// Stopping wakes the sampler out of its wait: with an hour between samples, `finish`
