@@ -409,18 +409,30 @@ mod tests {
         }
     }
 
-    fn fence(name: &str, time: u64, seqno: i64) -> Event {
+    /// A dma_fence event of `driver`'s `timeline` on `context`, on thread 101.
+    fn fence_on(
+        driver: &str,
+        timeline: &str,
+        context: i64,
+        name: &str,
+        time: u64,
+        seqno: i64,
+    ) -> Event {
         ev(
             name,
             time,
             101,
             &[
-                ("driver", V::Str("sw_sync".into())),
-                ("timeline", V::Str("t\"1\n".into())),
-                ("context", V::Int(7)),
+                ("driver", V::Str(driver.into())),
+                ("timeline", V::Str(timeline.into())),
+                ("context", V::Int(context)),
                 ("seqno", V::Int(seqno)),
             ],
         )
+    }
+
+    fn fence(name: &str, time: u64, seqno: i64) -> Event {
+        fence_on("sw_sync", "t\"1\n", 7, name, time, seqno)
     }
 
     #[test]
@@ -485,17 +497,7 @@ mod tests {
     #[test]
     fn fences_numbered_at_emit_are_tracked_from_emit() {
         let virtio = |name: &str, time: u64, seqno: i64| {
-            ev(
-                name,
-                time,
-                101,
-                &[
-                    ("driver", V::Str("virtio_gpu".into())),
-                    ("timeline", V::Str("controlq".into())),
-                    ("context", V::Int(3)),
-                    ("seqno", V::Int(seqno)),
-                ],
-            )
+            fence_on("virtio_gpu", "controlq", 3, name, time, seqno)
         };
         let rec = Recording {
             events: vec![
