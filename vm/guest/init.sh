@@ -50,6 +50,7 @@ for p in /sys/class/virtio-ports/*; do
   case "$(cat "$p/name")" in
     vm.results) RES=/dev/${p##*/} ;;
     vm.output) OUT=/dev/${p##*/} ;;
+    vm.alive) ALIVE=/dev/${p##*/} ;;
   esac
 done
 [ -n "$RES" ] || RES=/dev/ttyS0
@@ -69,6 +70,14 @@ finish() {
 }
 
 rec "boot $(cut -d' ' -f1 /proc/uptime) $(uname -r)"
+# The heartbeat: a byte to the vm.alive port every 5 s, from a plain (SCHED_OTHER) process of
+# the initramfs. When it stops while QEMU still runs, nothing in the guest is being scheduled
+# (a kernel deadlock with interrupts off, or a CPU hog that starves every task): the host
+# injects an NMI, and with unknown_nmi_panic the kernel panics with the stack it was stuck
+# in, which the lane reports like an oops.
+if [ -n "$ALIVE" ]; then
+  ( while printf .; do sleep 5; done > "$ALIVE" 2>/dev/null ) &
+fi
 [ -n "$LO_DOWN" ] && rec "note cannot bring up the loopback interface lo"
 [ "$VM_MODE" = probe ] && finish 0
 

@@ -322,6 +322,12 @@ pub struct RunFiles {
     pub output: PathBuf,
     /// NVDIMM (or virtio-pmem) backing file.
     pub nvdimm: PathBuf,
+    /// The guest's heartbeat (the `vm.alive` port: a byte every 5 s).
+    pub alive: PathBuf,
+    /// QEMU's human monitor (a Unix socket): registers and the NMI of a hung guest.
+    pub monitor: PathBuf,
+    /// What the monitor showed of a hung guest (`info registers -a`, before the NMI).
+    pub hang: PathBuf,
 }
 
 impl RunFiles {
@@ -339,6 +345,9 @@ impl RunFiles {
             results: dir.join("results.bin"),
             output: dir.join("output.log"),
             nvdimm: dir.join("nvdimm.img"),
+            alive: dir.join("alive.log"),
+            monitor: dir.join("monitor.sock"),
+            hang: dir.join("hang.txt"),
             dir,
         })
     }
@@ -350,6 +359,30 @@ fn rand_u32() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     t ^ std::process::id().rotate_left(16)
+}
+
+/// The guest kernel's command line. `unknown_nmi_panic`: the NMI the host injects into a
+/// guest whose heartbeat stopped ([`HANG_AFTER`]) panics the kernel, which prints the stack
+/// the interrupted CPU was stuck in (no other NMI source exists under TCG: no PMU, no NMI
+/// watchdog). `no_timer_check`: under TCG on a loaded host the IO-APIC timer check can miss
+/// its ticks and panic the boot ("IO-APIC + timer doesn't work!", seen on 5.10).
+pub const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init \
+     tsc=reliable no_timer_check unknown_nmi_panic";
+
+/// How long the guest's heartbeat may be silent before the guest counts as hung (the init
+/// writes it every 5 s from a plain process; a loaded TCG guest delays it by seconds, not
+/// minutes). `VM_HANG_AFTER` (seconds) overrides it, for the hang test of scripts/guest-oops.
+pub const HANG_AFTER: Duration = Duration::from_secs(150);
+
+/// How long a hung guest has, after the NMI, to panic and end before QEMU is killed.
+pub const NMI_GRACE: Duration = Duration::from_secs(60);
+
+/// [`HANG_AFTER`], or `VM_HANG_AFTER` seconds (at least 10).
+pub fn hang_after() -> Duration {
+    std::env::var("VM_HANG_AFTER")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(HANG_AFTER, |s| Duration::from_secs(s.max(10)))
 }
 
 /// NVDIMM size: enough for a namespace with fsdax metadata and a small ext4.
@@ -397,12 +430,7 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
     push(&["-no-reboot"]);
     push(&["-kernel", &spec.kernel.image.to_string_lossy()]);
     push(&["-initrd", &files.initrd.to_string_lossy()]);
-    // no_timer_check: under TCG on a loaded host the IO-APIC timer check can miss its
-    // ticks and panic the boot ("IO-APIC + timer doesn't work!", seen on 5.10).
-    push(&[
-        "-append",
-        "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable no_timer_check",
-    ]);
+    push(&["-append", KERNEL_CMDLINE]);
     push(&[
         "-chardev",
         &format!("file,id=con,path={}", files.console.display()),
@@ -424,6 +452,18 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
     push(&[
         "-device",
         "virtserialport,bus=vser.0,chardev=out,name=vm.output",
+    ]);
+    push(&[
+        "-chardev",
+        &format!("file,id=alive,path={}", files.alive.display()),
+    ]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser.0,chardev=alive,name=vm.alive",
+    ]);
+    push(&[
+        "-monitor",
+        &format!("unix:{},server=on,wait=off", files.monitor.display()),
     ]);
     if spec.payload.host_root && !spec.probe_only {
         // multidevs=remap: the host root spans several filesystems whose inode numbers
@@ -531,6 +571,9 @@ pub enum Ending {
     Panic(String),
     /// The wall-clock limit passed; QEMU was killed.
     Timeout,
+    /// The guest's heartbeat stopped and the injected NMI brought no panic either; QEMU was
+    /// killed (what the monitor showed is in [`RunFiles::hang`]).
+    Hang(String),
     /// The result stream was incomplete or corrupt.
     BrokenStream(String),
     /// QEMU itself failed (its stderr).
@@ -547,6 +590,7 @@ impl std::fmt::Display for Ending {
             Ending::NeverBooted => f.write_str("never reached the payload"),
             Ending::Panic(p) => write!(f, "kernel panic: {p}"),
             Ending::Timeout => f.write_str("timeout"),
+            Ending::Hang(h) => write!(f, "guest hung: {h}"),
             Ending::BrokenStream(s) => write!(f, "broken result stream: {s}"),
             Ending::QemuFailed(s) => {
                 let mut lines = s.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -573,6 +617,10 @@ pub struct BootResult {
     pub run_time: Duration,
     /// The last console lines (for failures).
     pub console_tail: Vec<String>,
+    /// Set when the guest's heartbeat stopped: how long it had been silent, and what the
+    /// harness did (the NMI). The boot then ended in a panic ([`Ending::Panic`], with the
+    /// stuck stack on the console) or, if even the NMI changed nothing, [`Ending::Hang`].
+    pub hang: Option<String>,
     /// The run's files (kept for inspection).
     pub files: RunFiles,
 }
@@ -647,7 +695,7 @@ pub fn boot_with(
     let initrd = initramfs(spec, busybox)?;
     fs::write(&files.initrd, initrd)
         .map_err(|e| VmError::new(format!("{}: {e}", files.initrd.display())))?;
-    for f in [&files.console, &files.results, &files.output] {
+    for f in [&files.console, &files.results, &files.output, &files.alive] {
         fs::write(f, b"").map_err(|e| VmError::new(format!("{}: {e}", f.display())))?;
     }
     let pmem = spec
@@ -713,6 +761,12 @@ pub fn boot_with(
     let mut cut_at: Option<Instant> = None;
     let mut cut_acks = None;
     let mut seed = opts.power_cut.map_or(0, |c| c.seed);
+    let hang_limit = hang_after();
+    // The heartbeat's size and when it last grew; armed once the first byte came.
+    let mut beat = (0u64, Instant::now());
+    let mut hang: Option<String> = None;
+    let mut nmi_at: Option<Instant> = None;
+    let mut hung_for_good = None;
     loop {
         let exited = child.try_wait().ok().flatten().is_some();
         if let (Some(cut), false) = (opts.power_cut, exited) {
@@ -748,6 +802,29 @@ pub fn boot_with(
         if exited {
             break;
         }
+        let beats = fs::metadata(&files.alive).map_or(0, |m| m.len());
+        if beats != beat.0 {
+            beat = (beats, Instant::now());
+        }
+        if beat.0 > 0 && nmi_at.is_none() && beat.1.elapsed() > hang_limit {
+            let silent = beat.1.elapsed().as_secs();
+            let shown = hang_report(&files.monitor);
+            let _ = fs::write(&files.hang, &shown.text);
+            hang = Some(format!(
+                "no heartbeat for {silent} s; {}",
+                if shown.nmi {
+                    "NMI injected"
+                } else {
+                    "the monitor did not take the NMI"
+                }
+            ));
+            nmi_at = Some(Instant::now());
+        }
+        if nmi_at.is_some_and(|t| t.elapsed() > NMI_GRACE) {
+            hung_for_good = hang.clone();
+            kill(&mut child);
+            break;
+        }
         if start.elapsed() > spec.timeout {
             timed_out = true;
             kill(&mut child);
@@ -768,9 +845,13 @@ pub fn boot_with(
     let console =
         String::from_utf8_lossy(&fs::read(&files.console).unwrap_or_default()).into_owned();
     let parsed = stream::parse(&fs::read(&files.results).unwrap_or_default());
-    let ending = match cut_acks {
-        Some(acks) => Ending::PowerCut { acks },
-        None => classify(&parsed, &console, timed_out, Some(&qemu_err)),
+    let ending = match (cut_acks, hung_for_good) {
+        (Some(acks), _) => Ending::PowerCut { acks },
+        (None, Some(h)) if find_panic(&console).is_none() => Ending::Hang(format!(
+            "{h}, and no panic came within {} s",
+            NMI_GRACE.as_secs()
+        )),
+        _ => classify(&parsed, &console, timed_out, Some(&qemu_err)),
     };
     Ok(BootResult {
         ending,
@@ -779,8 +860,83 @@ pub fn boot_with(
         payload_time: payload_at,
         run_time: end - boot_at.unwrap_or_default(),
         console_tail: tail_lines(&console, 30),
+        hang,
         files,
     })
+}
+
+/// What the monitor of a hung guest showed, and whether it took the NMI.
+struct HangReport {
+    text: String,
+    nmi: bool,
+}
+
+/// Asks QEMU's monitor for every vCPU's registers (where each one is stuck), then injects
+/// an NMI (the guest kernel, booted with `unknown_nmi_panic`, panics and prints its stack).
+/// Each exchange has a 10 s limit; a monitor that does not answer is reported, not waited
+/// for.
+fn hang_report(socket: &Path) -> HangReport {
+    use std::os::unix::net::UnixStream;
+    let mut text = String::new();
+    let mut nmi = false;
+    let mut talk = || -> std::io::Result<()> {
+        let mut s = UnixStream::connect(socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        read_prompt(&mut s)?;
+        for cmd in ["info registers -a", "nmi"] {
+            s.write_all(format!("{cmd}\n").as_bytes())?;
+            let answer = read_prompt(&mut s)?;
+            // Its first line is the monitor's echo of the command, redrawn as typed.
+            let answer = answer.split_once('\n').map_or("", |(_, rest)| rest);
+            text.push_str(&format!("(qemu) {cmd}\n{answer}\n"));
+            nmi |= cmd == "nmi";
+        }
+        Ok(())
+    };
+    if let Err(e) = talk() {
+        text.push_str(&format!("monitor {}: {e}\n", socket.display()));
+    }
+    HangReport { text, nmi }
+}
+
+/// Reads the monitor's output up to its next `(qemu) ` prompt (at most 1 MiB).
+fn read_prompt(s: &mut impl Read) -> std::io::Result<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"(qemu) ") {
+        let n = s.read(&mut buf)?;
+        if n == 0 || got.len() > 1 << 20 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(monitor_text(&String::from_utf8_lossy(&got))
+        .trim_end_matches("(qemu) ")
+        .to_string())
+}
+
+/// The monitor's output as plain text: its line editing writes escape sequences (`ESC [ K`),
+/// which are dropped with every other control character but the newline.
+fn monitor_text(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, then one final byte in @..~.
+            if chars.clone().next() == Some('[') {
+                chars.next();
+                for f in chars.by_ref() {
+                    if ('@'..='~').contains(&f) {
+                        break;
+                    }
+                }
+            }
+        } else if !c.is_control() || c == '\n' {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn kill(child: &mut Child) {
@@ -981,6 +1137,9 @@ mod tests {
             results: "/r/results.bin".into(),
             output: "/r/output.log".into(),
             nvdimm: "/r/nvdimm.img".into(),
+            alive: "/r/alive.log".into(),
+            monitor: "/r/monitor.sock".into(),
+            hang: "/r/hang.txt".into(),
         }
     }
 
@@ -999,6 +1158,9 @@ mod tests {
             "-serial chardev:con",
             "name=vm.results",
             "name=vm.output",
+            "name=vm.alive",
+            "-monitor unix:/r/monitor.sock,server=on,wait=off",
+            "unknown_nmi_panic",
             "-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
             "-device virtio-gpu-pci",
             "-vga std",
@@ -1098,6 +1260,16 @@ mod tests {
             s.push_str(&encode(r));
         }
         stream::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn monitor_text_drops_escapes_and_controls() {
+        assert_eq!(
+            monitor_text("QEMU 7.2 monitor\r\n(qemu) nmi\x1b[K\x1b[D\r\n\x07RIP=ffff\n"),
+            "QEMU 7.2 monitor\n(qemu) nmi\nRIP=ffff\n"
+        );
+        assert_eq!(monitor_text("a\x1b"), "a");
+        assert_eq!(monitor_text("a\x1b[12"), "a");
     }
 
     #[test]

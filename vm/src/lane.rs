@@ -4,7 +4,7 @@
 //! and the next boot leaves out every unit the crashed boot started. At most
 //! [`Lane::max_oopses`] crashes per kernel; then what never ran is listed as not run.
 
-use crate::oops::{self, Oops};
+use crate::oops::{self, KnownHang, Oops};
 use crate::stream::{Outcome, Record};
 
 /// Crashes per kernel after which `vm test` stops booting it.
@@ -21,17 +21,30 @@ pub struct Crash {
     pub after_result: bool,
     /// What the console showed.
     pub oops: Oops,
+    /// Set when the guest hung (its heartbeat stopped) rather than crashed by itself: what
+    /// the harness saw and did (`no heartbeat for 150 s; NMI injected`).
+    pub hang: Option<String>,
+    /// The known kernel bug the hung stack shows ([`oops::KNOWN_HANGS`]).
+    pub known: Option<&'static KnownHang>,
 }
 
 impl Crash {
     /// `oops in <function> [<module>] during <unit>`, `... after <unit> finished`, or
     /// `... during boot (before any test)`.
+    ///
+    /// A hang reads `hang in <function> ...` (where the NMI found it stuck), and a known
+    /// kernel bug's hang `known kernel bug <name>: hang in ...`.
     pub fn verdict(&self) -> String {
         let loc = self.oops.location();
-        match (&self.unit, self.after_result) {
-            (Some(u), false) => format!("oops in {loc} during {u}"),
-            (Some(u), true) => format!("oops in {loc} after {u} finished"),
-            (None, _) => format!("oops in {loc} during boot (before any test)"),
+        let kind = if self.hang.is_some() { "hang" } else { "oops" };
+        let v = match (&self.unit, self.after_result) {
+            (Some(u), false) => format!("{kind} in {loc} during {u}"),
+            (Some(u), true) => format!("{kind} in {loc} after {u} finished"),
+            (None, _) => format!("{kind} in {loc} during boot (before any test)"),
+        };
+        match self.known {
+            Some(k) => format!("known kernel bug {}: {v}", k.name),
+            None => v,
         }
     }
 }
@@ -59,6 +72,8 @@ pub struct Lane {
     pub crashes: Vec<Crash>,
     /// Boots so far.
     pub boots: usize,
+    /// Units a known kernel bug hung, run once more in the next boot (at most once each).
+    pub retried: Vec<String>,
 }
 
 impl Lane {
@@ -70,13 +85,19 @@ impl Lane {
         }
     }
 
-    /// Takes one finished boot: its records, whether it ended in a kernel panic, and its
-    /// console. Returns what to do next and, for a crash during a unit, the failed result
-    /// to record for it (the guest could not send one).
+    /// Takes one finished boot: its records, whether it ended in a kernel panic, whether
+    /// the guest hung (what the harness saw and did, see [`crate::guest::BootResult::hang`]),
+    /// and its console. Returns what to do next and, for a crash or hang during a unit, the
+    /// failed result to record for it (the guest could not send one).
+    ///
+    /// A hang whose stack shows a known kernel bug ([`oops::known_hang`]) is recorded as a
+    /// known failure (`known: ...`, counted apart, never a pass), and the unit it hung is
+    /// run once more in the next boot, so it is still tested on that kernel.
     pub fn after_boot(
         &mut self,
         records: &[Record],
         panicked: bool,
+        hang: Option<&str>,
         console: &str,
     ) -> (Next, Option<Record>) {
         self.boots += 1;
@@ -101,25 +122,40 @@ impl Lane {
                 _ => {}
             }
         }
-        if !panicked {
+        if !panicked && hang.is_none() {
             return (Next::Done, None);
         }
         let oops = oops::find(console).unwrap_or_else(|| Oops {
-            headline: "kernel panic (no report on the console)".into(),
+            headline: if hang.is_some() {
+                "no panic report on the console (the guest stayed hung)".into()
+            } else {
+                "kernel panic (no report on the console)".into()
+            },
             panic: None,
             rip: None,
             function: None,
             module: None,
             excerpt: Vec::new(),
         });
+        let known = hang.and_then(|_| oops::known_hang(console));
         let unit = last.as_ref().map(|(s, n)| crate::runner::unit_id(s, n));
+        let reason = match (hang, known) {
+            (Some(h), Some(k)) => format!(
+                "known: {}: guest hung ({h}), stuck in {}; {}",
+                k.name,
+                oops.location(),
+                k.why
+            ),
+            (Some(h), None) => format!("guest hung ({h}); {}", oops.summary()),
+            (None, _) => oops.summary(),
+        };
         let failed = match (&last, last_has_result) {
             (Some((suite, name)), false) => Some(Record::Test {
                 suite: suite.clone(),
                 name: name.clone(),
                 outcome: Outcome::Fail,
                 duration_ms: 0,
-                reason: oops.summary(),
+                reason,
             }),
             _ => None,
         };
@@ -128,11 +164,20 @@ impl Lane {
             unit: unit.clone(),
             after_result: last_has_result,
             oops,
+            hang: hang.map(str::to_string),
+            known,
         });
         if unit.is_none() || self.crashes.len() >= self.max_oopses {
             return (Next::GiveUp, failed);
         }
-        (Next::Resume(self.started.clone()), failed)
+        let mut skip = self.started.clone();
+        if let (Some(u), Some(_), false) = (&unit, known, last_has_result)
+            && !self.retried.contains(u)
+        {
+            self.retried.push(u.clone());
+            skip.retain(|s| s != u);
+        }
+        (Next::Resume(skip), failed)
     }
 
     /// The units of `plan` no boot started (in `plan`'s order). A plan entry `suite::*`
@@ -185,7 +230,7 @@ mod tests {
             pass("crash", "point_a"),
             start("crash", "point_b"),
         ];
-        let (next, failed) = lane.after_boot(&boot1, true, SYSRQ);
+        let (next, failed) = lane.after_boot(&boot1, true, None, SYSRQ);
         assert_eq!(
             next,
             Next::Resume(vec!["crash::point_a".into(), "crash::point_b".into()])
@@ -212,7 +257,7 @@ mod tests {
         );
         // The next boot runs the rest and ends cleanly.
         let boot2 = [start("crash", "point_c"), pass("crash", "point_c")];
-        assert_eq!(lane.after_boot(&boot2, false, "").0, Next::Done);
+        assert_eq!(lane.after_boot(&boot2, false, None, "").0, Next::Done);
         assert_eq!(lane.boots, 2);
         let plan: Vec<String> = ["crash::point_a", "crash::point_b", "crash::point_c"]
             .map(String::from)
@@ -225,7 +270,8 @@ mod tests {
         let mut lane = Lane::new(3);
         let plan: Vec<String> = (1..=6).map(|i| format!("t::p{i}")).collect();
         for i in 1..=3 {
-            let (next, failed) = lane.after_boot(&[start("t", &format!("p{i}"))], true, SYSRQ);
+            let (next, failed) =
+                lane.after_boot(&[start("t", &format!("p{i}"))], true, None, SYSRQ);
             assert!(failed.is_some());
             if i < 3 {
                 assert!(matches!(next, Next::Resume(_)), "{next:?}");
@@ -236,17 +282,83 @@ mod tests {
         assert_eq!(lane.crashes.len(), 3);
         assert_eq!(lane.not_run(&plan), ["t::p4", "t::p5", "t::p6"]);
         let mut lane = Lane::new(3);
-        lane.after_boot(&[start("libdrm", "modetest-vkms")], false, "");
+        lane.after_boot(&[start("libdrm", "modetest-vkms")], false, None, "");
         let plan = ["libdrm::*".to_string(), "sync::*".to_string()];
         assert_eq!(lane.not_run(&plan), ["sync::*"]);
+    }
+
+    /// The stack of the CPU in the vblank callback, after the harness's NMI.
+    const VKMS_HANG: &str = "[ 9.0] Kernel panic - not syncing: NMI: Not continuing\n\
+                             [ 9.1] Call Trace:\n[ 9.2]  <NMI>\n[ 9.3]  exc_nmi+0xf3/0x120\n\
+                             [ 9.4] RIP: 0010:native_queued_spin_lock_slowpath+0x5f/0x2e0\n\
+                             [ 9.5]  </NMI>\n[ 9.6]  drm_handle_vblank+0x6c/0x3e0 [drm]\n\
+                             [ 9.7]  vkms_vblank_simulate+0x4f/0x140 [vkms]\n";
+
+    #[test]
+    fn a_known_hang_is_a_known_failure_and_its_unit_runs_once_more() {
+        let mut lane = Lane::new(3);
+        let hang = Some("no heartbeat for 150 s; NMI injected");
+        let boot1 = [
+            start("atomic", "a"),
+            pass("atomic", "a"),
+            start("atomic", "crc"),
+        ];
+        let (next, failed) = lane.after_boot(&boot1, true, hang, VKMS_HANG);
+        // crc runs again; a is done.
+        assert_eq!(next, Next::Resume(vec!["atomic::a".into()]));
+        let Some(Record::Test { reason, .. }) = &failed else {
+            panic!("{failed:?}")
+        };
+        assert!(
+            reason.starts_with("known: vkms-vblank-hrtimer-deadlock: guest hung (no heartbeat"),
+            "{reason}"
+        );
+        assert_eq!(
+            lane.crashes[0].verdict(),
+            "known kernel bug vkms-vblank-hrtimer-deadlock: hang in \
+             native_queued_spin_lock_slowpath during atomic::crc"
+        );
+        // The same hang again on the retry: recorded again, and not a third time.
+        let (next, _) = lane.after_boot(&[start("atomic", "crc")], true, hang, VKMS_HANG);
+        assert_eq!(
+            next,
+            Next::Resume(vec![
+                "atomic::a".into(),
+                "atomic::crc".into(),
+                "atomic::crc".into()
+            ])
+        );
+        // A hang with any other stack is a plain failure, never retried.
+        let mut lane = Lane::new(3);
+        let (next, failed) = lane.after_boot(&[start("t", "x")], true, hang, SYSRQ);
+        assert_eq!(next, Next::Resume(vec!["t::x".into()]));
+        let Some(Record::Test { reason, .. }) = &failed else {
+            panic!("{failed:?}")
+        };
+        assert!(reason.starts_with("guest hung (no heartbeat for 150 s; NMI injected); kernel oops in sysrq_handle_crash"), "{reason}");
+        assert_eq!(
+            lane.crashes[0].verdict(),
+            "hang in sysrq_handle_crash during t::x"
+        );
+        // A guest that stayed hung after the NMI: no panic on the console at all.
+        let mut lane = Lane::new(3);
+        lane.after_boot(&[start("t", "y")], true, hang, "");
+        assert_eq!(
+            lane.crashes[0].verdict(),
+            "hang in no panic report on the console (the guest stayed hung) during t::y"
+        );
     }
 
     #[test]
     fn crashes_outside_a_test() {
         // Before the payload started anything: giving up (it would crash again).
         let mut lane = Lane::new(3);
-        let (next, failed) =
-            lane.after_boot(&[Record::Note("phase modules 2.0".into())], true, SYSRQ);
+        let (next, failed) = lane.after_boot(
+            &[Record::Note("phase modules 2.0".into())],
+            true,
+            None,
+            SYSRQ,
+        );
         assert_eq!((next, failed), (Next::GiveUp, None));
         assert_eq!(
             lane.crashes[0].verdict(),
@@ -258,7 +370,7 @@ mod tests {
             start("hmm-tests", "(run)"),
             pass("hmm-tests", "hmm.open_close"),
         ];
-        let (next, failed) = lane.after_boot(&recs, true, "");
+        let (next, failed) = lane.after_boot(&recs, true, None, "");
         assert_eq!(failed, None);
         assert_eq!(next, Next::Resume(vec!["hmm-tests::(run)".into()]));
         assert!(lane.crashes[0].after_result);
@@ -268,7 +380,10 @@ mod tests {
         );
         // A clean boot is done, whatever its records.
         let mut lane = Lane::new(3);
-        assert_eq!(lane.after_boot(&recs, false, SYSRQ), (Next::Done, None));
+        assert_eq!(
+            lane.after_boot(&recs, false, None, SYSRQ),
+            (Next::Done, None)
+        );
         assert!(lane.crashes.is_empty());
     }
 }

@@ -926,8 +926,16 @@ fn test_kernel(
         let r = guest::boot(&spec, files, &plan.busybox)?;
         let console = String::from_utf8_lossy(&std::fs::read(&r.files.console).unwrap_or_default())
             .into_owned();
-        let panicked = matches!(r.ending, Ending::Panic(_));
-        let (next, failed) = lane.after_boot(&r.parsed.records, panicked, &console);
+        let panicked = matches!(r.ending, Ending::Panic(_) | Ending::Hang(_));
+        let (next, failed) =
+            lane.after_boot(&r.parsed.records, panicked, r.hang.as_deref(), &console);
+        if let Some(h) = &r.hang {
+            eprintln!(
+                "vm: {n}: boot {}: the guest hung: {h} (the monitor's registers: {})",
+                lane.boots,
+                r.files.hang.display()
+            );
+        }
         if let Some(c) = lane.crashes.last().filter(|_| panicked) {
             eprintln!(
                 "vm: {n}: boot {}: {} (files kept in {})",

@@ -69,7 +69,79 @@ const MACHINERY: &[&str] = &[
     "kasan_report",
     "__kasan_report",
     "print_report",
+    // The NMI the harness injects into a hung guest (unknown_nmi_panic): the stuck code is
+    // below these frames.
+    "unknown_nmi_error",
+    "default_do_nmi",
+    "exc_nmi",
+    "asm_exc_nmi",
+    "end_repeat_nmi",
+    "repeat_nmi",
+    "first_nmi",
+    "nested_nmi",
+    "nmi_handle",
 ];
+
+/// A kernel bug that hangs a guest, recognised in the stack the injected NMI printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownHang {
+    /// Short name, for reports.
+    pub name: &'static str,
+    /// What it is and where upstream documents it (the fix and the kernels it covers).
+    pub why: &'static str,
+    /// Either side of the deadlock: each entry is a set of functions that must all appear
+    /// in the stuck stack (its frames or the `RIP:` of the interrupted context).
+    signatures: &'static [&'static [&'static str]],
+}
+
+/// Kernel bugs known to hang guests of the matrix.
+pub const KNOWN_HANGS: &[KnownHang] = &[KnownHang {
+    name: "vkms-vblank-hrtimer-deadlock",
+    why: "vkms disable_vblank deadlock: vkms_disable_vblank() calls hrtimer_cancel() with \
+          dev->vblank_time_lock held and interrupts off, while the vblank hrtimer's callback \
+          (vkms_vblank_simulate -> drm_handle_vblank) spins on that lock, so both CPUs wait \
+          for each other with interrupts off (reported upstream 2025-05-10, \
+          lore.kernel.org/all/20250510094757.4174662-1-zengheng4@huawei.com; fixed by \
+          \"drm/vblank: Add vblank timer\" and \"drm/vkms: Convert to DRM's vblank timer\", \
+          Sep 2025, whose cancel no longer waits for the callback; every vkms since its \
+          hrtimer vblank (v4.19) up to that change has it)",
+    signatures: &[
+        // The CPU disabling vblank, waiting for the callback.
+        &["vkms_disable_vblank", "hrtimer_cancel"],
+        &["vkms_disable_vblank", "hrtimer_try_to_cancel"],
+        // The CPU in the callback, spinning on vblank_time_lock.
+        &["vkms_vblank_simulate", "drm_handle_vblank"],
+    ],
+}];
+
+/// The known bug whose signature the stuck stack on `console` shows (the report around the
+/// `NMI: Not continuing` panic line), if any. Only for a guest the harness found hung and
+/// sent the NMI: a hang is what these bugs do.
+pub fn known_hang(console: &str) -> Option<&'static KnownHang> {
+    let lines: Vec<&str> = console.lines().map(strip_timestamp).collect();
+    let p = lines
+        .iter()
+        .position(|l| is_panic_line(l) && l.contains("NMI"))?;
+    let end = (p + LOOK_AHEAD * 2).min(lines.len());
+    let frames: Vec<String> = lines[p..end]
+        .iter()
+        .filter_map(|l| {
+            // Unreliable frames (`? name+...`) count too: a kernel built without the ORC
+            // unwinder marks every frame so.
+            let l = l.trim_start().trim_start_matches("? ");
+            parse_frame(l.strip_prefix("RIP:").unwrap_or(l)).map(|(f, _)| f)
+        })
+        .collect();
+    // Compiler clones (`hrtimer_cancel.part.0`) count as the function.
+    let has = |want: &str| {
+        frames
+            .iter()
+            .any(|f| f == want || f.strip_prefix(want).is_some_and(|r| r.starts_with('.')))
+    };
+    KNOWN_HANGS
+        .iter()
+        .find(|k| k.signatures.iter().any(|sig| sig.iter().all(|f| has(f))))
+}
 
 impl Oops {
     /// Where the kernel crashed: `vkms_vblank_simulate [vkms]`, `sysrq_handle_crash`, or the
@@ -319,8 +391,13 @@ pub fn find(console: &str) -> Option<Oops> {
     if let Some(p) = &panic {
         keep(p);
     }
+    let user_rip = report
+        .iter()
+        .any(|l| l.trim_start().starts_with("RIP: 0033:"));
     let (function, module) = match culprit {
         Some((f, m)) => (Some(f), m),
+        // An NMI (or other report) that interrupted user mode, with no kernel frame.
+        None if user_rip => (Some("user space".to_string()), None),
         None => (None, None),
     };
     Some(Oops {
@@ -336,6 +413,97 @@ pub fn find(console: &str) -> Option<Oops> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The harness's NMI into a guest whose CPUs a SCHED_FIFO loop took (6.12, as printed).
+    const NMI_USER: &str = "\
+[   29.337494] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:
+[   38.187326] Uhhuh. NMI received for unknown reason 21 on CPU 0.
+[   38.187666] Kernel panic - not syncing: NMI: Not continuing
+[   38.188148] CPU: 0 UID: 0 PID: 207 Comm: sh Not tainted 6.12.118 #1 
+[   38.188208] Call Trace:
+[   38.188289]  <TASK>
+[   38.188301]  vpanic+0x280/0x2a0
+[   38.188340]  nmi_panic+0x85/0x90
+[   38.188353]  default_do_nmi+0x1cf/0x2b0
+[   38.188371]  exc_nmi+0xdb/0x100
+[   38.188383]  asm_exc_nmi+0x70/0xb9
+[   38.188515] RIP: 0033:0x555dce8fad4c
+[   38.188550] RSP: 002b:00007ffe007f26d0 EFLAGS: 00000202
+[   38.188666]  </TASK>
+[   38.189284] Kernel Offset: disabled
+";
+
+    /// The NMI into the CPU spinning in the vblank hrtimer's callback of the vkms deadlock
+    /// ([`KNOWN_HANGS`]); the shape of an NMI that interrupted kernel code in an interrupt.
+    const NMI_VKMS_CALLBACK: &str = "\
+[  812.000001] Uhhuh. NMI received for unknown reason 21 on CPU 1.
+[  812.000002] Kernel panic - not syncing: NMI: Not continuing
+[  812.000003] CPU: 1 PID: 0 Comm: swapper/1 Not tainted 6.1.0-57-amd64 #1  Debian 6.1.192-3
+[  812.000004] Call Trace:
+[  812.000005]  <NMI>
+[  812.000006]  dump_stack_lvl+0x44/0x5c
+[  812.000007]  panic+0x118/0x2ed
+[  812.000008]  nmi_panic.cold+0xc/0xc
+[  812.000009]  default_do_nmi+0x10c/0x110
+[  812.000010]  exc_nmi+0xf3/0x120
+[  812.000011]  end_repeat_nmi+0x16/0x67
+[  812.000012] RIP: 0010:native_queued_spin_lock_slowpath+0x5f/0x2e0
+[  812.000013] Code: 0f ba 2a 08 0f 92 c0 0f b6 c0 c1 e0 08 89 c2 8b 02
+[  812.000014] RSP: 0018:ffffb0d1800f0ea8 EFLAGS: 00000002
+[  812.000015]  </NMI>
+[  812.000016]  <IRQ>
+[  812.000017]  _raw_spin_lock+0x25/0x30
+[  812.000018]  drm_handle_vblank+0x6c/0x3e0 [drm]
+[  812.000019]  vkms_vblank_simulate+0x4f/0x140 [vkms]
+[  812.000020]  ? vkms_disable_vblank+0x20/0x20 [vkms]
+[  812.000021]  __hrtimer_run_queues+0x112/0x2b0
+[  812.000022]  hrtimer_interrupt+0xfc/0x210
+[  812.000023]  </IRQ>
+[  812.000024] Kernel Offset: 0x1000000 from 0xffffffff81000000
+";
+
+    #[test]
+    fn an_nmi_into_user_space_is_a_hang_of_no_known_bug() {
+        let o = find(NMI_USER).expect("the NMI panic is a crash");
+        assert_eq!(o.location(), "user space");
+        assert_eq!(
+            o.panic.as_deref(),
+            Some("Kernel panic - not syncing: NMI: Not continuing")
+        );
+        assert_eq!(known_hang(NMI_USER), None);
+        // The same stack without the NMI panic line is no hang of ours.
+        assert_eq!(
+            known_hang(NMI_VKMS_CALLBACK.replace("NMI: Not", "x").as_str()),
+            None
+        );
+    }
+
+    #[test]
+    fn the_vkms_vblank_deadlock_is_known_from_either_cpu() {
+        let o = find(NMI_VKMS_CALLBACK).expect("crash");
+        assert_eq!(o.location(), "native_queued_spin_lock_slowpath");
+        let k = known_hang(NMI_VKMS_CALLBACK).expect("known");
+        assert_eq!(k.name, "vkms-vblank-hrtimer-deadlock");
+        // The other CPU: in hrtimer_cancel, called by vkms_disable_vblank under the lock
+        // (a compiler clone of the name, and unreliable frames, as a non-ORC kernel prints).
+        let canceller = NMI_VKMS_CALLBACK
+            .replace(
+                " _raw_spin_lock+0x25/0x30",
+                " ? hrtimer_cancel.part.0+0x15/0x30",
+            )
+            .replace(
+                "drm_handle_vblank+0x6c/0x3e0 [drm]",
+                "? vkms_disable_vblank+0x11/0x20 [vkms]",
+            )
+            .replace(
+                " vkms_vblank_simulate+0x4f/0x140 [vkms]",
+                " drm_vblank_disable_and_save+0x9e/0xd0 [drm]",
+            );
+        assert_eq!(known_hang(&canceller).map(|k| k.name), Some(k.name));
+        // One side's function alone is not the signature.
+        let half = NMI_VKMS_CALLBACK.replace("drm_handle_vblank", "drm_crtc_add_crc_entry");
+        assert_eq!(known_hang(&half), None);
+    }
 
     /// A NULL dereference in a module, as 6.12 prints it (shortened), with boot noise
     /// before it and an earlier, harmless warning.

@@ -50,6 +50,9 @@ pub struct OopsReport {
     pub verdict: String,
     /// The function (and module) it happened in, or the report's first line.
     pub location: String,
+    /// A hang of a known kernel bug ([`crate::oops::KNOWN_HANGS`]); it does not fail the
+    /// kernel by itself.
+    pub known: bool,
     /// The report's first lines, the `RIP:` line, the top of the call trace, the panic line.
     pub excerpt: Vec<String>,
 }
@@ -142,6 +145,7 @@ impl KernelReport {
                 boot: c.boot,
                 unit: c.unit.clone(),
                 verdict: c.verdict(),
+                known: c.known.is_some(),
                 location: c.oops.location(),
                 excerpt: c.oops.excerpt.clone(),
             });
@@ -167,7 +171,9 @@ impl KernelReport {
             }
             rep.ending = e;
         }
-        let clean = matches!(last.ending, Ending::Exited(0)) && rep.oopses.is_empty();
+        // A hang of a known kernel bug ([`crate::oops::KNOWN_HANGS`]) does not fail the
+        // kernel by itself: its unit's result is a known failure and it ran again.
+        let clean = matches!(last.ending, Ending::Exited(0)) && rep.oopses.iter().all(|o| o.known);
         let tests_ok = rep
             .tests
             .iter()
@@ -495,7 +501,11 @@ mod tests {
                 results: "/r/r".into(),
                 output: "/r/o".into(),
                 nvdimm: "/r/n".into(),
+                alive: "/r/a".into(),
+                monitor: "/r/m".into(),
+                hang: "/r/h".into(),
             },
+            hang: None,
         }
     }
 
