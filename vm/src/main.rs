@@ -704,6 +704,7 @@ struct TestArgs {
 }
 
 /// What every kernel of a `vm test` run shares.
+#[derive(Clone)]
 struct TestPlan {
     /// The guest's busybox.
     busybox: PathBuf,
@@ -792,8 +793,19 @@ fn test(a: &TestArgs) -> ExitCode {
     };
     let lane = |n: &str, stream: Stream| -> Result<KernelReport, VmError> {
         eprintln!("\n=== {n} ===");
+        // A matrix lane that runs only some targets (CatalogKernel::matrix_suites).
+        let narrowed = catalog::find(n)
+            .and_then(|k| k.matrix_suites)
+            .filter(|_| a.kernel == "all" && a.tests.is_empty())
+            .map(|suites| {
+                eprintln!(
+                    "vm: {n}: the matrix runs only {} here (its catalog entry)",
+                    suites.join(", ")
+                );
+                only_suites(&plan, suites)
+            });
         match resolve_kernel(n, a.modules.as_deref(), a.kernel_source.as_deref()) {
-            Ok(kernel) => test_kernel(n, kernel, &plan, stream),
+            Ok(kernel) => test_kernel(n, kernel, narrowed.as_ref().unwrap_or(&plan), stream),
             Err(e) => {
                 eprintln!("vm: {e}");
                 Ok(KernelReport::not_built(n, &e.to_string()))
@@ -851,6 +863,34 @@ fn test(a: &TestArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `plan` with only the test binaries of `suites` (and their units), and no kernel
+/// selftests or libdrm programs.
+fn only_suites(plan: &TestPlan, suites: &[&str]) -> TestPlan {
+    let mut argv = Vec::new();
+    let mut args = plan.argv.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--bin" {
+            let Some(bin) = args.next() else { break };
+            if suites.contains(&runner::suite_name(Path::new(bin)).as_str()) {
+                argv.extend([arg.clone(), bin.clone()]);
+            }
+        } else {
+            argv.push(arg.clone());
+        }
+    }
+    TestPlan {
+        argv,
+        units: plan
+            .units
+            .iter()
+            .filter(|u| suites.iter().any(|s| u.starts_with(&format!("{s}::"))))
+            .cloned()
+            .collect(),
+        kernel_tests_only: true,
+        ..plan.clone()
     }
 }
 
@@ -1327,6 +1367,44 @@ fn missing_features(kernel: &BuiltKernel) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_narrowed_lane_keeps_only_its_binaries_and_units() {
+        let plan = TestPlan {
+            busybox: "/bb".into(),
+            argv: [
+                "/vm",
+                "guest-tests",
+                "--strict",
+                "--bin",
+                "/t/smoke-0123456789abcdef",
+            ]
+            .into_iter()
+            .chain([
+                "--bin",
+                "/t/atomic-0123456789abcdef",
+                "--bin",
+                "/t/dmabuf-0123456789abcdef",
+            ])
+            .map(String::from)
+            .collect(),
+            units: ["smoke::a", "atomic::b", "dmabuf::c", "smokey::d"]
+                .map(String::from)
+                .to_vec(),
+            env: Vec::new(),
+            choice: AccelChoice::Auto,
+            timeout: Duration::from_secs(1),
+            max_oopses: 3,
+            kernel_tests_only: false,
+        };
+        let n = only_suites(&plan, &["smoke", "dmabuf"]);
+        assert_eq!(
+            n.argv.join(" "),
+            "/vm guest-tests --strict --bin /t/smoke-0123456789abcdef --bin /t/dmabuf-0123456789abcdef"
+        );
+        assert_eq!(n.units, ["smoke::a", "dmabuf::c"]);
+        assert!(n.kernel_tests_only);
+    }
     use super::*;
 
     #[test]
