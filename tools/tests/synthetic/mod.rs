@@ -16,9 +16,13 @@ pub struct Proc<'a> {
     pub fdinfo: &'a str,
 }
 
-/// Builds the tree under the temp dir (`drmtool-<name>-<pid>`) and the scan options for it.
+/// Builds the tree under the temp dir (`drmtool-<name>-<pid>-<call>`) and the scan options for it.
 pub fn drm_tree(name: &str, procs: &[Proc<'_>]) -> (PathBuf, drmtool::Options) {
-    let root = std::env::temp_dir().join(format!("drmtool-{name}-{}", std::process::id()));
+    // Unique per call: tests run in parallel, and two that asked for the same name (the
+    // export tests' `http-0`) wiped each other's tree mid-scan.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let root = std::env::temp_dir().join(format!("drmtool-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     for p in procs {
         let d = root.join(format!("proc/{}", p.pid));
