@@ -184,7 +184,9 @@ pub const OOPS_KERNELS: &[&str] = &["debian-6.12"];
 /// kernel outside the default matrix is verified only on demand.
 pub fn verified(k: &CatalogKernel) -> String {
     let stock = matches!(k.source, Source::DebianStock { .. });
-    let narrowed = k.matrix_suites.map(|s| format!("strict suite of {}", s.join(", ")));
+    let narrowed = k
+        .matrix_suites
+        .map(|s| format!("strict suite of {}", s.join(", ")));
     let mut v: Vec<&str> = vec![narrowed.as_deref().unwrap_or("strict suite")];
     if !stock {
         v.push("selftests");
