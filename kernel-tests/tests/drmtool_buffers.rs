@@ -568,3 +568,76 @@ fn skipped_sources_are_unknown_not_zero() {
     drop(d);
     c.exit();
 }
+
+/// A client in a pid namespace of its own (`unshare --pid --fork`: it is pid 1 there) is
+/// listed under its pid in the viewer's namespace, with `ns_pids` ending in the pid it
+/// sees for itself (`/proc/<pid>/status`'s NSpid), in JSON and in the table (`812 (1)`);
+/// a client in the viewer's namespace has one entry.
+#[test]
+fn a_client_in_another_pid_namespace_shows_both_pids() {
+    if !kernel_tests::in_guest() {
+        skip!("not in a vm guest: unshare --pid needs root and a DRM device here");
+    }
+    if kernel_tests::node_of_driver(&["vgem"]).is_none() {
+        skip!("no vgem node");
+    }
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("unshare")
+        .args(["--pid", "--fork"])
+        .arg(std::env::current_exe().unwrap())
+        .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env(
+            kernel_tests::sample::ARGS_ENV,
+            "--device\x1fvgem\x1f--dumb\x1f32x32",
+        )
+        .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready: Ready = loop {
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with('{') => break serde_json::from_str(&l).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("the client in a new pid namespace never got ready: {other:?}"),
+        }
+    };
+    assert_eq!(ready.pid, 1, "the client is pid 1 of its namespace");
+    let plain = spawn(&["--device", "vgem", "--dumb", "16x16"]);
+    let (v, _) = buffers_json(&[], &[]);
+    let (_, table) = cli(&["buffers".into()]);
+    drop(child.stdin.take());
+    let st = child.wait().unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    // Ours: the one vgem holder whose own pid is 1 (unshare itself holds nothing).
+    let ns: Vec<&serde_json::Value> = procs
+        .iter()
+        .filter(|p| {
+            p["ns_pids"]
+                .as_array()
+                .is_some_and(|n| n.len() == 2 && n[1] == 1)
+        })
+        .collect();
+    assert_eq!(
+        ns.len(),
+        1,
+        "one process in a pid namespace below ours: {v}"
+    );
+    let outer = ns[0]["pid"].as_u64().unwrap();
+    assert_eq!(ns[0]["ns_pids"][0], outer, "{}", ns[0]);
+    assert_ne!(outer, 1);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{outer} (1) "))),
+        "the table shows both pids:\n{table}"
+    );
+    let mine = procs
+        .iter()
+        .find(|p| p["pid"] == plain.pid())
+        .unwrap_or_else(|| panic!("no process {}: {v}", plain.pid()));
+    assert_eq!(mine["ns_pids"], serde_json::json!([plain.pid()]), "{mine}");
+    plain.exit();
+    assert!(st.success(), "the namespaced client: {st}");
+}

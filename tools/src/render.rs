@@ -314,7 +314,7 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
                 .iter()
                 .map(|p| {
                     vec![
-                        p.pid.to_string(),
+                        pid_cell(p),
                         p.comm
                             .as_ref()
                             .map_or_else(|| "?".into(), Untrusted::escaped),
@@ -497,4 +497,13 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
         let _ = writeln!(out, "note: {w}");
     }
     out
+}
+
+/// A process's pid for tables: `812`, or `812 (1)` with its pid in its own pid namespace
+/// when that is another one (`ProcessReport::ns_pids`).
+fn pid_cell(p: &crate::scan::ProcessReport) -> String {
+    match p.ns_pids.as_deref() {
+        Some([.., own]) if *own != p.pid => format!("{} ({own})", p.pid),
+        _ => p.pid.to_string(),
+    }
 }

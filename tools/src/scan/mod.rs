@@ -380,6 +380,7 @@ fn process_reports(
         let has_clients = !seen.is_empty();
         processes.push(ProcessReport {
             pid: p.pid,
+            ns_pids: p.ns_pids,
             comm: p.comm,
             uid: p.uid,
             attribution: p.cgroup.as_deref().map(attribution::from_cgroup_path),

@@ -33,6 +33,9 @@ pub(super) struct RawProcess {
     pub(super) uid: Option<u32>,
     /// The cgroup v2 path ([`cgroup_v2_path`]), `None` when unreadable or ambiguous.
     pub(super) cgroup: Option<String>,
+    /// Its pid in each pid namespace from the scanned procfs's down to its own
+    /// ([`ns_pids`]), `None` when unreadable.
+    pub(super) ns_pids: Option<Vec<u32>>,
     pub(super) maps: maps::Maps,
     pub(super) drm: Vec<RawDrmFd>,
     pub(super) dmabuf: Vec<RawDmaBufFd>,
@@ -79,6 +82,36 @@ pub fn cgroup_v2_path(text: &[u8]) -> Option<String> {
     let path = std::str::from_utf8(last.strip_prefix(b"0::")?).ok()?;
     path.starts_with('/').then(|| path.to_string())
 }
+/// The most bytes read of `/proc/<pid>/status` (a real one is about 1.5 KiB).
+pub(super) const STATUS_MAX: usize = 8 << 10;
+
+/// Most pid namespace levels: the kernel nests at most 32 below the initial one.
+const NS_LEVELS_MAX: usize = 33;
+
+/// The `NSpid:` line of `/proc/<pid>/status`: the process's pid in each pid namespace, from
+/// the one the procfs belongs to down to its own (one entry when they are the same). The
+/// kernel escapes newlines in the `Name:` line, the only text a process chooses there, so
+/// a line starting `NSpid:` is the kernel's; a malformed one (not all decimal pids, none,
+/// or more levels than the kernel allows) is `None`, as is a status without it (kernels
+/// before 4.1).
+pub fn ns_pids(status: &[u8]) -> Option<Vec<u32>> {
+    let line = status
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"NSpid:"))?;
+    let text = std::str::from_utf8(line).ok()?;
+    let pids: Vec<u32> = text
+        .split_ascii_whitespace()
+        .map(|w| {
+            w.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| w.parse::<u32>().ok())
+                .flatten()
+                .filter(|p| *p > 0)
+        })
+        .collect::<Option<_>>()?;
+    (!pids.is_empty() && pids.len() <= NS_LEVELS_MAX).then_some(pids)
+}
+
 /// The most bytes read of one `maps` (65,530 mappings, the default `vm.max_map_count`, are
 /// about 10 MiB).
 pub(super) const MAPS_MAX: usize = 64 << 20;
@@ -373,6 +406,7 @@ pub(super) fn read_process(
         pid,
         comm: None,
         uid: None,
+        ns_pids: None,
         cgroup: None,
         maps: maps::Maps::default(),
         drm: Vec::new(),
@@ -453,6 +487,12 @@ pub(super) fn read_process(
         }
         // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
         p.uid = rustix::fs::fstat(&fd_dir).ok().map(|s| s.st_uid);
+        sub(path, "status");
+        p.ns_pids = reader
+            .bytes(proc_fd, path.as_str(), false, STATUS_MAX)
+            .and_then(|(b, truncated)| (!truncated).then(|| ns_pids(b)).flatten())
+            // Its first entry is the pid in this procfs's namespace: the directory's name.
+            .filter(|v| v.first() == Some(&p.pid));
         sub(path, "cgroup");
         p.cgroup = reader
             .bytes(proc_fd, path.as_str(), true, CGROUP_MAX)
@@ -493,6 +533,32 @@ pub(super) fn list_pids(proc_root: &Path) -> Result<(OwnedFd, Vec<u32>), ScanErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ns_pids_reads_the_kernels_line_only() {
+        let status = b"Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t812\n\
+            Pid:\t812\nNStgid:\t812\t1\nNSpid:\t812\t1\nNSpgid:\t812\t1\n";
+        assert_eq!(ns_pids(status), Some(vec![812, 1]));
+        assert_eq!(ns_pids(b"Name:\tx\nNSpid:\t77\n"), Some(vec![77]));
+        // A name cannot forge the line: the kernel prints a newline in it as \n.
+        assert_eq!(ns_pids(b"Name:\tx\\nNSpid:\t1\nPid:\t9\n"), None);
+        for bad in [
+            &b"NSpid:\n"[..],
+            b"NSpid:\t12\tx\n",
+            b"NSpid:\t-1\n",
+            b"NSpid:\t0\n",
+            b"NSpid:\t+5\n",
+            b"NSpid:\t99999999999\n",
+            b"NSpid:\t\xff\n",
+            b"Pid:\t5\n",
+        ] {
+            assert_eq!(ns_pids(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        let deep = format!("NSpid:{}\n", "\t3".repeat(34));
+        assert_eq!(ns_pids(deep.as_bytes()), None);
+        let ok = format!("NSpid:{}\n", "\t3".repeat(33));
+        assert_eq!(ns_pids(ok.as_bytes()).map(|v| v.len()), Some(33));
+    }
 
     #[test]
     fn cgroup_v2_path_is_the_one_last_unified_line() {

@@ -230,8 +230,13 @@ pub struct DeviceMapping {
 /// One process that holds GPU memory.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
-    /// Process id.
+    /// Process id (in the pid namespace of the procfs scanned: the viewer's, where drmtool
+    /// runs with its own namespace's /proc).
     pub pid: u32,
+    /// Its pid in each pid namespace from the scanned procfs's (first, equal to `pid`) down
+    /// to the process's own (last): `/proc/<pid>/status`'s `NSpid`. One entry when the
+    /// process is in the viewer's namespace; `None` when unreadable.
+    pub ns_pids: Option<Vec<u32>>,
     /// `comm`.
     pub comm: Option<Untrusted>,
     /// Owner uid.
