@@ -1130,3 +1130,86 @@ fn slurm_gres_conf_and_task_env_follow_the_ordering() {
         "an index Slurm cannot have given"
     );
 }
+
+/// `run` as an unprivileged user (nobody, through util-linux's setpriv) says exactly what
+/// is missing and runs nothing: in its own cgroup, the mkdir of the job's cgroup is EACCES
+/// ("needs root, or a cgroup delegated to this user"); in a cgroup delegated to it (the
+/// directory and its cgroup.procs chowned, as systemd's Delegate= does), the cgroup is made
+/// and the device program's BPF_PROG_LOAD is EPERM ("needs CAP_BPF/CAP_SYS_ADMIN"), and the
+/// cgroup it made is removed again. Exit 125 both times.
+#[test]
+fn unprivileged_run_says_what_is_missing() {
+    let gpus = guest_gpus!();
+    // By index: nobody cannot open the nodes or read debugfs, so drivers without a sysfs
+    // driver link are nameless to it (`3 vgem ?`).
+    let vgem = gpu_of(&gpus, "vgem").index.to_string();
+    let pid = std::process::id();
+    let dir = PathBuf::from(format!("/tmp/drmtool-run-unpriv-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // A copy nobody may run, wherever the checkout is.
+    let exe = dir.join("drmtool_run");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let marker = dir.join("ran");
+    let delegated = PathBuf::from(format!("/sys/fs/cgroup/drmtool-test-delegated-{pid}"));
+    let as_nobody = |cgroup: Option<&Path>| {
+        let join = cgroup.map_or(String::new(), |c| {
+            format!("echo $$ > {}/cgroup.procs && ", c.display())
+        });
+        let script = format!(
+            "{join}exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+             env -u KERNEL_TESTS_SIGNAL_STORM {CLI_ENV}=\"run\x1f--gpu\x1f{vgem}\x1f--\x1ftouch\x1f{}\" \
+             \"$0\" cli_entry --exact -q --nocapture",
+            marker.display()
+        );
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .arg(&exe)
+            .current_dir(&dir)
+            .output()
+            .expect("sh")
+    };
+    let out = as_nobody(None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(i32::from(run::EXIT_SETUP)), "{err}");
+    assert!(
+        err.contains("mkdir /sys/fs/cgroup/drmtool-run-")
+            && err.contains("(needs root, or a cgroup delegated to this user)"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    // Delegated: nobody owns the cgroup directory and its procs file.
+    std::fs::create_dir(&delegated).unwrap();
+    for f in [delegated.clone(), delegated.join("cgroup.procs")] {
+        rustix::fs::chown(
+            &f,
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+    }
+    let out = as_nobody(Some(&delegated));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let leftover: Vec<_> = std::fs::read_dir(&delegated)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    let _ = std::fs::remove_dir(&delegated);
+    assert_eq!(out.status.code(), Some(i32::from(run::EXIT_SETUP)), "{err}");
+    assert!(
+        err.contains("BPF_PROG_LOAD (cgroup device program)")
+            && err.contains("(needs CAP_BPF/CAP_SYS_ADMIN: run as root)"),
+        "{err}"
+    );
+    assert!(
+        leftover.is_empty(),
+        "cgroups left in the delegated one: {leftover:?}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    let _ = std::fs::remove_dir_all(&dir);
+}
