@@ -14,8 +14,9 @@
 //!
 //! Per size (fds, processes): `100/20`, `1000/200`, `5000/1000` (five DRM fds each;
 //! `BUFBENCH_SIZES=100,1000` picks sizes), a criterion group `buffers/<fds>` (`floor`,
-//! `scan`, `scan_json`), then an interleaved paired pass (the ratio scan/floor per round;
-//! `BUFBENCH_PAIRED_SECS`, default 10) and the peak memory of a process that runs one scan
+//! `scan`, `scan_json`, `pick`: all of `drmtool pick -n 1 --format json`, `scrape`), then
+//! an interleaved paired pass (the ratio scan/floor per round; `BUFBENCH_PAIRED_SECS`,
+//! default 10) and the peak memory of a process that runs one scan
 //! (`VmHWM` of this binary re-run with `BUFBENCH_SCAN_ONCE`, before and after the scan).
 //! The table comes last.
 //!
@@ -356,6 +357,13 @@ fn skip_variants() -> Vec<(&'static str, scan::Skip)> {
     v
 }
 
+/// `drmtool pick -n 1 --format json` as a job's launcher runs it (the GPU ordering, a scan,
+/// the ranking, the lease files), its output to a sink.
+fn pick_once() {
+    let argv = ["drmtool", "pick", "-n", "1", "--format", "json"].map(std::ffi::OsString::from);
+    black_box(drmtool::cli::main_with(argv, &mut std::io::sink()));
+}
+
 /// `drmtool export`'s collector as a scrape every 15 s would run it (min interval 0, so
 /// every call scans), per cgroup; its counter state persists across calls.
 fn exporter() -> Exporter {
@@ -533,9 +541,9 @@ fn print_table(rows: &[Row]) {
         "\nbuffers: paired pass, medians of per-round times (ms); ratio = median of per-round ratios [q1, q3]"
     );
     println!(
-        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | scan/floor | json/floor | scrape/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
+        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | pick ms | scan/floor | json/floor | scrape/json | pick/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|");
     for r in rows {
         let ms = |f: &str| {
             r.paired
@@ -552,16 +560,18 @@ fn print_table(rows: &[Row]) {
         let ratio = |a: &str| ratio_cell(r, a);
         let scrape_json = ratio_to(r, "scrape", "scan_json");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             r.fds,
             r.procs,
             ms("floor"),
             ms("scan"),
             ms("scan_json"),
             ms("scrape"),
+            ms("pick"),
             ratio("scan"),
             ratio("scan_json"),
             scrape_json,
+            ratio_to(r, "pick", "scan_json"),
             per_fd("floor"),
             per_fd("scan"),
             r.hwm.1,
@@ -643,6 +653,7 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         g.bench_function("floor", |b| b.iter(|| black_box(floor(&mut buf))));
         g.bench_function("scan", |b| b.iter(|| black_box(scan_once())));
         g.bench_function("scan_json", |b| b.iter(scan_json));
+        g.bench_function("pick", |b| b.iter(pick_once));
         let mut exp = exporter();
         g.bench_function("scrape", |b| {
             b.iter(|| black_box(exp.scrape(Format::OpenMetrics, Instant::now())))
@@ -660,6 +671,7 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         ),
         ("scan", Box::new(|| drop(black_box(scan_once())))),
         ("scan_json", Box::new(scan_json)),
+        ("pick", Box::new(pick_once)),
         (
             "scrape",
             Box::new(move || drop(black_box(exp.scrape(Format::OpenMetrics, Instant::now())))),
