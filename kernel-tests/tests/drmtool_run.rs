@@ -1151,7 +1151,14 @@ fn unprivileged_run_says_what_is_missing() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     // A copy nobody may run, wherever the checkout is.
     let exe = dir.join("drmtool_run");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    // Not std::fs::copy: it hands EINTR back (its copy_file_range/sendfile path does not
+    // retry), which the signal-storm lane delivers every 100 us, and a copy started over
+    // each time never ends. fs::read and fs::write (read_to_end, write_all) resume.
+    std::fs::write(
+        &exe,
+        std::fs::read(std::env::current_exe().unwrap()).unwrap(),
+    )
+    .unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let marker = dir.join("ran");
     let delegated = PathBuf::from(format!("/sys/fs/cgroup/drmtool-test-delegated-{pid}"));
