@@ -358,3 +358,13 @@ pub mod storm {
         }
     }
 }
+
+/// Where a program is: the first `PATH` directory holding it, else `/usr/sbin` or `/sbin`
+/// (daemons such as slurmd and munged live there, off a plain user's PATH).
+pub fn which(prog: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}

@@ -13,7 +13,7 @@
 
 use drmtool::isolate::run::{self, RunRequest};
 use drmtool::isolate::{devprog, inspect, lease, ordering};
-use kernel_tests::{in_guest, skip};
+use kernel_tests::{in_guest, skip, which};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -631,14 +631,6 @@ fn cgroup_devices_decodes_what_runc_and_crun_attach() {
         checked.push(rt);
     }
     assert!(checked.contains(&"runc"), "{checked:?}");
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(prog))
-        .find(|p| p.exists())
 }
 
 /// `c 226:128 rwm` back into an entry.

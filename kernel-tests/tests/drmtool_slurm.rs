@@ -12,7 +12,7 @@
 //! (`probe_entry`, `sample_client_entry`).
 
 use drmtool::isolate::ordering;
-use kernel_tests::{in_guest, skip};
+use kernel_tests::{in_guest, skip, which};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,16 +63,6 @@ fn probe_entry() {
     });
     std::fs::write(out, v.to_string()).expect("write the probe's report");
     std::process::exit(0);
-}
-
-/// Where a program is on the PATH.
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .map(|d| Path::new(d).join(prog))
-        .find(|p| p.is_file())
 }
 
 /// A single-node cluster: munged, slurmctld and slurmd, stopped on drop.
