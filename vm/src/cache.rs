@@ -117,9 +117,13 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         cache_dir: Some(dir.to_path_buf()),
         // What the build's own config lacks (the project's fragment turns event tracing
         // off, for example), read from the `config` the build kept.
-        missing_features: fs::read_to_string(dir.join("config"))
-            .map(|c| crate::stock::missing_features(&crate::kconfig::KConfig::parse(&c)))
-            .unwrap_or_default(),
+        // The project's kernels carry upstream vkms: no fdinfo usage stats.
+        missing_features: crate::stock::with_vkms_fdinfo(
+            fs::read_to_string(dir.join("config"))
+                .map(|c| crate::stock::missing_features(&crate::kconfig::KConfig::parse(&c)))
+                .unwrap_or_default(),
+            false,
+        ),
         extra_modules: Vec::new(),
         early_modules: Vec::new(),
     }

@@ -157,13 +157,14 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_hostile",
         ]),
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
-                stats (config/vkms-fdinfo.patch)",
+                stats and a composer engine counter (config/vkms-fdinfo.patch)",
     },
 ];
 
 /// Test-only vkms patch (6.12): `drm_show_fdinfo` + `drm_show_memory_stats`, so an open
 /// vkms fd's `/proc/<pid>/fdinfo/<fd>` shows `drm-driver`, `drm-client-id`,
-/// `drm-total-memory` and the other DRM usage-stats keys.
+/// `drm-total-memory` and the other DRM usage-stats keys, and `drm-engine-composer` (the
+/// composer's time per open file).
 pub const VKMS_FDINFO_PATCH: &str = include_str!("../config/vkms-fdinfo.patch");
 
 /// Build fix for 5.15's `tools/lib/subcmd/subcmd-util.h` (used by objtool): gcc 12 rejects

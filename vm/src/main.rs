@@ -375,7 +375,8 @@ fn resolve_kernel(
         release,
         built_from: None,
         cache_dir: None,
-        missing_features: Vec::new(),
+        // Not known to carry the project's test-only vkms patch.
+        missing_features: vm::stock::with_vkms_fdinfo(Vec::new(), false),
         extra_modules: Vec::new(),
         early_modules: Vec::new(),
     })

@@ -321,6 +321,20 @@ pub fn modular(wanted: &[&str], dep: &str) -> Vec<String> {
         .collect()
 }
 
+/// The feature only a kernel with the test-only vkms patch has (config/vkms-fdinfo.patch:
+/// vkms prints the DRM usage stats, memory and the `composer` engine, in fdinfo). Every
+/// other kernel lists it as missing.
+pub const VKMS_FDINFO: &str = "vkms_fdinfo";
+
+/// `missing` with [`VKMS_FDINFO`] added unless `patched`, sorted.
+pub fn with_vkms_fdinfo(mut missing: Vec<String>, patched: bool) -> Vec<String> {
+    if !patched && !missing.iter().any(|f| f == VKMS_FDINFO) {
+        missing.push(VKMS_FDINFO.into());
+    }
+    missing.sort();
+    missing
+}
+
 /// The features of [`FEATURE_OPTIONS`] a kernel config lacks, sorted.
 pub fn missing_features(cfg: &KConfig) -> Vec<String> {
     let mut v: Vec<String> = FEATURE_OPTIONS
@@ -378,7 +392,8 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         release: m.release.clone(),
         built_from: None,
         cache_dir: Some(dir.to_path_buf()),
-        missing_features: missing_features(&cfg),
+        // The patch is kept beside the build when one was applied.
+        missing_features: with_vkms_fdinfo(missing_features(&cfg), dir.join("vkms.patch").exists()),
         extra_modules: modular(EXPLICIT_MODULES, &dep),
         early_modules: modular(EARLY_MODULES, &dep),
     }
@@ -905,6 +920,21 @@ extra/vkms.ko: kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz kernel/drivers/gpu/
             "only what is a module, in init order"
         );
         assert!(modular(EARLY_MODULES, DEP).is_empty());
+    }
+
+    #[test]
+    fn only_a_patched_kernel_has_vkms_fdinfo() {
+        let base = vec!["tracing".to_string(), "sw_sync".to_string()];
+        assert_eq!(
+            with_vkms_fdinfo(base.clone(), false),
+            ["sw_sync", "tracing", VKMS_FDINFO]
+        );
+        assert_eq!(with_vkms_fdinfo(base, true), ["sw_sync", "tracing"]);
+        assert_eq!(
+            with_vkms_fdinfo(vec![VKMS_FDINFO.into()], false),
+            [VKMS_FDINFO],
+            "listed once"
+        );
     }
 
     #[test]
