@@ -52,6 +52,12 @@ pub struct Args {
     /// until stdin closes: one open file in two processes, as any fork leaves it.
     #[arg(long)]
     pub fork: bool,
+    /// Light the first connected output with a pattern framebuffer of this file (DRM master,
+    /// atomic or legacy as `drmtool kms modeset`) while it holds; the previous state comes
+    /// back when stdin closes. What composes or scans out that framebuffer is this file's
+    /// work (vkms composes it for CRC capture and writeback).
+    #[arg(long)]
+    pub light: bool,
 }
 
 fn parse_dumb(s: &str) -> Result<DumbSpec, String> {
@@ -122,6 +128,9 @@ pub struct Ready {
     /// The child `--fork` started: its pid and the fd on which it holds the DRM file.
     #[serde(default)]
     pub fork_child: Option<(u32, u32)>,
+    /// What `--light` lit: connector name and CRTC id.
+    #[serde(default)]
+    pub lit: Option<(String, u32)>,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ExitCode {
@@ -291,7 +300,8 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
             Err(e) => return fail("fork", e),
         }
     }
-    let ready = Ready {
+    let mut ready = Ready {
+        lit: None,
         fork_child: child.as_ref().map(|(c, fd)| (c.id(), *fd)),
         pid: std::process::id(),
         node: node.clone(),
@@ -304,20 +314,45 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
         dmabuf_size,
         dmabuf_mapped: dmabuf_map.is_some(),
     };
-    let line = serde_json::to_string(&ready).unwrap_or_default();
-    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-        return ExitCode::FAILURE;
-    }
-    // Hold everything until stdin closes. A signal (EINTR) is not the end of stdin: a
-    // client under a signal storm must keep what it holds.
-    let mut sink = [0u8; 64];
-    loop {
-        match wait.read(&mut sink) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+    let mut hold = |ready: &Ready| -> bool {
+        let line = serde_json::to_string(ready).unwrap_or_default();
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return false;
         }
+        // Hold everything until stdin closes. A signal (EINTR) is not the end of stdin: a
+        // client under a signal storm must keep what it holds.
+        let mut sink = [0u8; 64];
+        loop {
+            match wait.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        true
+    };
+    let held_ok = if args.light {
+        let first = drm_gem::kms::Snapshot::take(&dev).and_then(|s| s.first_output(&dev));
+        let conn = match first {
+            Ok(Some(o)) => o.connector.get().to_string(),
+            Ok(None) => return fail("light", "no connected output with a mode"),
+            Err(e) => return fail("light: reading the KMS state", e),
+        };
+        let mut ok = false;
+        let lit = crate::kms::modeset(&dev, &conn, None, &mut |lit| {
+            ready.lit = Some((lit.connector.clone(), lit.crtc));
+            ok = hold(&ready);
+        });
+        if let Err(e) = lit {
+            return fail("light", e);
+        }
+        ok
+    } else {
+        hold(&ready)
+    };
+    if !held_ok {
+        return ExitCode::FAILURE;
     }
     drop(dmabuf_map);
     drop(maps);
