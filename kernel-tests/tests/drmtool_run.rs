@@ -320,6 +320,87 @@ fn renumber_presents_the_chosen_nodes_in_selector_order() {
     );
 }
 
+/// Two GPUs of one driver (the guest's two virtio-gpus): a bus id gives a job one of them and
+/// the other's nodes are EPERM, opened or made with mknod (the device program checks
+/// major:minor, not the driver); the driver name gives both; `--renumber` with the two bus
+/// ids reversed presents the second as card0/renderD128.
+#[test]
+fn one_of_two_gpus_of_a_driver_by_bus_id() {
+    let gpus = guest_gpus!();
+    let twins: Vec<&ordering::Gpu> = gpus
+        .iter()
+        .filter(|g| g.driver.as_deref() == Some("virtio_gpu"))
+        .collect();
+    if twins.len() < 2 {
+        skip!(
+            "one virtio-gpu here (the guest's device set has two): {}",
+            ordering::summary(&gpus)
+        );
+    }
+    let (a, b) = (twins[0], twins[1]);
+    let (bus_a, bus_b) = (
+        a.bus_id.clone().expect("virtio-gpu sits on PCI"),
+        b.bus_id.clone().expect("virtio-gpu sits on PCI"),
+    );
+    assert!(bus_a < bus_b, "the ordering puts {bus_a} before {bus_b}");
+    assert!(a.index < b.index);
+    assert!(
+        a.render().is_some() && b.render().is_some(),
+        "two render nodes"
+    );
+
+    let (code, v) = probe_under(&[&bus_b], false);
+    assert_eq!(code, 0, "{v}");
+    for d in devs(b) {
+        assert_eq!(v["opens"][&d], "ok", "{d} ({bus_b}, chosen): {v}");
+        assert_eq!(v["mknods"][&d], "ok", "{d}: {v}");
+    }
+    for d in devs(a) {
+        assert_eq!(
+            v["opens"][&d],
+            "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+            "{d} ({bus_a}, not chosen): {v}"
+        );
+        assert_eq!(v["mknods"][&d], v["opens"][&d], "{d}: {v}");
+    }
+    assert_eq!(
+        v["dri"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] != "by-path")
+            .count(),
+        b.nodes.len(),
+        "{v}"
+    );
+
+    // The driver name: both.
+    let (code, v) = probe_under(&["virtio_gpu"], false);
+    assert_eq!(code, 0, "{v}");
+    for d in devs(a).into_iter().chain(devs(b)) {
+        assert_eq!(v["opens"][&d], "ok", "{d}: {v}");
+    }
+
+    // Renumbered in selector order: b first.
+    let (code, v) = probe_under(&[&bus_b, &bus_a], true);
+    assert_eq!(code, 0, "{v}");
+    let dev_of = |name: &str| {
+        v["dri"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["dev"].as_str().unwrap().to_string())
+    };
+    let node = |n: Option<&drmtool::isolate::ordering::Node>| {
+        n.map(|n| format!("{}:{}", n.dev.0, n.dev.1))
+    };
+    assert_eq!(dev_of("card0"), node(b.card()), "{v}");
+    assert_eq!(dev_of("card1"), node(a.card()), "{v}");
+    assert_eq!(dev_of("renderD128"), node(b.render()), "{v}");
+    assert_eq!(dev_of("renderD129"), node(a.render()), "{v}");
+}
+
 #[test]
 fn the_commands_exit_status_comes_back() {
     let _gpus = guest_gpus!();
@@ -889,7 +970,16 @@ fn max_overlap(jobs: &[(String, f64, f64)]) -> std::collections::BTreeMap<String
 /// (`--wait 120`) and succeeds.
 #[test]
 fn twenty_concurrent_picks_never_share_a_gpu() {
-    let _gpus = guest_gpus!();
+    let gpus = guest_gpus!();
+    // Three GPUs: vkms, vgem and the first virtio-gpu (by bus id: the driver name would
+    // take both of the guest's two).
+    let sels = format!(
+        "vkms,vgem,{}",
+        gpu_of(&gpus, "virtio_gpu")
+            .bus_id
+            .clone()
+            .expect("virtio-gpu sits on PCI")
+    );
     // Exclusive: the 20 jobs; shared by 2: ten more (each job costs about a
     // second of a TCG guest's CPU).
     for (shared, jobs) in [(0u32, 20usize), (2, 10)] {
@@ -912,7 +1002,7 @@ fn twenty_concurrent_picks_never_share_a_gpu() {
                     1,
                     shared,
                     120.0,
-                    "vkms,vgem,virtio_gpu",
+                    &sels,
                     &["/bin/sh", "-c", &script],
                 )
                 .spawn()

@@ -338,8 +338,8 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
     let mut job_ids = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
         let ty = g.driver.clone().unwrap();
-        // One job per GPU type, asking for every GPU of the type (the guest has one of
-        // each; a typed request cannot pick among equal GPUs).
+        // One job per GPU type, asking for every GPU of the type (two virtio-gpus, one of
+        // each other driver); one of two equal GPUs is the next check.
         let same: Vec<usize> = gpus
             .iter()
             .enumerate()
@@ -390,6 +390,56 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         job_ids.push(v["env"]["SLURM_JOB_ID"].as_str().unwrap().to_string());
     }
     assert!(job_ids.len() >= 2, "jobs {job_ids:?}");
+    // One of the two virtio-gpus: the job opens the one Slurm gave it (SLURM_STEP_GPUS, a
+    // place in gres.conf) and gets EPERM on the other, as on every other GPU.
+    let twins: Vec<usize> = gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.driver.as_deref() == Some("virtio_gpu"))
+        .map(|(j, _)| j)
+        .collect();
+    assert!(
+        twins.len() >= 2,
+        "the guest has two virtio-gpus: {}",
+        ordering::summary(&gpus)
+    );
+    let out = PathBuf::from(format!("{}/probe-one-of-two.json", cluster.dir.display()));
+    let o = cluster
+        .cmd("srun")
+        .args(["--gres=gpu:virtio_gpu:1", "-n1", "--time=5"])
+        .args(job_argv("probe_entry"))
+        .env(PROBE_ENV, &out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", failed(&cluster.dir, "srun", &o));
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
+    )
+    .unwrap();
+    let given: usize = v["env"]["SLURM_STEP_GPUS"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("one GPU index in SLURM_STEP_GPUS: {v}"));
+    assert!(
+        twins.contains(&given),
+        "a virtio-gpu ({twins:?}), got {given}: {v}"
+    );
+    for (j, f) in files.iter().enumerate() {
+        let got = &v["opens"][f.as_str()];
+        if j == given {
+            assert_eq!(got, "ok", "one of two virtio-gpus, given {given}: {f}: {v}");
+        } else {
+            assert_eq!(
+                got, "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+                "one of two virtio-gpus, given {given}: {f} is not its GPU: {v}"
+            );
+        }
+    }
+    eprintln!(
+        "gpu:virtio_gpu:1 gave GPU {given} of {twins:?}: {}",
+        files[given]
+    );
     // A job that holds a buffer: a sample client on vgem, run by srun, ready line through
     // srun's output; it exits when srun's stdin (forwarded to the task) closes.
     let mut client = cluster

@@ -25,6 +25,9 @@ pub enum DeviceKind {
     Vgem,
     /// `-device virtio-gpu-pci` (virtio_gpu module).
     VirtioGpu,
+    /// A second `-device virtio-gpu-pci` (always without virgl): two render nodes of one
+    /// driver with distinct PCI bus ids, for the ordering and isolation tests.
+    VirtioGpu2,
     /// `-vga std` (bochs / bochs-drm module, TTM VRAM helper).
     Bochs,
     /// `-device qxl` (qxl module, TTM).
@@ -40,10 +43,11 @@ pub enum DeviceKind {
 
 impl DeviceKind {
     /// Every device, in the order `--device` lists them.
-    pub const ALL: [DeviceKind; 7] = [
+    pub const ALL: [DeviceKind; 8] = [
         Self::Vkms,
         Self::Vgem,
         Self::VirtioGpu,
+        Self::VirtioGpu2,
         Self::Bochs,
         Self::Qxl,
         Self::TestHmm,
@@ -56,6 +60,7 @@ impl DeviceKind {
             Self::Vkms => "vkms",
             Self::Vgem => "vgem",
             Self::VirtioGpu => "virtio-gpu",
+            Self::VirtioGpu2 => "virtio-gpu-2",
             Self::Bochs => "bochs",
             Self::Qxl => "qxl",
             Self::TestHmm => "test_hmm",
@@ -485,6 +490,7 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
                     "virtio-gpu-pci"
                 },
             ]),
+            DeviceKind::VirtioGpu2 => push(&["-device", "virtio-gpu-pci"]),
             DeviceKind::Bochs => push(&["-vga", "std"]),
             DeviceKind::Qxl => push(&["-device", "qxl"]),
             DeviceKind::Nvdimm => {
@@ -1170,6 +1176,8 @@ mod tests {
         ] {
             assert!(a.contains(want), "missing {want:?} in {a}");
         }
+        // The full set has two virtio-gpus: two render nodes of one driver.
+        assert_eq!(a.matches("-device virtio-gpu-pci").count(), 2, "{a}");
     }
 
     #[test]

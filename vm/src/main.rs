@@ -60,8 +60,8 @@ enum Cmd {
     Run {
         #[command(flatten)]
         k: KernelArgs,
-        /// Devices to attach or load (repeatable): vkms, vgem, virtio-gpu, bochs, qxl,
-        /// test_hmm, nvdimm, or `all` (the default).
+        /// Devices to attach or load (repeatable): vkms, vgem, virtio-gpu, virtio-gpu-2 (a
+        /// second virtio-gpu), bochs, qxl, test_hmm, nvdimm, or `all` (the default).
         #[arg(long = "device", default_value = "all")]
         devices: Vec<String>,
         /// Wall-clock limit for the whole boot, in seconds.
