@@ -205,6 +205,22 @@ fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((code, body.to_string()))
 }
 
+/// The exporter in this process (`--per cgroup`, every scrape scans), serving on a free
+/// loopback port: that address and the exporter.
+fn serve_per_cgroup() -> (SocketAddr, Arc<Mutex<Exporter>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1 (is lo up?)");
+    let target = listener.local_addr().unwrap();
+    let exporter = Arc::new(Mutex::new(Exporter::new(Config {
+        scan: drmtool::Options::default(),
+        per: Per::Cgroup,
+        client_names: false,
+        min_interval: Duration::ZERO,
+    })));
+    let e = exporter.clone();
+    std::thread::spawn(move || drmtool::export::serve(listener, e));
+    (target, exporter)
+}
+
 fn page_round(n: u64) -> u64 {
     n.div_ceil(4096) * 4096
 }
@@ -226,19 +242,7 @@ fn prometheus_sees_exactly_what_the_cgroups_hold() {
     };
     let (vgem, vkms) = (name_of("vgem"), name_of("vkms"));
 
-    // The exporter in this process, on the loopback interface.
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1 (is lo up?)");
-    let target = listener.local_addr().unwrap();
-    let exporter = Arc::new(Mutex::new(Exporter::new(Config {
-        scan: drmtool::Options::default(),
-        per: Per::Cgroup,
-        client_names: false,
-        min_interval: Duration::ZERO,
-    })));
-    {
-        let e = exporter.clone();
-        std::thread::spawn(move || drmtool::export::serve(listener, e));
-    }
+    let (target, exporter) = serve_per_cgroup();
 
     let (ga, gb) = (
         Cgroup::new("drmtool-export-a"),
@@ -638,18 +642,7 @@ fn prometheus_rates_the_kernels_engine_counter() {
     if !Path::new(PROMETHEUS).exists() {
         skip!("{PROMETHEUS} is not installed (scripts/setup installs Debian's prometheus)");
     }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1 (is lo up?)");
-    let target = listener.local_addr().unwrap();
-    let exporter = Arc::new(Mutex::new(Exporter::new(Config {
-        scan: drmtool::Options::default(),
-        per: Per::Cgroup,
-        client_names: false,
-        min_interval: Duration::ZERO,
-    })));
-    {
-        let e = exporter.clone();
-        std::thread::spawn(move || drmtool::export::serve(listener, e));
-    }
+    let (target, _exporter) = serve_per_cgroup();
     let g = Cgroup::new("drmtool-export-engine");
     let cg = g.path();
     // L first: the first opener of a primary node is its DRM master, which lighting needs.

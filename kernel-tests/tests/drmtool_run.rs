@@ -200,6 +200,16 @@ macro_rules! guest_gpus {
     }};
 }
 
+/// The `major:minor` of `name` in the probe report's /dev/dri listing.
+fn dri_dev(v: &Value, name: &str) -> Option<String> {
+    v["dri"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["dev"].as_str().unwrap().to_string())
+}
+
 fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
     gpus.iter()
         .find(|g| g.driver.as_deref() == Some(driver))
@@ -292,14 +302,7 @@ fn renumber_presents_the_chosen_nodes_in_selector_order() {
     let (vkms, vgem) = (gpu_of(&gpus, "vkms"), gpu_of(&gpus, "vgem"));
     let (code, v) = probe_under(&["vgem", "vkms"], true);
     assert_eq!(code, 0, "{v}");
-    let dev_of = |name: &str| {
-        v["dri"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == name)
-            .map(|e| e["dev"].as_str().unwrap().to_string())
-    };
+    let dev_of = |name: &str| dri_dev(&v, name);
     let card = |g: &ordering::Gpu| g.card().map(|n| format!("226:{}", n.dev.1));
     let render = |g: &ordering::Gpu| g.render().map(|n| format!("226:{}", n.dev.1));
     assert_eq!(dev_of("card0"), card(vgem), "{v}");
@@ -384,14 +387,7 @@ fn one_of_two_gpus_of_a_driver_by_bus_id() {
     // Renumbered in selector order: b first.
     let (code, v) = probe_under(&[&bus_b, &bus_a], true);
     assert_eq!(code, 0, "{v}");
-    let dev_of = |name: &str| {
-        v["dri"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == name)
-            .map(|e| e["dev"].as_str().unwrap().to_string())
-    };
+    let dev_of = |name: &str| dri_dev(&v, name);
     let node = |n: Option<&drmtool::isolate::ordering::Node>| {
         n.map(|n| format!("{}:{}", n.dev.0, n.dev.1))
     };
@@ -998,15 +994,9 @@ fn twenty_concurrent_picks_never_share_a_gpu() {
         let t0 = std::time::Instant::now();
         let children: Vec<std::process::Child> = (0..jobs)
             .map(|_| {
-                pick_run(
-                    1,
-                    shared,
-                    120.0,
-                    &sels,
-                    &["/bin/sh", "-c", &script],
-                )
-                .spawn()
-                .unwrap()
+                pick_run(1, shared, 120.0, &sels, &["/bin/sh", "-c", &script])
+                    .spawn()
+                    .unwrap()
             })
             .collect();
         for mut j in children {

@@ -265,6 +265,25 @@ impl Cluster {
             .env_remove("KERNEL_TESTS_SIGNAL_STORM");
         c
     }
+
+    /// One `srun --gres=<gres>` job running the probe (`probe_entry`); its report, written
+    /// to `<name>.json` in the cluster's directory.
+    fn probe(&self, gres: &str, name: &str) -> Value {
+        let out = PathBuf::from(format!("{}/{name}.json", self.dir.display()));
+        let o = self
+            .cmd("srun")
+            .args([&format!("--gres={gres}"), "-n1", "--time=5"])
+            .args(job_argv("probe_entry"))
+            .env(PROBE_ENV, &out)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", failed(&self.dir, "srun", &o));
+        serde_json::from_str(
+            &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
+        )
+        .unwrap()
+    }
 }
 
 impl Drop for Cluster {
@@ -349,24 +368,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         if same.first() != Some(&i) {
             continue;
         }
-        let out = PathBuf::from(format!("{}/probe-{i}.json", cluster.dir.display()));
-        let o = cluster
-            .cmd("srun")
-            .args([
-                &format!("--gres=gpu:{ty}:{}", same.len()),
-                "-n1",
-                "--time=5",
-            ])
-            .args(job_argv("probe_entry"))
-            .env(PROBE_ENV, &out)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", failed(&cluster.dir, "srun", &o));
-        let v: Value = serde_json::from_str(
-            &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
-        )
-        .unwrap();
+        let v = cluster.probe(&format!("gpu:{ty}:{}", same.len()), &format!("probe-{i}"));
         for (j, f) in files.iter().enumerate() {
             let got = &v["opens"][f.as_str()];
             if same.contains(&j) {
@@ -403,20 +405,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         "the guest has two virtio-gpus: {}",
         ordering::summary(&gpus)
     );
-    let out = PathBuf::from(format!("{}/probe-one-of-two.json", cluster.dir.display()));
-    let o = cluster
-        .cmd("srun")
-        .args(["--gres=gpu:virtio_gpu:1", "-n1", "--time=5"])
-        .args(job_argv("probe_entry"))
-        .env(PROBE_ENV, &out)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", failed(&cluster.dir, "srun", &o));
-    let v: Value = serde_json::from_str(
-        &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
-    )
-    .unwrap();
+    let v = cluster.probe("gpu:virtio_gpu:1", "probe-one-of-two");
     let given: usize = v["env"]["SLURM_STEP_GPUS"]
         .as_str()
         .and_then(|s| s.parse().ok())
