@@ -216,11 +216,33 @@ fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
         .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(gpus)))
 }
 
+/// The probe report `v` of a job: each node of `all` in `mine` opened and could be made
+/// with mknod; every other is EPERM both ways.
+#[track_caller]
+fn assert_opens_only(v: &Value, all: &[String], mine: &[String]) {
+    for d in all {
+        let (open, made) = (&v["opens"][d], &v["mknods"][d]);
+        if mine.contains(d) {
+            assert_eq!(open, "ok", "{d} (chosen): {v}");
+            assert_eq!(made, "ok", "{d} (chosen): {v}");
+        } else {
+            assert_eq!(
+                open,
+                "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+                "{d} (not chosen): {v}"
+            );
+            assert_eq!(made, open, "{d} (not chosen): {v}");
+        }
+    }
+}
+
+/// `major:minor` of a node, as the probe report keys them.
+fn node_dev(n: &ordering::Node) -> String {
+    format!("{}:{}", n.dev.0, n.dev.1)
+}
+
 fn devs(g: &ordering::Gpu) -> Vec<String> {
-    g.nodes
-        .iter()
-        .map(|n| format!("{}:{}", n.dev.0, n.dev.1))
-        .collect()
+    g.nodes.iter().map(node_dev).collect()
 }
 
 #[test]
@@ -271,20 +293,7 @@ fn the_job_sees_and_opens_only_its_gpu() {
         "the guest has other GPUs: {}",
         ordering::summary(&gpus)
     );
-    for d in &all {
-        let (open, made) = (&v["opens"][d], &v["mknods"][d]);
-        if mine.contains(d) {
-            assert_eq!(open, "ok", "{d}: {v}");
-            assert_eq!(made, "ok", "{d}: {v}");
-        } else {
-            assert_eq!(
-                open,
-                "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
-                "{d}: {v}"
-            );
-            assert_eq!(made, open, "{d}: {v}");
-        }
-    }
+    assert_opens_only(&v, &all, &mine);
     // The cgroup is gone, and the job's environment does not carry the child's job.
     let leftover: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
         .unwrap()
@@ -354,18 +363,8 @@ fn one_of_two_gpus_of_a_driver_by_bus_id() {
 
     let (code, v) = probe_under(&[&bus_b], false);
     assert_eq!(code, 0, "{v}");
-    for d in devs(b) {
-        assert_eq!(v["opens"][&d], "ok", "{d} ({bus_b}, chosen): {v}");
-        assert_eq!(v["mknods"][&d], "ok", "{d}: {v}");
-    }
-    for d in devs(a) {
-        assert_eq!(
-            v["opens"][&d],
-            "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
-            "{d} ({bus_a}, not chosen): {v}"
-        );
-        assert_eq!(v["mknods"][&d], v["opens"][&d], "{d}: {v}");
-    }
+    let all: Vec<String> = gpus.iter().flat_map(devs).collect();
+    assert_opens_only(&v, &all, &devs(b));
     assert_eq!(
         v["dri"]
             .as_array()
@@ -388,13 +387,10 @@ fn one_of_two_gpus_of_a_driver_by_bus_id() {
     let (code, v) = probe_under(&[&bus_b, &bus_a], true);
     assert_eq!(code, 0, "{v}");
     let dev_of = |name: &str| dri_dev(&v, name);
-    let node = |n: Option<&drmtool::isolate::ordering::Node>| {
-        n.map(|n| format!("{}:{}", n.dev.0, n.dev.1))
-    };
-    assert_eq!(dev_of("card0"), node(b.card()), "{v}");
-    assert_eq!(dev_of("card1"), node(a.card()), "{v}");
-    assert_eq!(dev_of("renderD128"), node(b.render()), "{v}");
-    assert_eq!(dev_of("renderD129"), node(a.render()), "{v}");
+    assert_eq!(dev_of("card0"), b.card().map(node_dev), "{v}");
+    assert_eq!(dev_of("card1"), a.card().map(node_dev), "{v}");
+    assert_eq!(dev_of("renderD128"), b.render().map(node_dev), "{v}");
+    assert_eq!(dev_of("renderD129"), a.render().map(node_dev), "{v}");
 }
 
 #[test]

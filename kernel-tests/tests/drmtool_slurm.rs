@@ -332,6 +332,23 @@ macro_rules! slurm_guest {
     }};
 }
 
+/// The probe report `v` of a job given the GPUs at `mine` (places in gres.conf, whose
+/// `File=` nodes are `files`): it opened those and got EPERM on every other.
+#[track_caller]
+fn assert_opens_only(v: &Value, files: &[String], mine: &[usize], job: &str) {
+    for (j, f) in files.iter().enumerate() {
+        let got = &v["opens"][f.as_str()];
+        if mine.contains(&j) {
+            assert_eq!(got, "ok", "{job} (GPUs {mine:?}): {f}: {v}");
+        } else {
+            assert_eq!(
+                got, "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
+                "{job} (GPUs {mine:?}): {f} is another GPU's: {v}"
+            );
+        }
+    }
+}
+
 /// Every GPU, one job each: the job opens its GPU's gres.conf node and gets EPERM on every
 /// other GPU's; Slurm names the GPU's index to the job. Then a job holding a dumb buffer is
 /// attributed to its job and step by `drmtool buffers`.
@@ -369,18 +386,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
             continue;
         }
         let v = cluster.probe(&format!("gpu:{ty}:{}", same.len()), &format!("probe-{i}"));
-        for (j, f) in files.iter().enumerate() {
-            let got = &v["opens"][f.as_str()];
-            if same.contains(&j) {
-                assert_eq!(got, "ok", "job for {ty} (GPUs {same:?}): {f}: {v}");
-            } else {
-                assert_eq!(
-                    got,
-                    "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
-                    "job for {ty} (GPUs {same:?}): {f} is another GPU's: {v}"
-                );
-            }
-        }
+        assert_opens_only(&v, &files, &same, &format!("job for {ty}"));
         // The indices Slurm gives the step are the GPUs' places in gres.conf: drmtool's
         // ordering.
         let want: Vec<String> = same.iter().map(usize::to_string).collect();
@@ -414,17 +420,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         twins.contains(&given),
         "a virtio-gpu ({twins:?}), got {given}: {v}"
     );
-    for (j, f) in files.iter().enumerate() {
-        let got = &v["opens"][f.as_str()];
-        if j == given {
-            assert_eq!(got, "ok", "one of two virtio-gpus, given {given}: {f}: {v}");
-        } else {
-            assert_eq!(
-                got, "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }",
-                "one of two virtio-gpus, given {given}: {f} is not its GPU: {v}"
-            );
-        }
-    }
+    assert_opens_only(&v, &files, &[given], "one of two virtio-gpus");
     eprintln!(
         "gpu:virtio_gpu:1 gave GPU {given} of {twins:?}: {}",
         files[given]
