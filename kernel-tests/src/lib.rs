@@ -253,10 +253,11 @@ pub mod storm {
         use std::io::Write;
         if let Some(t0) = STARTED.get() {
             let line = format!(
-                "signal-storm: {} signals delivered ({} sent) in {:.1} s",
+                "signal-storm: {} signals delivered ({} sent) in {:.1} s by {}",
                 delivered(),
                 SENT.load(Ordering::Relaxed),
-                t0.elapsed().as_secs_f64()
+                t0.elapsed().as_secs_f64(),
+                suite()
             );
             eprintln!("{line}");
             // One line per test process, for a runner that hides passing tests' output.
@@ -269,6 +270,31 @@ pub mod storm {
                 let _ = writeln!(f, "{line}");
             }
         }
+    }
+
+    /// The test binary's suite name: cargo's `<suite>-<hash>` file name without the hash
+    /// (`negative` for `target/release/deps/negative-0123abcd`), `?` when unknown. One word,
+    /// the storm log's last field, by which `scripts/guest-storm` sums signals per binary.
+    fn suite() -> String {
+        let exe = std::env::args_os().next().unwrap_or_default();
+        let name = std::path::Path::new(&exe)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        suite_of(&name)
+    }
+
+    /// [`suite`] of an executable's file name.
+    fn suite_of(name: &str) -> String {
+        let suite = match name.rsplit_once('-') {
+            Some((s, hash)) if !s.is_empty() && hash.bytes().all(|b| b.is_ascii_hexdigit()) => s,
+            _ => name,
+        };
+        let word: String = suite
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
+        if word.is_empty() { "?".into() } else { word }
     }
 
     /// Whether `KERNEL_TESTS_SIGNAL_STORM` asks for the storm (set and not `0`).
@@ -356,6 +382,22 @@ pub mod storm {
                 }
             }
             std::thread::sleep(INTERVAL);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::suite_of;
+
+        #[test]
+        fn suite_names_drop_cargos_hash_and_anything_but_a_word() {
+            assert_eq!(suite_of("negative-0123abcdef456789"), "negative");
+            assert_eq!(suite_of("drmtool_run-9f8e"), "drmtool_run");
+            assert_eq!(suite_of("random_ops"), "random_ops");
+            assert_eq!(suite_of("a-b-notahash"), "a-b-notahash");
+            assert_eq!(suite_of("x y\n-00"), "xy");
+            assert_eq!(suite_of(""), "?");
+            assert_eq!(suite_of("-00"), "-00");
         }
     }
 }
