@@ -503,3 +503,147 @@ fn scans_never_open_a_primary_node() {
         );
     }
 }
+
+/// The pids the kernel keeps for boot (`RESERVED_PIDS`): a wrapped allocation starts above.
+const RESERVED_PIDS: u32 = 300;
+
+/// The calling thread's id: a pid number the kernel allocated.
+fn tid() -> u32 {
+    u32::try_from(kernel_tests::raw::gettid()).expect("a positive thread id")
+}
+
+/// A new thread's id (the thread has exited when this returns: its id is free again, and
+/// the kernel's next allocation starts after it).
+fn next_tid() -> u32 {
+    std::thread::spawn(tid).join().expect("thread")
+}
+
+/// `/proc/sys/kernel/pid_max` while it lives, set back on drop.
+struct PidMax(String);
+impl PidMax {
+    fn lower_to(max: u32) -> PidMax {
+        let path = "/proc/sys/kernel/pid_max";
+        let old = std::fs::read_to_string(path).expect("read pid_max");
+        std::fs::write(path, max.to_string()).expect("write pid_max (root in the guest)");
+        PidMax(old)
+    }
+}
+impl Drop for PidMax {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", self.0.trim());
+    }
+}
+
+/// Spawns `cat` (holding its stdin) as pid `want` (above [`RESERVED_PIDS`]). With
+/// `ns_last_pid` (CONFIG_CHECKPOINT_RESTORE): set to the pid before, then a spawn. Without
+/// (the project's own kernels): `pid_max` lowered to `want + 1`, so that allocations wrap
+/// below `want`, and short-lived threads walk the allocator up to it; `cat` is spawned when
+/// every number between the last thread's and `want` is taken. Each way retried while
+/// something else took the pid first; None if it never came.
+fn spawn_as_pid(want: u32) -> Option<std::process::Child> {
+    let spawn = || {
+        let mut c = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn cat");
+        if c.id() == want {
+            return Some(c);
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    };
+    let last = std::path::Path::new("/proc/sys/kernel/ns_last_pid");
+    if last.exists() {
+        return (0..100).find_map(|_| {
+            std::fs::write(last, (want - 1).to_string()).expect("write ns_last_pid");
+            spawn()
+        });
+    }
+    let _max = PidMax::lower_to(want + 1);
+    let taken = |id: u32| std::path::Path::new(&format!("/proc/{id}")).exists();
+    for _ in 0..4 * want {
+        let t = next_tid();
+        if t < want
+            && want - t <= 64
+            && (t + 1..want).all(taken)
+            && let Some(c) = spawn()
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// What the scan relies on against pid reuse (the host test
+/// `a_pid_reused_mid_read_lends_nothing_of_the_newcomer` checks the scan's side on a
+/// synthetic tree): a process's `/proc/<pid>/fd` directory, opened while it ran, reaches
+/// only that process through `..`. Here it exits, another process is made to take its pid
+/// ([`spawn_as_pid`]), and then `/proc/<pid>/comm` by name is the newcomer's (what a read by
+/// path would have taken) while `../comm` and `../fd` through the old directory fail with
+/// ENOENT: the scan counts the process as vanished.
+#[test]
+fn a_reused_pid_is_not_reached_through_the_fd_directory() {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    if !kernel_tests::in_guest() {
+        skip!("not in a vm guest: taking a given pid needs root over the pid namespace");
+    }
+    // A pid the allocator can come back to once it wraps.
+    for _ in 0..=RESERVED_PIDS {
+        if next_tid() > RESERVED_PIDS {
+            break;
+        }
+    }
+    let mut first = Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .expect("spawn sleep");
+    let pid = first.id();
+    let fd_dir = rustix::fs::open(
+        format!("/proc/{pid}/fd"),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open /proc/<pid>/fd");
+    let comm_at = |dir: &std::os::fd::OwnedFd| -> rustix::io::Result<String> {
+        let fd = rustix::fs::openat(
+            dir,
+            "../comm",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut s = String::new();
+        std::fs::File::from(fd)
+            .read_to_string(&mut s)
+            .expect("read ../comm");
+        Ok(s)
+    };
+    assert_eq!(comm_at(&fd_dir).as_deref(), Ok("sleep\n"));
+    first.kill().expect("kill sleep");
+    first.wait().expect("reap sleep");
+    let Some(mut newcomer) = spawn_as_pid(pid) else {
+        panic!("pid {pid} was not taken again in 100 spawns (ns_last_pid)");
+    };
+    let by_name = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+    let through_old = comm_at(&fd_dir);
+    let old_fd_entry = rustix::fs::statat(&fd_dir, "../fd", AtFlags::empty()).map(|_| ());
+    let _ = newcomer.kill();
+    let _ = newcomer.wait();
+    assert_eq!(
+        by_name.ok().as_deref(),
+        Some("cat\n"),
+        "pid {pid} was reused"
+    );
+    // ENOENT (the lookup finds no task) or ESRCH (seen on 6.1 and 6.12), never the
+    // newcomer's.
+    let gone = [rustix::io::Errno::NOENT, rustix::io::Errno::SRCH];
+    assert!(
+        through_old.as_ref().is_err_and(|e| gone.contains(e)),
+        "../comm of the exited process: {through_old:?}"
+    );
+    assert!(
+        old_fd_entry.is_err_and(|e| gone.contains(&e)),
+        "../fd of the exited process: {old_fd_entry:?}"
+    );
+}

@@ -337,11 +337,15 @@ pub(super) struct Scratch {
     dirbuf: Vec<std::mem::MaybeUninit<u8>>,
 }
 
-/// Reads one process. Every lookup is relative to the `/proc` directory fd
-/// (`<pid>/fd`, `<pid>/maps`...) or to the process's `fd` and `fdinfo` directories, so the
-/// kernel resolves one or two path components per call, and no `/proc/<pid>` directory is
-/// opened on its own. A process that holds nothing costs: its `fd` directory listed, one
-/// `readlinkat` per fd (and a `statx` per path), its `maps` read.
+/// Reads one process. Its `fd` directory is opened by name (`<pid>/fd` relative to the
+/// `/proc` directory fd), and every later lookup is relative to that directory (`../maps`,
+/// `../fdinfo`, `../comm`...), so the kernel resolves two path components per call and no
+/// `/proc/<pid>` directory is opened on its own. That also pins the process: a procfs
+/// directory belongs to the process it was opened for, and its `..` is that process's
+/// directory, so when the process exits mid-read and another takes its pid, the lookups fail
+/// (the process is counted as vanished) instead of reading the newcomer's comm, maps, fdinfo,
+/// owner or cgroup into the first one's entry. A process that holds nothing costs: its `fd`
+/// directory listed, one `readlinkat` per fd (and a `statx` per path), its `maps` read.
 pub(super) fn read_process(
     proc_fd: BorrowedFd<'_>,
     proc_root: &Path,
@@ -364,11 +368,16 @@ pub(super) fn read_process(
         path.clear();
         let _ = write!(path, "{pid}/{name}");
     };
+    // Before the `fd` directory is open: whether `/proc/<pid>` is gone by name.
     let gone = |path: &mut String| {
         path.clear();
         let _ = write!(path, "{pid}");
         rustix::fs::statat(proc_fd, path.as_str(), AtFlags::empty()).is_err()
     };
+    // After: whether the process the `fd` directory was opened for is gone (its `fd` entry
+    // no longer resolves, even if another process has taken the pid).
+    let gone_at =
+        |fd_dir: BorrowedFd<'_>| rustix::fs::statat(fd_dir, "../fd", AtFlags::empty()).is_err();
     let unreadable = |name: &str, e: Errno, comm: Option<Untrusted>| {
         let (reason, errno) = describe(&e.into());
         ProcResult::Unreadable(Unreadable {
@@ -383,11 +392,11 @@ pub(super) fn read_process(
             errno,
         })
     };
-    // Read only for a process that holds something, or cannot be read.
-    let comm_of = |reader: &mut TextReader, path: &mut String| {
-        sub(path, "comm");
+    // Read only for a process that holds something, or cannot be read: relative to `dir`
+    // (`/proc` by name, or the pinned `fd` directory).
+    let comm_of = |reader: &mut TextReader, dir: BorrowedFd<'_>, name: &str| {
         reader
-            .bytes(proc_fd, path.as_str(), true, COMM_MAX)
+            .bytes(dir, name, true, COMM_MAX)
             .map(|(b, _)| Untrusted::new(b.strip_suffix(b"\n").unwrap_or(b)))
     };
     sub(path, "fd");
@@ -398,7 +407,8 @@ pub(super) fn read_process(
             if gone(path) {
                 return ProcResult::Vanished;
             }
-            let comm = comm_of(reader, path);
+            sub(path, "comm");
+            let comm = comm_of(reader, proc_fd, path.as_str());
             return unreadable("fd", e, comm);
         }
     };
@@ -417,14 +427,10 @@ pub(super) fn read_process(
     let mut fdinfo_dir: Option<OwnedFd> = None;
     fn open_fdinfo<'a>(
         slot: &'a mut Option<OwnedFd>,
-        proc_fd: BorrowedFd<'_>,
-        pid: u32,
-        path: &mut String,
+        fd_dir: BorrowedFd<'_>,
     ) -> Option<BorrowedFd<'a>> {
         if slot.is_none() {
-            path.clear();
-            let _ = write!(path, "{pid}/fdinfo");
-            *slot = open_dir_at(proc_fd, path.as_str()).ok();
+            *slot = open_dir_at(fd_dir, "../fdinfo").ok();
         }
         slot.as_ref().map(|d| d.as_fd())
     }
@@ -440,7 +446,7 @@ pub(super) fn read_process(
         let at = FdRef { pid, fd };
         match kinds.classify(dirfd, name, nodes, sys_root) {
             FdKind::Drm(node) => {
-                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                let info = open_fdinfo(&mut fdinfo_dir, dirfd).and_then(|d| {
                     read_fdinfo(
                         reader,
                         d,
@@ -457,7 +463,7 @@ pub(super) fn read_process(
                 });
             }
             FdKind::DmaBuf(inode) => {
-                let info = open_fdinfo(&mut fdinfo_dir, proc_fd, pid, path).and_then(|d| {
+                let info = open_fdinfo(&mut fdinfo_dir, dirfd).and_then(|d| {
                     read_fdinfo(reader, d, name, fdinfo::parse_dmabuf_bytes, |f| {
                         &mut f.malformed
                     })
@@ -469,33 +475,37 @@ pub(super) fn read_process(
     }
     // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
     // what was listed may be partial).
+    #[cfg(test)]
+    tests::AFTER_FD_LIST.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(pid)
+        }
+    });
+    let fd_dir = fd_dir.as_fd();
     if read_maps {
-        sub(path, "maps");
-        match reader.bytes(proc_fd, path.as_str(), false, MAPS_MAX) {
+        match reader.bytes(fd_dir, "../maps", false, MAPS_MAX) {
             Some((t, truncated)) => {
                 p.maps = maps::parse_bytes(t);
                 p.maps_truncated = truncated;
             }
-            None if gone(path) => return ProcResult::Vanished,
+            None if gone_at(fd_dir) => return ProcResult::Vanished,
             None => {}
         }
     }
     if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
-        p.comm = comm_of(reader, path);
-        if p.comm.is_none() && gone(path) {
+        p.comm = comm_of(reader, fd_dir, "../comm");
+        if p.comm.is_none() && gone_at(fd_dir) {
             return ProcResult::Vanished;
         }
         // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
-        p.uid = rustix::fs::fstat(&fd_dir).ok().map(|s| s.st_uid);
-        sub(path, "status");
+        p.uid = rustix::fs::fstat(fd_dir).ok().map(|s| s.st_uid);
         p.ns_pids = reader
-            .bytes(proc_fd, path.as_str(), false, STATUS_MAX)
+            .bytes(fd_dir, "../status", false, STATUS_MAX)
             .and_then(|(b, truncated)| (!truncated).then(|| ns_pids(b)).flatten())
             // Its first entry is the pid in this procfs's namespace: the directory's name.
             .filter(|v| v.first() == Some(&p.pid));
-        sub(path, "cgroup");
         p.cgroup = reader
-            .bytes(proc_fd, path.as_str(), true, CGROUP_MAX)
+            .bytes(fd_dir, "../cgroup", true, CGROUP_MAX)
             .and_then(|(b, truncated)| (!truncated).then(|| cgroup_v2_path(b)).flatten());
     }
     ProcResult::Read(p)
@@ -533,6 +543,90 @@ pub(super) fn list_pids(proc_root: &Path) -> Result<(OwnedFd, Vec<u32>), ScanErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test's hook, called with the pid.
+    type Hook = Option<Box<dyn FnMut(u32)>>;
+
+    std::thread_local! {
+        /// Called with the pid after [`read_process`] listed its fds (a test's way into the
+        /// middle of a read).
+        pub(super) static AFTER_FD_LIST: std::cell::RefCell<Hook> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// A synthetic process directory: comm, cgroup, fd 3 = `/dev/null` (a DRM node to the
+    /// synthetic sysfs) with `fdinfo`.
+    fn synthetic_process(dir: &Path, comm: &str, cgroup: &str, fdinfo: &str) {
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        std::fs::create_dir_all(dir.join("fdinfo")).unwrap();
+        std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        std::fs::write(dir.join("cgroup"), cgroup).unwrap();
+        std::fs::write(dir.join("status"), "Name:\tx\nNSpid:\t4242\n").unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.join("fd/3")).unwrap();
+        std::fs::write(dir.join("fdinfo/3"), fdinfo).unwrap();
+    }
+
+    /// The process exits after its fds were listed and another takes its pid (here: the
+    /// directory `/proc/<pid>` names is another one from then on). Nothing of the newcomer
+    /// may land in the first one's entry: comm, cgroup, owner, maps, fdinfo are read through
+    /// the `fd` directory listed (on procfs they then fail: the process is vanished).
+    #[test]
+    fn a_pid_reused_mid_read_lends_nothing_of_the_newcomer() {
+        let root = std::env::temp_dir().join(format!("drmtool-pidreuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let proc = root.join("proc");
+        synthetic_process(
+            &proc.join("4242"),
+            "holder",
+            "0::/owner\n",
+            "drm-driver:\tvkms\ndrm-client-id:\t1\ndrm-total-system:\t8 KiB\n",
+        );
+        let char_dev = root.join("sys/dev/char/1:3");
+        std::fs::create_dir_all(&char_dev).unwrap();
+        std::fs::create_dir_all(root.join("sys/class/drm")).unwrap();
+        std::os::unix::fs::symlink("../../../class/drm", char_dev.join("subsystem")).unwrap();
+        let swap = proc.clone();
+        AFTER_FD_LIST.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |pid| {
+                let now = swap.join(pid.to_string());
+                std::fs::rename(&now, swap.join(format!("exited-{pid}"))).unwrap();
+                synthetic_process(
+                    &now,
+                    "impostor",
+                    "0::/impostor\n",
+                    "drm-driver:\tvkms\ndrm-client-id:\t2\ndrm-total-system:\t1 TiB\n",
+                );
+                std::fs::write(
+                    now.join("maps"),
+                    "7f0000000000-7f0040000000 rw-s 00000000 00:05 3 /dev/null\n",
+                )
+                .unwrap();
+            }))
+        });
+        let r = crate::scan(&crate::Options {
+            proc_root: proc.clone(),
+            debugfs_root: root.join("no-debugfs"),
+            sys_root: root.join("sys"),
+            ..Default::default()
+        });
+        AFTER_FD_LIST.with(|h| h.borrow_mut().take());
+        let _ = std::fs::remove_dir_all(&root);
+        let r = r.unwrap();
+        assert_eq!(r.processes.len(), 1, "{r:#?}");
+        let p = &r.processes[0];
+        assert_eq!(
+            p.comm.as_ref().map(|c| c.escaped()).as_deref(),
+            Some("holder")
+        );
+        assert_eq!(
+            p.cgroup.as_ref().map(|c| c.escaped()).as_deref(),
+            Some("/owner")
+        );
+        assert!(p.drm_mappings.is_empty(), "{p:#?}");
+        assert_eq!(r.clients.len(), 1, "{r:#?}");
+        assert_eq!(r.clients[0].client_id, Some(1));
+        assert_eq!(r.clients[0].memory_total.value, Some(8192));
+    }
 
     #[test]
     fn ns_pids_reads_the_kernels_line_only() {
