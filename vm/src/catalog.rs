@@ -174,6 +174,9 @@ pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.pa
 
 /// Kernels of the signal-storm lane (`scripts/guest-storm`'s default `KERNELS`).
 pub const STORM_KERNELS: &[&str] = &["debian-6.12"];
+/// Kernels of CI's second storm lane, the drm-gem/hmm suite only (drmtool's binaries left
+/// out: `scripts/test`'s `guest-storm-6.1` step).
+pub const STORM_LIB_KERNELS: &[&str] = &["stock-6.1"];
 /// Kernels of the virgl lane (`scripts/guest-virgl`'s default `KERNELS`).
 pub const VIRGL_KERNELS: &[&str] = &["src-5.15", "debian-6.12"];
 /// What `scripts/guest-extra` runs, outside CI (the cold-run budget), before an issue is
@@ -215,6 +218,7 @@ pub fn verified(k: &CatalogKernel) -> String {
     }
     for (lane, list) in [
         ("storm", STORM_KERNELS),
+        ("storm (drm-gem/hmm suite)", STORM_LIB_KERNELS),
         ("virgl", VIRGL_KERNELS),
         ("powercut", POWERCUT_KERNELS),
         ("oops", OOPS_KERNELS),
@@ -331,6 +335,10 @@ mod tests {
             "KERNELS=${{KERNELS:-\"{}\"}}",
             STORM_KERNELS.join(" ")
         )));
+        assert!(read("test").contains(&format!(
+            "env KERNELS={} EXCLUDE=\"drmtool_*\" scripts/guest-storm",
+            STORM_LIB_KERNELS.join(" ")
+        )));
         assert!(read("guest-virgl").contains(&format!(
             "KERNELS=${{KERNELS:-{}}}",
             VIRGL_KERNELS.join(" ")
@@ -362,7 +370,7 @@ mod tests {
         );
         assert_eq!(
             verified(find("stock-6.1").unwrap()),
-            "strict suite; scripts/guest-extra: storm"
+            "strict suite, storm (drm-gem/hmm suite); scripts/guest-extra: storm"
         );
         assert_eq!(
             verified(find("debian-5.10").unwrap()),
