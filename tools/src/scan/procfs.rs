@@ -473,8 +473,6 @@ pub(super) fn read_process(
             FdKind::Other => {}
         }
     }
-    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
-    // what was listed may be partial).
     #[cfg(test)]
     tests::AFTER_FD_LIST.with(|h| {
         if let Some(f) = h.borrow_mut().as_mut() {
@@ -482,6 +480,8 @@ pub(super) fn read_process(
         }
     });
     let fd_dir = fd_dir.as_fd();
+    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
+    // what was listed may be partial).
     if read_maps {
         match reader.bytes(fd_dir, "../maps", false, MAPS_MAX) {
             Some((t, truncated)) => {
