@@ -19,7 +19,6 @@ mod paired;
 use criterion::Criterion;
 use drmtool::isolate::ordering::Selector;
 use drmtool::isolate::run::{self, RunRequest};
-use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -43,9 +42,6 @@ fn run_true(req: &RunRequest) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = run::child_main() {
-        return code;
-    }
     let strict =
         std::env::var_os("VM_GUEST").is_some() || std::env::var_os("KERNEL_TESTS_STRICT").is_some();
     let has_vgem = drm_gem::enumerate()
@@ -59,16 +55,14 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let me: OsString = std::env::current_exe()
-        .expect("current_exe")
-        .into_os_string();
+    // A root job (--as-root): the whole start-up path, namespaces, clone3 into the cgroup,
+    // capability drop, lease, without a user lookup.
     let req = RunRequest {
         gpus: vec![Selector::Driver("vgem".into())],
-        renumber: false,
-        env_only: false,
         argv: vec!["true".into()],
-        helper: vec![me],
-        pick: None,
+        as_root: true,
+        caller: Some(drmtool::isolate::who::Caller { uid: 0, sudo: None }),
+        ..Default::default()
     };
     // The check before any timing: both succeed.
     if let Err(e) = exec_true().and_then(|()| run_true(&req)) {

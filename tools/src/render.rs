@@ -507,3 +507,50 @@ fn pid_cell(p: &crate::scan::ProcessReport) -> String {
         _ => p.pid.to_string(),
     }
 }
+
+/// `secs` (since the epoch) as a UTC date and time with its age before `now`:
+/// `2026-12-04 14:33:10Z (2m ago)`.
+pub fn since(secs: u64, now: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let age = now.saturating_sub(secs);
+    let ago = match age {
+        0..60 => format!("{age}s"),
+        60..3600 => format!("{}m", age / 60),
+        3600..86_400 => format!("{}h{:02}m", age / 3600, age % 3600 / 60),
+        _ => format!("{}d{:02}h", age / 86_400, age % 86_400 / 3600),
+    };
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z ({ago} ago)",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod since_tests {
+    #[test]
+    fn dates_and_ages() {
+        assert_eq!(super::since(0, 59), "1970-01-01 00:00:00Z (59s ago)");
+        // 2026-12-04 14:33:10 UTC
+        assert_eq!(
+            super::since(1_796_394_790, 1_796_394_790 + 125),
+            "2026-12-04 14:33:10Z (2m ago)"
+        );
+        assert_eq!(
+            super::since(951_782_400, 951_782_400 + 90_000),
+            "2000-02-29 00:00:00Z (1d01h ago)"
+        );
+    }
+}

@@ -347,13 +347,6 @@ pub fn bpf_prog_info_by_id(id: u32) -> Result<ProgInfo, Errno> {
     })
 }
 
-/// `unshare(CLONE_NEWNS)`: this thread gets a private copy of the mount namespace.
-pub fn unshare_mount_namespace() -> Result<(), Errno> {
-    // SAFETY: only CLONE_NEWNS: the file-descriptor table (rustix's reason for `unsafe`,
-    // CLONE_FILES) stays shared, so no thread can observe fds from an unshared table.
-    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
-}
-
 /// The dispositions of SIGINT, SIGQUIT and SIGTERM before [`ignore_job_signals`].
 #[derive(Debug, Clone, Copy)]
 pub struct SavedSignals([libc::sighandler_t; 3]);
@@ -503,4 +496,412 @@ mod tests {
             Err(Error::InvalidArgument { .. })
         ));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// `drmtool run`: the job's process tree (tools/src/isolate/job.rs). clone3, execve,
+// close_range, the signal mask and waits, capability bounding, passwd lookups.
+// ---------------------------------------------------------------------------------------
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7): the child starts in the cgroup of `clone_args.cgroup`.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// What [`clone_job`] returned in each process.
+#[derive(Debug)]
+pub enum Cloned {
+    /// This is the new process.
+    Child,
+    /// This is the caller; the child's pid (in the caller's pid namespace).
+    Parent(rustix::process::Pid),
+}
+
+/// Namespaces and placement of a [`clone_job`] child.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CloneSpec<'a> {
+    /// New pid and mount namespaces (`CLONE_NEWPID | CLONE_NEWNS`).
+    pub namespaces: bool,
+    /// Start in this cgroup v2 directory (`CLONE_INTO_CGROUP`), never in the caller's.
+    pub cgroup: Option<BorrowedFd<'a>>,
+}
+
+/// `clone3(2)` without `CLONE_VM`: a copy of this process (its calling thread only), like
+/// `fork(2)` but with namespaces and `CLONE_INTO_CGROUP`; the child's exit signal is
+/// SIGCHLD.
+///
+/// The child is a copy of one thread of a possibly multi-threaded process: until it execs or
+/// exits it must not allocate, print or take any lock another thread may have held (a
+/// deadlock, not memory unsafety: the address spaces are separate). `fork(2)`'s atfork
+/// handlers do not run.
+pub fn clone_job(spec: CloneSpec<'_>) -> Result<Cloned, Errno> {
+    use rustix::fd::AsRawFd;
+    let mut flags = 0u64;
+    if spec.namespaces {
+        flags |= (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
+    }
+    let mut cgroup = 0u64;
+    if let Some(fd) = spec.cgroup {
+        flags |= CLONE_INTO_CGROUP;
+        cgroup = fd.as_raw_fd() as u64;
+    }
+    let mut args = libc::clone_args {
+        flags,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup,
+    };
+    // SAFETY: clone3 reads `args` (size passed with it) and, without CLONE_VM, CLONE_SETTLS
+    // or a stack, makes a copy of this address space in which the child returns 0 on the
+    // same (copied) stack, exactly as fork(2) does; no pointer of ours is written.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            core::mem::size_of::<libc::clone_args>(),
+        )
+    };
+    match r {
+        0 => Ok(Cloned::Child),
+        p if p > 0 => {
+            let pid = i32::try_from(p).map_err(|_| Errno::INVAL)?;
+            rustix::process::Pid::from_raw(pid)
+                .map(Cloned::Parent)
+                .ok_or(Errno::INVAL)
+        }
+        _ => Err(last_errno()),
+    }
+}
+
+/// A program, its arguments and environment as `execve(2)` takes them, built before a
+/// [`clone_job`] so that the child only reads it.
+#[derive(Debug)]
+pub struct ExecImage {
+    path: std::ffi::CString,
+    // The strings the pointer arrays point into (heap buffers: stable when moved).
+    _strings: Vec<std::ffi::CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl ExecImage {
+    /// From the program's path, its argv (argv[0] included) and `KEY=VALUE` entries; an
+    /// error if any holds a NUL byte.
+    pub fn new(
+        path: &std::ffi::OsStr,
+        argv: &[std::ffi::OsString],
+        env: &[std::ffi::OsString],
+    ) -> Result<ExecImage, std::ffi::NulError> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |s: &std::ffi::OsStr| std::ffi::CString::new(s.as_bytes());
+        let path = c(path)?;
+        let mut strings = Vec::with_capacity(argv.len() + env.len());
+        for a in argv.iter().chain(env) {
+            strings.push(c(a)?);
+        }
+        let ptrs = |r: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
+            r.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(core::ptr::null()))
+                .collect()
+        };
+        let argv_p = ptrs(&strings[..argv.len()]);
+        let envp_p = ptrs(&strings[argv.len()..]);
+        Ok(ExecImage {
+            path,
+            _strings: strings,
+            argv: argv_p,
+            envp: envp_p,
+        })
+    }
+}
+
+/// `execve(2)` of `image`; returns only on failure, with the errno. Allocates nothing.
+pub fn exec(image: &ExecImage) -> Errno {
+    // SAFETY: path, argv and envp are NUL-terminated strings and NULL-terminated pointer
+    // arrays owned by `image`, alive for the call (ExecImage::new built them together).
+    unsafe {
+        libc::execve(
+            image.path.as_ptr(),
+            image.argv.as_ptr(),
+            image.envp.as_ptr(),
+        )
+    };
+    last_errno()
+}
+
+/// Closes every fd of this process but those in `keep` (ascending, no duplicates):
+/// `close_range(2)` over the gaps. Allocates nothing.
+pub fn close_fds_except(keep: &[i32]) -> Result<(), Errno> {
+    let mut from: u32 = 0;
+    let close = |lo: u32, hi: u32| -> Result<(), Errno> {
+        if lo > hi {
+            return Ok(());
+        }
+        // SAFETY: close_range takes integers; closing fds is what this process (the job's
+        // child, about to exec) asks for, and no Rust owner in it is used afterwards.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0u32) };
+        if r < 0 { Err(last_errno()) } else { Ok(()) }
+    };
+    for &k in keep {
+        let Ok(k) = u32::try_from(k) else { continue };
+        if k > from {
+            close(from, k - 1)?;
+        }
+        from = k.saturating_add(1);
+    }
+    close(from, u32::MAX)
+}
+
+/// A signal set.
+#[derive(Clone, Copy)]
+pub struct SigSet(libc::sigset_t);
+
+impl std::fmt::Debug for SigSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigSet")
+    }
+}
+
+impl SigSet {
+    /// The set of `sigs`.
+    pub fn of(sigs: &[i32]) -> SigSet {
+        // SAFETY: sigemptyset/sigaddset write into the local set they are given.
+        unsafe {
+            let mut s: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut s);
+            for &g in sigs {
+                libc::sigaddset(&mut s, g);
+            }
+            SigSet(s)
+        }
+    }
+}
+
+/// Blocks `set` in the calling thread; returns the mask it had.
+pub fn block_signals(set: &SigSet) -> SigSet {
+    // SAFETY: pthread_sigmask reads `set` and writes the old mask into a local.
+    unsafe {
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set.0, &mut old);
+        SigSet(old)
+    }
+}
+
+/// Puts back a mask [`block_signals`] returned.
+pub fn set_signal_mask(mask: &SigSet) {
+    // SAFETY: as in `block_signals`.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask.0, core::ptr::null_mut()) };
+}
+
+/// Waits up to `timeout` for one of `set` (which the caller has blocked): its number and
+/// `si_code`, or `None` on the timeout or an interruption. Allocates nothing.
+pub fn wait_signal(set: &SigSet, timeout: std::time::Duration) -> Option<(i32, i32)> {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: sigtimedwait reads the set and the timeout and writes the siginfo local.
+    unsafe {
+        let mut info: libc::siginfo_t = core::mem::zeroed();
+        let r = libc::sigtimedwait(&set.0, &mut info, &ts);
+        (r > 0).then_some((r, info.si_code))
+    }
+}
+
+/// For a process about to exec: every signal unblocked and at its default disposition (an
+/// ignored SIGPIPE, as Rust's runtime leaves it, would otherwise reach the command).
+pub fn reset_signals_for_exec() {
+    for sig in 1..libc::SIGRTMIN() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL installs no handler code.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set, read by pthread_sigmask.
+    unsafe {
+        let mut s: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut s);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &s, core::ptr::null_mut());
+    }
+}
+
+/// `kill(2)`: `sig` to `pid` (-1: every process this one may signal, in its pid namespace).
+pub fn send_signal(pid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: integers only.
+    if unsafe { libc::kill(pid, sig) } < 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// `_exit(2)`: ends this process now, without running destructors or atexit handlers (what
+/// the child of a [`clone_job`] does).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit ends the process; nothing of this process runs afterwards.
+    unsafe { libc::_exit(code) }
+}
+
+/// `prctl(PR_CAPBSET_DROP, cap)`: removes one capability from the bounding set (EINVAL for
+/// a number this kernel does not know).
+pub fn drop_bounding_capability(cap: u32) -> Result<(), Errno> {
+    // SAFETY: integers only.
+    let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+    if r < 0 { Err(last_errno()) } else { Ok(()) }
+}
+
+/// A user as the passwd database (NSS: files, LDAP, sssd) knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passwd {
+    /// Login name.
+    pub name: std::ffi::OsString,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Home directory.
+    pub home: std::ffi::OsString,
+    /// Login shell.
+    pub shell: std::ffi::OsString,
+}
+
+/// `getpwnam_r(3)` (`by_name`) or `getpwuid_r(3)`: `Ok(None)` when there is no such user.
+pub fn passwd_lookup(by_name: Option<&std::ffi::CStr>, uid: u32) -> Result<Option<Passwd>, Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: pw and result are locals the call fills; buf is writable for its length;
+        // the strings pw points to live in buf, copied out below before buf is dropped.
+        let (r, found, pw) = unsafe {
+            let mut pw: libc::passwd = core::mem::zeroed();
+            let mut result: *mut libc::passwd = core::ptr::null_mut();
+            let r = match by_name {
+                Some(n) => libc::getpwnam_r(
+                    n.as_ptr(),
+                    &mut pw,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut result,
+                ),
+                None => libc::getpwuid_r(
+                    uid,
+                    &mut pw,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut result,
+                ),
+            };
+            (r, !result.is_null(), pw)
+        };
+        if r == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if r != 0 {
+            return Err(Errno::from_raw_os_error(r));
+        }
+        if !found {
+            return Ok(None);
+        }
+        let s = |p: *const libc::c_char| -> std::ffi::OsString {
+            if p.is_null() {
+                return std::ffi::OsString::new();
+            }
+            // SAFETY: a non-null field of a passwd entry getpw*_r filled: a NUL-terminated
+            // string inside `buf`, which is alive here.
+            std::ffi::OsStr::from_bytes(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+                .to_os_string()
+        };
+        return Ok(Some(Passwd {
+            name: s(pw.pw_name),
+            uid: pw.pw_uid,
+            gid: pw.pw_gid,
+            home: s(pw.pw_dir),
+            shell: s(pw.pw_shell),
+        }));
+    }
+}
+
+/// `getgrouplist(3)`: every group `user` is in, `gid` included (what `initgroups(3)` sets).
+pub fn group_list(user: &std::ffi::CStr, gid: u32) -> Result<Vec<u32>, Errno> {
+    let mut n: libc::c_int = 32;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; usize::try_from(n).unwrap_or(32)];
+        let mut count = n;
+        // SAFETY: groups has room for `count` entries; the call writes at most that many and
+        // sets count to the number it needs.
+        let r = unsafe { libc::getgrouplist(user.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        if r >= 0 {
+            groups.truncate(usize::try_from(count).unwrap_or(0));
+            return Ok(groups);
+        }
+        if count <= n || count > 65536 {
+            return Err(Errno::TOOBIG);
+        }
+        n = count;
+    }
+}
+
+/// The id of the loaded program `prog` (`BPF_OBJ_GET_INFO_BY_FD`).
+pub fn bpf_prog_id(prog: BorrowedFd<'_>) -> Result<u32, Errno> {
+    use rustix::fd::AsRawFd;
+    // SAFETY: bpf_prog_info is integers and byte arrays, for which all-zero bytes is valid.
+    let mut info = unsafe { core::mem::zeroed::<bpf_sys::bpf_prog_info>() };
+    let mut attr = bpf_sys::bpf_attr::default();
+    // SAFETY: as in `bpf_load_cgroup_device`: a zeroed attr, fields set in place.
+    let i = unsafe { &mut attr.info };
+    i.bpf_fd = prog.as_raw_fd() as u32;
+    i.info_len = core::mem::size_of::<bpf_sys::bpf_prog_info>() as u32;
+    i.info = &mut info as *mut bpf_sys::bpf_prog_info as u64;
+    // SAFETY: `info` is a live, zeroed bpf_prog_info of info_len bytes with no buffer
+    // pointers set, so the kernel writes only into it.
+    unsafe { bpf(bpf_sys::BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(info.id)
+}
+
+/// `BPF_PROG_DETACH` of the device program `prog` from the cgroup directory `cgroup`.
+pub fn bpf_detach_cgroup_device(cgroup: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> Result<(), Errno> {
+    use rustix::fd::AsRawFd;
+    let mut attr = bpf_sys::bpf_attr::default();
+    // SAFETY: as in `bpf_load_cgroup_device`: a zeroed attr, fields set in place.
+    let a = unsafe { &mut attr.__bindgen_anon_5 };
+    a.__bindgen_anon_1.target_fd = cgroup.as_raw_fd() as u32;
+    a.attach_bpf_fd = prog.as_raw_fd() as u32;
+    a.attach_type = bpf_sys::BPF_CGROUP_DEVICE;
+    // SAFETY: the attr carries two fds and integers, no pointers.
+    unsafe { bpf(bpf_sys::BPF_PROG_DETACH, &mut attr) }.map(drop)
+}
+
+/// `BPF_PROG_GET_FD_BY_ID`: an fd of the loaded program `id`.
+pub fn bpf_prog_fd_by_id(id: u32) -> Result<OwnedFd, Errno> {
+    let mut attr = bpf_sys::bpf_attr::default();
+    attr.__bindgen_anon_6.__bindgen_anon_1.prog_id = id;
+    // SAFETY: the attr carries integers only.
+    adopt(unsafe { bpf(bpf_sys::BPF_PROG_GET_FD_BY_ID, &mut attr) }?)
+}
+
+/// `unshare(CLONE_NEWCGROUP)`: this process gets a cgroup namespace rooted at its cgroup.
+pub fn unshare_cgroup_namespace() -> Result<(), Errno> {
+    // SAFETY: only CLONE_NEWCGROUP: the file-descriptor table (rustix's reason for
+    // `unsafe`, CLONE_FILES) is untouched.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWCGROUP) }
+}
+
+/// `fstat(2)` of the fd number `fd` of this process, which may not be open: `Err(EBADF)`
+/// then. Nothing is closed or owned.
+pub fn fstat_raw(fd: i32) -> Result<Option<rustix::fs::Stat>, Errno> {
+    if fd < 0 {
+        return Err(Errno::BADF);
+    }
+    // SAFETY: the BorrowedFd lives only for this fstat call, and the kernel checks the
+    // number (EBADF when it is not open); nothing is closed through it.
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(b).map(Some)
 }

@@ -169,6 +169,38 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The policy of `drmtool run`: these character devices (major, minor) allowed for
+    /// every access, every other node of `majors` denied, everything else allowed (left to
+    /// the cgroup's other programs and its ancestors'). With no nodes: every node of
+    /// `majors` denied (`drmtool cgroup deny-gpus`).
+    pub fn only_nodes(allowed: &[(u32, u32)], majors: &[u32]) -> Policy {
+        let mut rules: Vec<Rule> = allowed
+            .iter()
+            .map(|&(major, minor)| Rule {
+                allow: true,
+                dev_type: Some(DevType::Char),
+                major: Some(major),
+                minor: Some(minor),
+                access: Access::all(),
+            })
+            .collect();
+        for &m in majors {
+            rules.push(Rule {
+                allow: false,
+                dev_type: Some(DevType::Char),
+                major: Some(m),
+                minor: None,
+                access: Access::all(),
+            });
+        }
+        Policy {
+            rules,
+            default_allow: true,
+        }
+    }
+}
+
 /// The DRM character-device major.
 pub const DRM_MAJOR: u32 = 226;
 

@@ -22,9 +22,12 @@ use std::path::{Path, PathBuf};
 /// Where the lock files live unless `DRMTOOL_LEASE_DIR` names another directory.
 pub const DEFAULT_DIR: &str = "/run/drmtool/leases";
 
-/// The lease directory: `$DRMTOOL_LEASE_DIR`, else [`DEFAULT_DIR`].
+/// The lease directory: `$DRMTOOL_LEASE_DIR`, else [`DEFAULT_DIR`]. Under sudo (`SUDO_UID`
+/// set) the variable is ignored: a user must not move a job's leases to a directory no
+/// other job looks at.
 pub fn dir() -> PathBuf {
     std::env::var_os("DRMTOOL_LEASE_DIR")
+        .filter(|_| std::env::var_os("SUDO_UID").is_none())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
@@ -70,22 +73,136 @@ pub struct Lease {
 }
 
 /// Why a lease was not taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
     /// Another holder has it (or all K slots).
+    #[error("leased by another holder")]
     Busy,
     /// The lock directory or file could not be made or opened (one line, with the path).
+    #[error("{0}")]
     Io(String),
+    /// The directory or a lock file is not root's alone (another user could forge or
+    /// remove leases there).
+    #[error(
+        "{path} is not root's alone (owner uid {uid}, mode {mode:o}): lease files must be \
+         root-owned and writable by no one else"
+    )]
+    NotRootOwned {
+        /// The file.
+        path: String,
+        /// Its owner.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
-fn open_lock(path: &Path) -> Result<OwnedFd, LeaseError> {
-    // O_NOFOLLOW: a symlink planted in the directory is refused, not followed.
-    rustix::fs::open(
-        path,
-        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(0o644),
+/// The lease directory, open and checked (root-owned, writable by root alone).
+#[derive(Debug)]
+pub struct LeaseDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl LeaseDir {
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn root_only(st: &rustix::fs::Stat, path: &Path) -> Result<(), LeaseError> {
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != 0 || mode & 0o022 != 0 {
+        return Err(LeaseError::NotRootOwned {
+            path: path.display().to_string(),
+            uid: st.st_uid,
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// Makes the lease directory (0755, root's; searchable, so that `drmtool leases` and
+/// `pick` can map `/proc/locks` inodes to devices without opening a lock file) if it is
+/// not there, opens it and checks it (after opening: the fd's owner and mode).
+///
+/// # Errors
+/// [`LeaseError::NotRootOwned`], or the errno naming the directory (not root: `/run` is
+/// not writable).
+pub fn open_dir(d: &Path) -> Result<LeaseDir, LeaseError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(d)
+        .map_err(|e| {
+            LeaseError::Io(format!(
+                "cannot make the lease directory {}: {e} (hint: run as root)",
+                d.display()
+            ))
+        })?;
+    let fd = rustix::fs::open(
+        d,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
     )
-    .map_err(|e| LeaseError::Io(format!("cannot open {}: {e}", path.display())))
+    .map_err(|e| LeaseError::Io(format!("cannot open {}: {e}", d.display())))?;
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| LeaseError::Io(format!("fstat {}: {e}", d.display())))?;
+    root_only(&st, d)?;
+    Ok(LeaseDir {
+        fd,
+        path: d.to_path_buf(),
+    })
+}
+
+/// Opens (making it 0600) the lock file `name` in `d` and checks the file opened: a regular
+/// file owned by root, writable by no one else (an old 0644 one is made 0600).
+fn open_lock(d: &LeaseDir, name: &str) -> Result<OwnedFd, LeaseError> {
+    let path = d.path.join(name);
+    // O_NOFOLLOW: a symlink planted in the directory is refused, not followed.
+    let fd = rustix::fs::openat(
+        &d.fd,
+        name,
+        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| LeaseError::Io(format!("cannot open {}: {e}", path.display())))?;
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| LeaseError::Io(format!("fstat {}: {e}", path.display())))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(LeaseError::Io(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    if st.st_uid == 0 && st.st_mode & 0o7777 != 0o600 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))
+            .map_err(|e| LeaseError::Io(format!("chmod {}: {e}", path.display())))?;
+        return open_lock(d, name);
+    }
+    root_only(&st, &path)?;
+    Ok(fd)
+}
+
+/// Locks `name` in `d` with `op`, and checks that the locked file is still the one the
+/// name gives (if it was unlinked or replaced between the open and the lock, the lock is
+/// on a file no one else will ever open: try again).
+fn lock_file(d: &LeaseDir, name: &str, op: FlockOperation) -> Result<OwnedFd, LeaseError> {
+    for _ in 0..16 {
+        let fd = open_lock(d, name)?;
+        try_flock(&fd, op)?;
+        let held = rustix::fs::fstat(&fd).map_err(|e| LeaseError::Io(format!("fstat: {e}")))?;
+        match rustix::fs::statat(&d.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev => return Ok(fd),
+            _ => continue,
+        }
+    }
+    Err(LeaseError::Io(format!(
+        "{}: the lock file keeps being replaced",
+        d.path.join(name).display()
+    )))
 }
 
 fn try_flock(fd: &OwnedFd, op: FlockOperation) -> Result<(), LeaseError> {
@@ -109,35 +226,20 @@ fn stamp(fd: &OwnedFd) {
     let _ = rustix::io::pwrite(fd, text.as_bytes(), 0);
 }
 
-/// Makes the lease directory (mode 0755) if it is not there.
-///
-/// # Errors
-/// One line naming the directory and the errno (not root: `/run` is not writable).
-pub fn ensure_dir(d: &Path) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(d)
-        .map_err(|e| {
-            format!(
-                "cannot make the lease directory {}: {e} (hint: run as root, or set DRMTOOL_LEASE_DIR)",
-                d.display()
-            )
-        })
-}
-
 /// Tries to lease `g` now (never blocks).
 ///
 /// # Errors
 /// [`LeaseError::Busy`] when it is held so that this lease cannot be had, else the I/O
 /// failure.
-pub fn try_lease(d: &Path, g: &Gpu, mode: Sharing) -> Result<Lease, LeaseError> {
+pub fn try_lease(d: &LeaseDir, g: &Gpu, mode: Sharing) -> Result<Lease, LeaseError> {
     let k = key(g);
-    let lock = open_lock(&d.join(format!("{k}.lock")))?;
     match mode {
         Sharing::Exclusive => {
-            try_flock(&lock, FlockOperation::NonBlockingLockExclusive)?;
+            let lock = lock_file(
+                d,
+                &format!("{k}.lock"),
+                FlockOperation::NonBlockingLockExclusive,
+            )?;
             stamp(&lock);
             Ok(Lease {
                 index: g.index,
@@ -147,11 +249,18 @@ pub fn try_lease(d: &Path, g: &Gpu, mode: Sharing) -> Result<Lease, LeaseError> 
             })
         }
         Sharing::Shared(n) => {
-            try_flock(&lock, FlockOperation::NonBlockingLockShared)?;
+            let lock = lock_file(
+                d,
+                &format!("{k}.lock"),
+                FlockOperation::NonBlockingLockShared,
+            )?;
             for slot in 0..n.max(1) {
-                let f = open_lock(&d.join(format!("{k}.slot{slot}")))?;
-                match try_flock(&f, FlockOperation::NonBlockingLockExclusive) {
-                    Ok(()) => {
+                match lock_file(
+                    d,
+                    &format!("{k}.slot{slot}"),
+                    FlockOperation::NonBlockingLockExclusive,
+                ) {
+                    Ok(f) => {
                         stamp(&f);
                         return Ok(Lease {
                             index: g.index,
@@ -167,6 +276,74 @@ pub fn try_lease(d: &Path, g: &Gpu, mode: Sharing) -> Result<Lease, LeaseError> 
             Err(LeaseError::Busy)
         }
     }
+}
+
+/// What `drmtool leases` shows of a job: written by its supervisor (root) as
+/// `job-<pid>.json` in the lease directory, 0644, and believed only while that pid has
+/// that start time (a record a dead supervisor left names nobody).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    /// The supervisor's pid (the lock holder in `/proc/locks`).
+    pub pid: u32,
+    /// Its start time in clock ticks since boot.
+    pub start_ticks: u64,
+    /// The job's uid.
+    pub uid: u32,
+    /// The job's user name.
+    pub user: String,
+    /// The job's cgroup.
+    pub cgroup: String,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// When it started, seconds since the epoch.
+    pub started: u64,
+}
+
+/// A written [`JobRecord`]: removed when dropped.
+#[derive(Debug)]
+pub struct RecordFile(Option<PathBuf>);
+
+impl Drop for RecordFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Writes `r` into the lease directory `d` (best effort: `leases` then shows less).
+pub fn write_job_record(d: &Path, r: &JobRecord) -> RecordFile {
+    let path = d.join(format!("job-{}.json", r.pid));
+    let Ok(text) = serde_json::to_vec(r) else {
+        return RecordFile(None);
+    };
+    let ok = rustix::fs::open(
+        &path,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .and_then(|fd| {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644))?;
+        rustix::io::write(&fd, &text).map(drop)
+    });
+    RecordFile(ok.is_ok().then_some(path))
+}
+
+/// The record of the supervisor `pid` in `d`, if one is there, root-owned, and still
+/// about the live process `pid` (same start time).
+pub fn read_job_record(d: &Path, pid: u32) -> Option<JobRecord> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let path = d.join(format!("job-{pid}.json"));
+    let f = std::fs::File::open(&path).ok()?;
+    let m = f.metadata().ok()?;
+    if m.uid() != 0 || m.mode() & 0o022 != 0 || !m.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    f.take(64 * 1024).read_to_end(&mut text).ok()?;
+    let r: JobRecord = serde_json::from_slice(&text).ok()?;
+    (r.pid == pid && super::anchor::start_ticks(pid) == Some(r.start_ticks)).then_some(r)
 }
 
 /// One lock of `/proc/locks`: the holder's pid, whether it is exclusive (`WRITE`), and the
@@ -241,12 +418,27 @@ pub struct Holder {
     pub cgroup: Option<crate::Untrusted>,
     /// When the lease was taken (the lock file's mtime, seconds since the epoch).
     pub since: Option<u64>,
+    /// The job's user, from its supervisor's record.
+    pub user: Option<String>,
+    /// The job's command, from its supervisor's record (text any user chooses).
+    pub command: Option<crate::Untrusted>,
 }
 
-/// Fills each holder's cgroup (`/proc/<pid>/cgroup`; kept apart from [`holders`], whose
-/// counts the retry loop of `run --pick` reads many times a second).
-pub fn with_cgroups(mut hs: Vec<Holder>) -> Vec<Holder> {
+/// Fills each holder's cgroup, user and command: from its supervisor's [`JobRecord`] in
+/// `d` where there is a live one, else the cgroup of the holder pid (`/proc/<pid>/cgroup`;
+/// kept apart from [`holders`], whose counts the retry loop of `run --pick` reads many
+/// times a second).
+pub fn with_cgroups(d: &Path, mut hs: Vec<Holder>) -> Vec<Holder> {
     for h in &mut hs {
+        if let Some(r) = u32::try_from(h.pid)
+            .ok()
+            .and_then(|p| read_job_record(d, p))
+        {
+            h.cgroup = Some(crate::Untrusted::from(r.cgroup.as_str()));
+            h.user = Some(r.user);
+            h.command = Some(crate::Untrusted::from(r.command.join(" ").as_str()));
+            continue;
+        }
         h.cgroup = u32::try_from(h.pid).ok().and_then(|p| {
             let t = std::fs::read(format!("/proc/{p}/cgroup")).ok()?;
             crate::scan::cgroup_v2_path(&t).map(|c| crate::Untrusted::from(c.as_str()))
@@ -307,6 +499,8 @@ pub fn holders(d: &Path, locks: &str) -> Vec<Holder> {
                 pid: l.pid,
                 cgroup: None,
                 since,
+                user: None,
+                command: None,
             });
         }
     }
@@ -374,28 +568,28 @@ mod tests {
     fn leases_exclude_as_documented_and_die_with_their_fds() {
         let d = std::env::temp_dir().join(format!("drmtool-leases-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        ensure_dir(&d).unwrap();
+        let dir = open_dir(&d).unwrap();
         let (a, b) = (gpu(0, "0000:00:05.0"), gpu(1, "vk/ms"));
         assert_eq!(key(&b), "vk_ms");
-        let x = try_lease(&d, &a, Sharing::Exclusive).unwrap();
+        let x = try_lease(&dir, &a, Sharing::Exclusive).unwrap();
         // flock is per open file: a second open in this process is another holder.
         assert_eq!(
-            try_lease(&d, &a, Sharing::Exclusive).unwrap_err(),
+            try_lease(&dir, &a, Sharing::Exclusive).unwrap_err(),
             LeaseError::Busy
         );
         assert_eq!(
-            try_lease(&d, &a, Sharing::Shared(4)).unwrap_err(),
+            try_lease(&dir, &a, Sharing::Shared(4)).unwrap_err(),
             LeaseError::Busy
         );
-        let s1 = try_lease(&d, &b, Sharing::Shared(2)).unwrap();
-        let s2 = try_lease(&d, &b, Sharing::Shared(2)).unwrap();
+        let s1 = try_lease(&dir, &b, Sharing::Shared(2)).unwrap();
+        let s2 = try_lease(&dir, &b, Sharing::Shared(2)).unwrap();
         assert_eq!((s1.slot, s2.slot), (Some(0), Some(1)));
         assert_eq!(
-            try_lease(&d, &b, Sharing::Shared(2)).unwrap_err(),
+            try_lease(&dir, &b, Sharing::Shared(2)).unwrap_err(),
             LeaseError::Busy
         );
         assert_eq!(
-            try_lease(&d, &b, Sharing::Exclusive).unwrap_err(),
+            try_lease(&dir, &b, Sharing::Exclusive).unwrap_err(),
             LeaseError::Busy
         );
         let locks = std::fs::read_to_string("/proc/locks").unwrap();
@@ -418,8 +612,8 @@ mod tests {
         );
         // Dropping the fds releases the locks.
         drop((x, s1));
-        let again = try_lease(&d, &a, Sharing::Exclusive).unwrap();
-        let s3 = try_lease(&d, &b, Sharing::Shared(2)).unwrap();
+        let again = try_lease(&dir, &a, Sharing::Exclusive).unwrap();
+        let s3 = try_lease(&dir, &b, Sharing::Shared(2)).unwrap();
         assert_eq!(s3.slot, Some(0));
         drop((again, s2, s3));
         // A symlink planted as a lock file is refused, not followed.
@@ -427,7 +621,7 @@ mod tests {
         std::fs::write(&victim, "keep").unwrap();
         std::os::unix::fs::symlink(&victim, d.join("evil.lock")).unwrap();
         assert!(matches!(
-            try_lease(&d, &gpu(2, "evil"), Sharing::Exclusive),
+            try_lease(&dir, &gpu(2, "evil"), Sharing::Exclusive),
             Err(LeaseError::Io(_))
         ));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");

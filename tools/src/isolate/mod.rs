@@ -3,13 +3,17 @@
 //! [`bpf`]); choosing free GPUs ([`pick`]) and leasing them ([`lease`], `drmtool run
 //! --pick`).
 
+pub mod anchor;
 pub mod bpf;
 pub mod cgroup;
+pub mod deny;
 pub mod devprog;
 pub mod env;
 pub mod inspect;
+pub mod job;
 pub mod lease;
 pub mod ordering;
 pub mod pick;
 pub mod run;
 pub mod slurm;
+pub mod who;

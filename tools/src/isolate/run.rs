@@ -1,36 +1,37 @@
-//! `drmtool run --gpu SEL[,SEL...] [--renumber] [--env-only] -- CMD ARGS...`: runs a
-//! command that can open only its GPUs, enforced by the kernel.
+//! `drmtool run --gpu SEL[,SEL...] (--user U | --as-root) [--pick N] -- CMD ARGS...`: runs
+//! a command that can open only its GPUs, enforced by the kernel, as its user, contained.
 //!
-//! The parent resolves the selectors in the ordering ([`super::ordering`]), makes a cgroup v2
-//! under its own (`drmtool-run-<pid>`) and attaches a device program to it
-//! ([`Policy::only_drm_minors`]: the chosen nodes' 226:minor allowed, every other 226:*
-//! denied, everything else left to the cgroup's ancestors), then starts itself again
-//! with the job in [`CHILD_ENV`] (the child half, [`child_main`]), which joins that cgroup, makes a private mount
-//! namespace whose `/dev/dri` is a tmpfs holding only the chosen nodes (renumbered from
-//! card0/renderD128 in selector order with `--renumber`) and their `by-path` links, sets
-//! the vendor variables and execs the command. The parent waits, removes the cgroup and
-//! exits with the command's status (128 + the signal when it was killed).
-//!
-//! Exit codes of its own: 2 for bad usage or selectors (naming the GPUs there are), 4 when
-//! the machine has no DRM devices, 125 when the isolation could not be set up (one line
-//! saying what is missing: cgroup v2, root or delegation, the BPF device hook).
+//! The supervisor (this process, root) resolves the selectors in the ordering
+//! ([`super::ordering`]), decides who the job runs as ([`super::who`]), takes the GPUs'
+//! leases ([`super::lease`]; exclusive unless shared), makes the job's cgroup under a
+//! parent only root can write ([`super::anchor`]), attaches the device program (the chosen
+//! nodes allowed, every other node of the GPU majors denied) and checks that every
+//! ancestor's program still applies (`BPF_PROG_QUERY` with `BPF_F_QUERY_EFFECTIVE`), then
+//! clones the job's init into that cgroup with new pid and mount namespaces
+//! ([`super::job`]: no re-exec of drmtool, no environment variable, the plan is in the
+//! clone's memory). It forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to
+//! the job, waits, removes the cgroup once empty, releases the leases and returns the
+//! command's status (128 + the signal when it was killed). If the supervisor dies, the
+//! init's death signal ends the whole job.
 
-use super::cgroup::{self, Cgroup, CgroupError};
+use super::anchor::{self, JobCgroup, Parent};
 use super::devprog::{self, Policy};
 use super::env::vendor_env;
+use super::job::{self, Identity, JobPlan};
 use super::lease::{self, Lease, LeaseError, Sharing};
 use super::ordering::{self, Gpu, Selector};
 use super::pick::{self, Want};
+use super::who::{self, Caller, UserSpec};
 use drm_gem::NodeKind;
+use rustix::fd::{AsFd, OwnedFd};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// Exit status when the isolation could not be set up (as `env`/`chroot` use 125).
-pub const EXIT_SETUP: u8 = 125;
+pub use super::job::EXIT_SETUP;
 
 /// What `drmtool run` was asked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunRequest {
     /// The selectors, in order.
     pub gpus: Vec<Selector>,
@@ -40,12 +41,54 @@ pub struct RunRequest {
     pub env_only: bool,
     /// The command and its arguments.
     pub argv: Vec<OsString>,
-    /// The program (and arguments) that runs the child half: empty for drmtool's own
-    /// executable; a test binary names itself and the test that calls [`child_main`].
-    pub helper: Vec<OsString>,
     /// `--pick N`: choose N GPUs among the selectors' (all when none) and lease them.
     pub pick: Option<PickRequest>,
+    /// `--user`: who the job runs as (root callers only).
+    pub user: Option<UserSpec>,
+    /// `--as-root`: a root job with a reduced capability set (root callers only).
+    pub as_root: bool,
+    /// `--keep-fd N`: fds besides 0-2 the command keeps.
+    pub keep_fds: Vec<i32>,
+    /// `--shared K` with `--gpu`: one of at most K holders of each GPU, instead of the
+    /// only one.
+    pub shared: Option<u32>,
+    /// `--wait SECS` with `--gpu`: retry while a chosen GPU is leased by others.
+    pub wait: std::time::Duration,
+    /// `--cgroup-parent`: where the job cgroups go, relative to the cgroup root (default
+    /// [`anchor::DEFAULT_PARENT`]).
+    pub cgroup_parent: Option<PathBuf>,
+    /// Who started this (default: this process, [`who::caller`]); tests set it.
+    pub caller: Option<Caller>,
 }
+
+/// Why `run` did not run the command.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad selectors or arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// The job's identity was refused.
+    #[error(transparent)]
+    Who(#[from] who::WhoError),
+    /// No DRM devices here.
+    #[error("{0}")]
+    NoDevices(String),
+    /// The isolation could not be set up.
+    #[error("{0}")]
+    Setup(String),
+    /// The job cgroup's parent was refused.
+    #[error(transparent)]
+    Anchor(#[from] anchor::AnchorError),
+    /// Not enough eligible GPUs, or all of them leased by others until the deadline.
+    #[error("{0}")]
+    NoGpu(String),
+}
+
+/// The variable that tells the command which leases its job holds: `KEY` (exclusive) or
+/// `KEY/SLOT` (shared) per GPU, comma-separated. The supervisor holds the lock files (and
+/// the job's init a copy); the command gets no lock fd, so it cannot release or pass on
+/// its lease.
+pub const LEASES_ENV: &str = "DRMTOOL_LEASES";
 
 /// `drmtool run --pick N [--shared K] [--wait SECS]`.
 #[derive(Debug, Clone)]
@@ -58,126 +101,6 @@ pub struct PickRequest {
     pub wait: std::time::Duration,
     /// Exclusions (driver, clients, free memory).
     pub want: Want,
-}
-
-/// The variable that tells the command which leases it holds: `KEY` (exclusive) or
-/// `KEY/SLOT` (shared) per GPU, comma-separated; the lock fds are inherited with it, so
-/// the leases last as long as the command (or anything it leaves running with them).
-pub const LEASES_ENV: &str = "DRMTOOL_LEASES";
-
-/// The variable that carries the job to the child half (hex-encoded cgroup path, nodes
-/// and arguments); removed before the command runs.
-pub const CHILD_ENV: &str = "DRMTOOL_RUN_CHILD";
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// The job as the child half reads it: `v1;<cgroup>;<node>,<node>;<arg>,<arg>`, every
-/// part hex so any byte of a path or argument survives.
-pub fn encode_job(cgroup: &Path, nodes: &[PlacedNode], argv: &[OsString]) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let list = |v: Vec<String>| v.join(",");
-    format!(
-        "v1;{};{};{}",
-        hex(cgroup.as_os_str().as_bytes()),
-        list(nodes.iter().map(|n| hex(n.encode().as_bytes())).collect()),
-        list(argv.iter().map(|a| hex(a.as_bytes())).collect()),
-    )
-}
-
-/// Reads [`encode_job`]'s text back.
-pub fn decode_job(s: &str) -> Option<(PathBuf, Vec<PlacedNode>, Vec<OsString>)> {
-    use std::os::unix::ffi::OsStringExt;
-    let mut it = s.split(';');
-    if it.next()? != "v1" {
-        return None;
-    }
-    let cgroup = PathBuf::from(OsString::from_vec(unhex(it.next()?)?));
-    let parts = |p: &str| -> Option<Vec<Vec<u8>>> {
-        if p.is_empty() {
-            return Some(Vec::new());
-        }
-        p.split(',').map(unhex).collect()
-    };
-    let nodes = parts(it.next()?)?
-        .into_iter()
-        .map(|b| PlacedNode::decode(std::str::from_utf8(&b).ok()?))
-        .collect::<Option<Vec<_>>>()?;
-    let argv: Vec<OsString> = parts(it.next()?)?
-        .into_iter()
-        .map(OsString::from_vec)
-        .collect();
-    if it.next().is_some() || argv.is_empty() {
-        return None;
-    }
-    Some((cgroup, nodes, argv))
-}
-
-/// The child half, when this process is one ([`CHILD_ENV`] set): joins the cgroup, builds
-/// the private `/dev/dri`, execs the command. `None` when this is not a child half;
-/// otherwise returns only on failure (exit [`EXIT_SETUP`], the reason on stderr).
-pub fn child_main() -> Option<std::process::ExitCode> {
-    let job = std::env::var(CHILD_ENV).ok()?;
-    let why = match decode_job(&job) {
-        Some((cgroup, nodes, argv)) => child(&cgroup, &nodes, &argv),
-        None => format!("run: {CHILD_ENV} is not a job drmtool wrote"),
-    };
-    eprintln!("drmtool: {why}");
-    Some(std::process::ExitCode::from(EXIT_SETUP))
-}
-
-/// Why `run` did not run the command.
-#[derive(Debug)]
-pub enum RunError {
-    /// Bad selectors or arguments (exit 2).
-    Usage(String),
-    /// No DRM devices here (exit 4).
-    NoDevices(String),
-    /// The isolation could not be set up (exit 125).
-    Setup(String),
-    /// `--pick`: not enough eligible GPUs, or all of them leased by others until the
-    /// deadline (exit 5).
-    NoGpu(String),
-}
-
-impl RunError {
-    /// The exit status it maps to.
-    pub fn code(&self) -> u8 {
-        match self {
-            RunError::Usage(_) => 2,
-            RunError::NoDevices(_) => crate::cli::EXIT_NO_DEVICES,
-            RunError::Setup(_) => EXIT_SETUP,
-            RunError::NoGpu(_) => crate::cli::EXIT_NO_GPU,
-        }
-    }
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Usage(s)
-            | RunError::NoDevices(s)
-            | RunError::Setup(s)
-            | RunError::NoGpu(s) => f.write_str(s),
-        }
-    }
-}
-
-impl From<CgroupError> for RunError {
-    fn from(e: CgroupError) -> Self {
-        RunError::Setup(e.to_string())
-    }
 }
 
 /// One node the child puts into its `/dev/dri`: the name there, the device number and the
@@ -194,44 +117,6 @@ pub struct PlacedNode {
     pub owner: (u32, u32),
     /// `by-path` link name to make for it, if the original had one.
     pub by_path: Option<String>,
-}
-
-impl PlacedNode {
-    /// `name:major:minor:mode:uid:gid[:by-path]`, how the child gets it on its command line.
-    pub fn encode(&self) -> String {
-        let mut s = format!(
-            "{}:{}:{}:{:o}:{}:{}",
-            self.name, self.dev.0, self.dev.1, self.mode, self.owner.0, self.owner.1
-        );
-        if let Some(b) = &self.by_path {
-            s.push(':');
-            s.push_str(b);
-        }
-        s
-    }
-
-    /// Reads [`encode`](Self::encode)'s text back.
-    pub fn decode(s: &str) -> Option<PlacedNode> {
-        let mut it = s.splitn(7, ':');
-        let name = it.next()?.to_string();
-        let major = it.next()?.parse().ok()?;
-        let minor = it.next()?.parse().ok()?;
-        let mode = u32::from_str_radix(it.next()?, 8).ok()?;
-        let uid = it.next()?.parse().ok()?;
-        let gid = it.next()?.parse().ok()?;
-        let by_path = it.next().map(str::to_string);
-        let plain = |n: &str| !n.is_empty() && !n.contains('/') && n != "." && n != "..";
-        if !plain(&name) || by_path.as_deref().is_some_and(|b| !plain(b)) {
-            return None;
-        }
-        Some(PlacedNode {
-            name,
-            dev: (major, minor),
-            mode: mode & 0o7777,
-            owner: (uid, gid),
-            by_path,
-        })
-    }
 }
 
 /// The nodes of the chosen GPUs as the child places them: the real names, or with
@@ -345,10 +230,11 @@ pub fn pick_and_lease(
         return Err(RunError::Usage("--pick needs a number of GPUs >= 1".into()));
     }
     let d = lease::dir();
-    lease::ensure_dir(&d).map_err(RunError::Setup)?;
+    let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
     // One scan ranks the candidates; the leases are re-read on every try.
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
-    let deadline = std::time::Instant::now() + p.wait;
+    // None: a wait longer than the clock can count (--wait 1e19) waits for ever.
+    let deadline = std::time::Instant::now().checked_add(p.wait);
     let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
     loop {
         let held = held_by_index(all, cand, &d);
@@ -372,10 +258,10 @@ pub fn pick_and_lease(
             if got.len() == p.n {
                 break;
             }
-            match lease::try_lease(&d, &all[c.index], p.sharing) {
+            match lease::try_lease(&dir, &all[c.index], p.sharing) {
                 Ok(l) => got.push(l),
                 Err(LeaseError::Busy) => continue,
-                Err(LeaseError::Io(e)) => return Err(RunError::Setup(e)),
+                Err(e) => return Err(RunError::Setup(e.to_string())),
             }
         }
         if got.len() == p.n {
@@ -385,7 +271,7 @@ pub fn pick_and_lease(
         // hold one apiece forever) and try again until the deadline.
         drop(got);
         let now = std::time::Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|d| now >= d) {
             let busy: Vec<String> = eligible
                 .iter()
                 .map(|c| {
@@ -405,38 +291,107 @@ pub fn pick_and_lease(
         }
         // 50-150 ms, varied by pid so that waiters do not retry in lockstep.
         let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
-        std::thread::sleep(pause.min(deadline - now));
+        std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
     }
 }
 
+/// Leases each of `idx` (a `run --gpu` job): exclusive, or one of K with `sharing`;
+/// retries until `wait` has passed while others hold one.
+pub fn lease_chosen(
+    all: &[Gpu],
+    idx: &[usize],
+    sharing: Sharing,
+    wait: std::time::Duration,
+) -> Result<Vec<Lease>, RunError> {
+    let d = lease::dir();
+    let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
+    let deadline = std::time::Instant::now().checked_add(wait);
+    loop {
+        let mut got = Vec::new();
+        let mut busy = None;
+        for &i in idx {
+            match lease::try_lease(&dir, &all[i], sharing) {
+                Ok(l) => got.push(l),
+                Err(LeaseError::Busy) => {
+                    busy = Some(i);
+                    break;
+                }
+                Err(e) => return Err(RunError::Setup(e.to_string())),
+            }
+        }
+        let Some(b) = busy else { return Ok(got) };
+        drop(got);
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(RunError::NoGpu(format!(
+                "{} is leased by another job (hint: drmtool leases; --wait SECS; --shared K \
+                 when every holder agrees to share)",
+                all[b].name
+            )));
+        }
+        let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
+        std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
+    }
+}
+
+/// The device majors a job is limited on: DRM (226), accel (261). Every node of these
+/// majors not chosen is denied, whatever the cgroup's ancestors allow.
+pub const GPU_MAJORS: [u32; 2] = [devprog::DRM_MAJOR, 261];
+
+/// Refuses an fd the command would inherit (0-2, `--keep-fd`) that is a GPU device node
+/// outside `allowed` (major, minor), or is not open.
+pub fn check_inherited(fds: &[i32], allowed: &[(u32, u32)]) -> Result<(), RunError> {
+    for &fd in fds {
+        let st = crate::sys_call::fstat_raw(fd)
+            .map_err(|e| RunError::Usage(format!("--keep-fd {fd}: not an open fd here ({e})")))?;
+        let Some(st) = st else { continue };
+        let is_char = rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::CharacterDevice;
+        let (ma, mi) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        if is_char && GPU_MAJORS.contains(&ma) && !allowed.contains(&(ma, mi)) {
+            return Err(RunError::Usage(format!(
+                "fd {fd} is a GPU node outside the job ({ma}:{mi}): a job gets only its GPUs, \
+                 also through the fds it inherits"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The command's path: `argv0` itself when it has a `/`, else the first executable match
+/// in `path` (the job's PATH), as `execvp` would search.
+pub fn find_program(argv0: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if argv0.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(argv0));
+    }
+    let path = path.unwrap_or(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(argv0))
+        .find(|p| {
+            rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok()
+                && std::fs::metadata(p).is_ok_and(|m| m.is_file())
+        })
+}
+
+static JOB_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Runs the request: returns the command's exit status (or prints the variables).
 pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunError> {
-    let mut leases: Vec<Lease> = Vec::new();
-    let (all, idx) = match &req.pick {
-        None => resolve(&req.gpus)?,
-        Some(p) => {
-            if req.env_only {
-                return Err(RunError::Usage(
-                    "--pick leases GPUs for a command; for the variables alone use \
-                     drmtool pick --format env"
-                        .into(),
-                ));
-            }
-            let (all, cand) = candidates(&req.gpus)?;
-            leases = pick_and_lease(&all, &cand, p)?;
-            (all, leases.iter().map(|l| l.index).collect())
-        }
-    };
-    let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
-    let env = vendor_env(&chosen, &all);
+    let caller = req.caller.clone().unwrap_or_else(who::caller);
     if req.env_only {
-        if !req.argv.is_empty() {
+        let (all, idx) = resolve(&req.gpus)?;
+        if !req.argv.is_empty() || req.pick.is_some() {
             return Err(RunError::Usage(
-                "--env-only prints the variables; it takes no command".into(),
+                "--env-only prints the variables; it takes no command and no --pick (hint: \
+                 drmtool pick --format env)"
+                    .into(),
             ));
         }
+        let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
         let mut text = String::new();
-        for (k, v) in &env {
+        for (k, v) in vendor_env(&chosen, &all) {
             text.push_str(&format!("{k}={v}\n"));
         }
         out.write_all(text.as_bytes())
@@ -444,207 +399,406 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
             .map_err(|e| RunError::Setup(format!("cannot write the output: {e}")))?;
         return Ok(0);
     }
-    let Some(_program) = req.argv.first() else {
+    let Some(argv0) = req.argv.first() else {
         return Err(RunError::Usage(
             "no command: drmtool run --gpu SEL -- CMD ARGS...".into(),
         ));
     };
-    let placed = placement(&chosen, req.renumber, stat_node);
-    let minors: Vec<u32> = chosen
-        .iter()
-        .flat_map(|g| g.nodes.iter().map(|n| n.dev.1))
-        .collect();
-    let parent = cgroup::own()?;
-    sweep_dead(&parent);
-    let cg = Cgroup::create(&parent, &format!("drmtool-run-{}", std::process::id()))?;
-    attach(cg.path(), &Policy::only_drm_minors(&minors))?;
-    let mut helper = req.helper.clone();
-    if helper.is_empty() {
-        let me = std::env::current_exe()
-            .map_err(|e| RunError::Setup(format!("cannot find drmtool's own executable: {e}")))?;
-        helper.push(me.into_os_string());
+    // Who, before anything is taken: a refusal costs nothing.
+    let decision = who::decide(&caller, req.user.as_ref(), req.as_root)?;
+    let through_sudo = caller.sudo.is_some_and(|(u, _)| u != 0);
+    if through_sudo && req.cgroup_parent.is_some() {
+        return Err(RunError::Usage(
+            "--cgroup-parent is for root callers; through sudo jobs go under the default parent"
+                .into(),
+        ));
     }
-    let mut child = std::process::Command::new(&helper[0]);
-    child.args(&helper[1..]);
-    if !leases.is_empty() {
-        // The lock fds go to the command (no close-on-exec), so the leases last as long
-        // as it does even if this process is killed.
-        for l in &leases {
-            for fd in &l.fds {
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| {
-                    RunError::Setup(format!("keeping the lease of {} open: {e}", l.key))
-                })?;
-            }
+    let user = match &decision {
+        who::Decision::User(spec) => Some(who::resolve(spec)?),
+        who::Decision::Root => None,
+    };
+    let mut keep: Vec<i32> = vec![0, 1, 2];
+    for &k in &req.keep_fds {
+        if k < 3 || k > 65535 {
+            return Err(RunError::Usage(format!(
+                "--keep-fd {k}: give an fd of 3 or more"
+            )));
         }
-        let names: Vec<String> = leases
+        keep.push(k);
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    if keep.len() > 64 {
+        return Err(RunError::Usage("at most 61 --keep-fd".into()));
+    }
+    let sharing = req.shared.map_or(Sharing::Exclusive, Sharing::Shared);
+    if req.shared == Some(0) {
+        return Err(RunError::Usage(
+            "--shared needs a number of holders >= 1".into(),
+        ));
+    }
+    let (all, leases) = match &req.pick {
+        None => {
+            let (all, idx) = resolve(&req.gpus)?;
+            let l = lease_chosen(&all, &idx, sharing, req.wait)?;
+            (all, l)
+        }
+        Some(p) => {
+            let (all, cand) = candidates(&req.gpus)?;
+            let l = pick_and_lease(&all, &cand, p)?;
+            (all, l)
+        }
+    };
+    let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
+    let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
+    let allowed: Vec<(u32, u32)> = chosen
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(|n| n.dev))
+        .collect();
+    check_inherited(&keep, &allowed)?;
+
+    // The job's environment: this process's, the vendor variables, runuser's four.
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in vendor_env(&chosen, &all) {
+        env.insert(k.into(), v.into());
+    }
+    if let Some(u) = &user {
+        env.insert("HOME".into(), u.home.clone());
+        env.insert("USER".into(), u.name.clone());
+        env.insert("LOGNAME".into(), u.name.clone());
+        env.insert("SHELL".into(), u.shell.clone());
+    }
+    let names: Vec<String> = leases
+        .iter()
+        .map(|l| match l.slot {
+            Some(s) => format!("{}/{s}", l.key),
+            None => l.key.clone(),
+        })
+        .collect();
+    env.insert(LEASES_ENV.into(), names.join(",").into());
+    let program = find_program(
+        argv0,
+        env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
+    )
+    .ok_or_else(|| RunError::Usage(format!("{}: command not found", Path::new(argv0).display())))?;
+    let env_list: Vec<OsString> = env
+        .iter()
+        .map(|(k, v)| {
+            let mut e = k.clone();
+            e.push("=");
+            e.push(v);
+            e
+        })
+        .collect();
+    let exec = crate::sys_call::ExecImage::new(program.as_os_str(), &req.argv, &env_list)
+        .map_err(|_| RunError::Usage("an argument or variable holds a NUL byte".into()))?;
+
+    // The private /dev: the chosen nodes, owned by the job's user so that the job opens
+    // them whatever the host's node permissions (the admin granted them through run).
+    let mut placed = placement(&chosen, req.renumber, stat_node);
+    if let Some(u) = &user {
+        for n in &mut placed {
+            n.owner = (u.uid, n.owner.1);
+            n.mode |= 0o600;
+        }
+    }
+    let nodes: Vec<_> = placed
+        .iter()
+        .map(|n| (n.name.clone(), n.dev, n.mode, n.owner, n.by_path.clone()))
+        .collect();
+    let hide = hidden_sysfs_files(&all, &idx);
+    let o_path = |p: &str| {
+        rustix::fs::open(
+            p,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+    };
+    let hugepages = o_path("/dev/hugepages");
+    let infiniband = o_path("/dev/infiniband");
+    use rustix::fd::AsRawFd;
+    let steps = job::mount_steps(
+        &nodes,
+        &hide,
+        hugepages.as_ref().map(|f| f.as_raw_fd()),
+        infiniband.as_ref().map(|f| f.as_raw_fd()),
+    );
+    let identity = match &user {
+        Some(u) => Identity::User {
+            uid: u.uid,
+            gid: u.gid,
+            groups: u
+                .groups
+                .iter()
+                .map(|&g| rustix::process::Gid::from_raw(g))
+                .collect(),
+        },
+        None => Identity::Root,
+    };
+    let plan = JobPlan {
+        steps,
+        identity,
+        keep_fds: keep,
+        exec,
+    };
+
+    // The cgroup, its program, the check that every ancestor's program still applies.
+    super::cgroup::check_v2().map_err(|e| RunError::Setup(e.to_string()))?;
+    let rel = req
+        .cgroup_parent
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(anchor::DEFAULT_PARENT));
+    let parent = anchor::open_parent(&rel)?;
+    anchor::sweep(&parent);
+    let me = std::process::id();
+    let start = anchor::start_ticks(me).unwrap_or(0);
+    let n = JOB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cg = JobCgroup::create(&parent, &anchor::job_name(me, start, n))?;
+    let policy = Policy::only_nodes(&allowed, &GPU_MAJORS);
+    attach_checked(&parent, &cg, &policy)?;
+    let record = lease::JobRecord {
+        pid: me,
+        start_ticks: start,
+        uid: user.as_ref().map_or(0, |u| u.uid),
+        user: user
+            .as_ref()
+            .map_or_else(|| "root".into(), |u| u.name.to_string_lossy().into_owned()),
+        cgroup: cg.path.display().to_string(),
+        command: req
+            .argv
             .iter()
-            .map(|l| match l.slot {
-                Some(s) => format!("{}/{s}", l.key),
-                None => l.key.clone(),
-            })
-            .collect();
-        child.env(LEASES_ENV, names.join(","));
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let _record = lease::write_job_record(&lease::dir(), &record);
+    let status = supervise(&plan, &cg);
+    drop(hugepages);
+    drop(infiniband);
+    // The job's processes are gone once its init has been reaped (the kernel kills the
+    // namespace with it); the cgroup may take a moment to say so.
+    if let Err(e) = cg.remove(std::time::Duration::from_secs(5)) {
+        // Its leases stay held (by this process) until here: nothing of the job can run
+        // on a GPU someone else was given.
+        drop(leases);
+        return Err(RunError::Setup(format!(
+            "the job's cgroup was not removed: {e}"
+        )));
     }
-    child.env(CHILD_ENV, encode_job(cg.path(), &placed, &req.argv));
-    child.envs(env.iter().map(|(k, v)| (k, v)));
-    let mut job = child
-        .spawn()
-        .map_err(|e| RunError::Setup(format!("cannot start the command: {e}")))?;
-    // Ctrl-C and friends go to the whole foreground group: the command decides what they
-    // mean, and this process stays to remove the cgroup (set after the spawn, since an
-    // ignored disposition would be inherited through exec).
-    let restore = crate::sys_call::ignore_job_signals();
-    let status = job.wait();
-    crate::sys_call::restore_job_signals(restore);
-    let status = status.map_err(|e| RunError::Setup(format!("waiting for the command: {e}")))?;
-    // The cgroup is empty once the child has been reaped: remove it now, loudly.
-    if let Err(e) = cg.remove() {
-        eprintln!("drmtool: run: the job's cgroup was not removed: {e}");
-    }
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => u8::try_from(c).unwrap_or(1),
-        (None, Some(s)) => u8::try_from(128 + s).unwrap_or(255),
-        _ => 1,
-    })
+    drop(leases);
+    status
 }
 
-/// Removes the `drmtool-run-<pid>` cgroups under `parent` that a `run` killed before it
-/// could remove its own left behind: only where process `<pid>` is gone, and only empty
-/// ones (the kernel refuses to remove a cgroup that still has processes, such as a command
-/// that outlived its killed `run`).
-fn sweep_dead(parent: &Path) {
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("drmtool-run-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let _ = std::fs::remove_dir(e.path());
+/// Loads `policy`, attaches it to the job cgroup, and checks that every program that
+/// applied to the parent still applies to the job (an ancestor's `BPF_F_ALLOW_OVERRIDE`
+/// program yields to a descendant's; a container's own allowlist must not stop applying
+/// inside a nested run).
+fn attach_checked(parent: &Parent, cg: &JobCgroup, policy: &Policy) -> Result<(), RunError> {
+    let before = crate::sys_call::bpf_query_cgroup_device(parent.fd.as_fd(), true)
+        .map_err(|e| RunError::Setup(format!("BPF_PROG_QUERY of {}: {e}", parent.path.display())))?
+        .1;
+    let prog = load(policy, "drmtool_run")?;
+    crate::sys_call::bpf_attach_cgroup_device(
+        cg.fd.as_fd(),
+        prog.as_fd(),
+        ioctl_sys::bpf::BPF_F_ALLOW_MULTI,
+    )
+    .map_err(|e| RunError::Setup(format!("BPF_PROG_ATTACH to {}: {e}", cg.path.display())))?;
+    let ours = crate::sys_call::bpf_prog_id(prog.as_fd())
+        .map_err(|e| RunError::Setup(format!("BPF_OBJ_GET_INFO_BY_FD: {e}")))?;
+    let after = crate::sys_call::bpf_query_cgroup_device(cg.fd.as_fd(), true)
+        .map_err(|e| RunError::Setup(format!("BPF_PROG_QUERY of {}: {e}", cg.path.display())))?
+        .1;
+    effective_ok(&before, &after, ours).map_err(RunError::Setup)
+}
+
+/// The check of [`attach_checked`] on the program ids: `ours` and every id of `before`
+/// (the parent's effective programs) must be in `after` (the job's).
+pub fn effective_ok(before: &[u32], after: &[u32], ours: u32) -> Result<(), String> {
+    if !after.contains(&ours) {
+        return Err(format!(
+            "our device program (id {ours}) is not effective on the job's cgroup"
+        ));
     }
+    let lost: Vec<String> = before
+        .iter()
+        .filter(|id| !after.contains(id))
+        .map(|id| id.to_string())
+        .collect();
+    if !lost.is_empty() {
+        return Err(format!(
+            "an ancestor's device program (id {}) stops applying under the job's (attached \
+             with BPF_F_ALLOW_OVERRIDE, it yields to a descendant's): the job would escape a \
+             rule of its container or host, so it does not run",
+            lost.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Loads the device program of `policy` and attaches it to the cgroup at `dir`
 /// (`BPF_F_ALLOW_MULTI`: with the cgroup's other programs and its ancestors', all must
-/// allow).
+/// allow). `drmtool run` itself attaches by fd ([`run`]); this is for a cgroup by path.
 pub fn attach(dir: &Path, policy: &Policy) -> Result<(), RunError> {
-    let prog = super::bpf::to_bytes(&devprog::build(policy));
-    let fd = crate::sys_call::bpf_load_cgroup_device(&prog, "drmtool_run", 64 * 1024).map_err(
-        |(e, log)| {
-            let hint = match e {
-                rustix::io::Errno::PERM => " (needs CAP_BPF/CAP_SYS_ADMIN: run as root)",
-                rustix::io::Errno::INVAL => {
-                    " (a kernel without BPF_PROG_TYPE_CGROUP_DEVICE: CONFIG_CGROUP_BPF)"
-                }
-                rustix::io::Errno::NOSYS => " (a kernel without bpf(2): CONFIG_BPF_SYSCALL)",
-                _ => "",
-            };
-            let log = log
-                .lines()
-                .last()
-                .map(|l| format!("; verifier: {l}"))
-                .unwrap_or_default();
-            RunError::Setup(format!(
-                "BPF_PROG_LOAD (cgroup device program): {e}{hint}{log}"
-            ))
-        },
-    )?;
+    attach_with(dir, policy, ioctl_sys::bpf::BPF_F_ALLOW_MULTI)
+}
+
+/// [`attach`] with other attach flags (`BPF_F_ALLOW_OVERRIDE`, as older container tools
+/// attach; 0, the exclusive kind).
+pub fn attach_with(dir: &Path, policy: &Policy, flags: u32) -> Result<(), RunError> {
+    let prog = load(policy, "drmtool_run")?;
     let dirfd = rustix::fs::open(
         dir,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| RunError::Setup(format!("open {}: {e}", dir.display())))?;
-    use rustix::fd::AsFd;
-    crate::sys_call::bpf_attach_cgroup_device(
-        dirfd.as_fd(),
-        fd.as_fd(),
-        ioctl_sys::bpf::BPF_F_ALLOW_MULTI,
-    )
-    .map_err(|e| RunError::Setup(format!("BPF_PROG_ATTACH to {}: {e}", dir.display())))
-    // The attachment holds the program; the fds go here.
+    crate::sys_call::bpf_attach_cgroup_device(dirfd.as_fd(), prog.as_fd(), flags)
+        .map_err(|e| RunError::Setup(format!("BPF_PROG_ATTACH to {}: {e}", dir.display())))
 }
 
-/// The child half: joins the cgroup, builds the private `/dev/dri`, execs the command
-/// (without [`CHILD_ENV`]). Returns only on failure, with the message.
-pub fn child(cgroup_dir: &Path, nodes: &[PlacedNode], argv: &[OsString]) -> String {
-    if let Err(e) = cgroup::join(cgroup_dir) {
-        return format!("run: {e}");
+/// Loads the device program of `policy` (one line on failure, with the hint).
+pub fn load(policy: &Policy, name: &str) -> Result<OwnedFd, RunError> {
+    let prog = super::bpf::to_bytes(&devprog::build(policy));
+    crate::sys_call::bpf_load_cgroup_device(&prog, name, 64 * 1024).map_err(|(e, log)| {
+        let hint = match e {
+            rustix::io::Errno::PERM => " (needs CAP_BPF/CAP_SYS_ADMIN: run as root)",
+            rustix::io::Errno::INVAL => {
+                " (a kernel without BPF_PROG_TYPE_CGROUP_DEVICE: CONFIG_CGROUP_BPF)"
+            }
+            rustix::io::Errno::NOSYS => " (a kernel without bpf(2): CONFIG_BPF_SYSCALL)",
+            _ => "",
+        };
+        let log = log
+            .lines()
+            .last()
+            .map(|l| format!("; verifier: {l}"))
+            .unwrap_or_default();
+        RunError::Setup(format!(
+            "BPF_PROG_LOAD (cgroup device program): {e}{hint}{log}"
+        ))
+    })
+}
+
+/// The PCI `resource*` and `rom` files of every GPU not chosen (a root job could map
+/// another GPU's BARs through them; the job sees /dev/null there).
+fn hidden_sysfs_files(all: &[Gpu], chosen: &[usize]) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for (i, g) in all.iter().enumerate() {
+        if chosen.contains(&i) {
+            continue;
+        }
+        let Some(bus) = &g.bus_id else { continue };
+        let dir = Path::new("/sys/bus/pci/devices").join(bus);
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("resource") || n == "rom"
+            })
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        v.extend(files);
     }
-    if let Err(e) = private_dev_dri(Path::new("/dev/dri"), nodes) {
-        return format!("run: {e}");
-    }
-    let Some((prog, args)) = argv.split_first() else {
-        return "run: no command".into();
+    v
+}
+
+/// Clones the job's init into `cg`, forwards signals until it exits, and returns the
+/// command's status.
+fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
+    use crate::sys_call::{self, SigSet};
+    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
+    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
+    // Blocked before the clone, so that none is lost; the init keeps them blocked and
+    // waits for them, the command's process unblocks them before its exec.
+    let mut sigs = job::FORWARDED.to_vec();
+    sigs.push(libc::SIGCHLD);
+    let set = SigSet::of(&sigs);
+    let saved = sys_call::block_signals(&set);
+    let spec = sys_call::CloneSpec {
+        namespaces: true,
+        cgroup: Some(cg.fd.as_fd()),
     };
-    use std::os::unix::process::CommandExt;
-    let e = std::process::Command::new(prog)
-        .args(args)
-        .env_remove(CHILD_ENV)
-        .exec();
-    format!("run: cannot run {}: {e}", PathBuf::from(prog).display())
-}
-
-/// A private mount namespace whose `dir` is a tmpfs with exactly `nodes` (and a `by-path`
-/// directory of links to them).
-fn private_dev_dri(dir: &Path, nodes: &[PlacedNode]) -> Result<(), String> {
-    use rustix::mount::{MountFlags, MountPropagationFlags};
-    crate::sys_call::unshare_mount_namespace()
-        .map_err(|e| format!("unshare(CLONE_NEWNS): {e} (needs CAP_SYS_ADMIN: run as root)"))?;
-    rustix::mount::mount_change(
-        "/",
-        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
-    )
-    .map_err(|e| format!("making / private: {e}"))?;
-    rustix::mount::mount(
-        "drmtool-run",
-        dir,
-        "tmpfs",
-        MountFlags::NOSUID | MountFlags::NOEXEC,
-        c"mode=755",
-    )
-    .map_err(|e| format!("tmpfs on {}: {e}", dir.display()))?;
-    let mut by_path = Vec::new();
-    for n in nodes {
-        let p = dir.join(&n.name);
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &p,
-            rustix::fs::FileType::CharacterDevice,
-            rustix::fs::Mode::from_raw_mode(n.mode),
-            rustix::fs::makedev(n.dev.0, n.dev.1),
-        )
-        .map_err(|e| format!("mknod {}: {e}", p.display()))?;
-        rustix::fs::chmod(&p, rustix::fs::Mode::from_raw_mode(n.mode))
-            .map_err(|e| format!("chmod {}: {e}", p.display()))?;
-        rustix::fs::chown(
-            &p,
-            Some(rustix::process::Uid::from_raw(n.owner.0)),
-            Some(rustix::process::Gid::from_raw(n.owner.1)),
-        )
-        .map_err(|e| format!("chown {}: {e}", p.display()))?;
-        if let Some(b) = &n.by_path {
-            by_path.push((b.clone(), n.name.clone()));
+    let init = match sys_call::clone_job(spec) {
+        Ok(sys_call::Cloned::Child) => {
+            drop(go_w);
+            drop(err_r);
+            job::init_main(plan, go_r, err_w)
+        }
+        Ok(sys_call::Cloned::Parent(pid)) => pid,
+        Err(e) => {
+            sys_call::set_signal_mask(&saved);
+            let hint = match e {
+                rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS => {
+                    " (clone3 with CLONE_INTO_CGROUP needs Linux 5.7)"
+                }
+                rustix::io::Errno::PERM => " (new namespaces need CAP_SYS_ADMIN)",
+                _ => "",
+            };
+            return Err(RunError::Setup(format!(
+                "clone3 of the job into {}: {e}{hint}",
+                cg.path.display()
+            )));
+        }
+    };
+    drop(go_r);
+    drop(err_w);
+    let _ = rustix::io::write(&go_w, &[1]);
+    drop(go_w);
+    let failed = job::read_error(&err_r);
+    let ipid = init.as_raw_nonzero().get();
+    let mut status = None;
+    while status.is_none() {
+        if failed.is_none()
+            && let Some((sig, code)) =
+                sys_call::wait_signal(&set, std::time::Duration::from_millis(100))
+            && sig != libc::SIGCHLD
+            && code != libc::SI_KERNEL
+        {
+            let _ = sys_call::send_signal(ipid, sig);
+        }
+        match rustix::process::waitpid(Some(init), rustix::process::WaitOptions::NOHANG) {
+            Ok(Some((_, st))) => {
+                status = Some(match (st.exit_status(), st.terminating_signal()) {
+                    (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(1),
+                    (None, Some(s)) => u8::try_from(128 + s).unwrap_or(255),
+                    _ => 1,
+                });
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => {
+                if failed.is_some() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            Err(e) => {
+                sys_call::set_signal_mask(&saved);
+                return Err(RunError::Setup(format!("waiting for the job: {e}")));
+            }
         }
     }
-    if !by_path.is_empty() {
-        let bp = dir.join("by-path");
-        std::fs::create_dir(&bp).map_err(|e| format!("mkdir {}: {e}", bp.display()))?;
-        for (link, name) in by_path {
-            std::os::unix::fs::symlink(format!("../{name}"), bp.join(&link))
-                .map_err(|e| format!("symlink {link}: {e}"))?;
-        }
+    sys_call::set_signal_mask(&saved);
+    if let Some((step, errno)) = failed {
+        let what = plan.describe(step);
+        let hint = match (step, errno) {
+            (job::phase::EXEC, rustix::io::Errno::ACCESS) => " (the job's user cannot execute it)",
+            (job::phase::EXEC, rustix::io::Errno::NOENT) => {
+                " (not found in the job's mount namespace)"
+            }
+            _ => "",
+        };
+        return Err(RunError::Setup(format!("{what}: {errno}{hint}")));
     }
-    Ok(())
+    Ok(status.unwrap_or(1))
 }
 
 #[cfg(test)]
@@ -696,23 +850,48 @@ mod tests {
         );
         let kept = placement(&chosen, false, stat);
         assert_eq!(kept[0].name, "card3");
-        for n in p.iter().chain(&kept) {
-            assert_eq!(PlacedNode::decode(&n.encode()).as_ref(), Some(n));
-        }
-        assert_eq!(
-            PlacedNode::decode("../x:226:0:660:0:0"),
-            None,
-            "no path in a name"
+    }
+
+    #[test]
+    fn the_effective_list_must_keep_every_ancestor() {
+        assert_eq!(effective_ok(&[3, 4], &[3, 4, 9], 9), Ok(()));
+        assert_eq!(effective_ok(&[], &[9], 9), Ok(()));
+        // An ALLOW_OVERRIDE ancestor (4) yielded to ours.
+        assert!(
+            effective_ok(&[3, 4], &[3, 9], 9)
+                .unwrap_err()
+                .contains("id 4")
         );
-        assert_eq!(PlacedNode::decode("card0:226:0:660:0:0:a/b"), None);
-        assert_eq!(PlacedNode::decode("card0:226:x:660:0:0"), None);
-        let argv: Vec<OsString> = ["sh", "-c", "echo ;,\x1f"].map(OsString::from).into();
-        let job = encode_job(Path::new("/sys/fs/cgroup/a;b"), &p, &argv);
-        assert_eq!(
-            decode_job(&job),
-            Some((PathBuf::from("/sys/fs/cgroup/a;b"), p, argv))
+        assert!(effective_ok(&[3], &[3], 9).is_err(), "ours must apply");
+    }
+
+    #[test]
+    fn inherited_gpu_nodes_are_refused() {
+        // fd 0 of a test is never a GPU node; a closed fd is refused.
+        assert!(check_inherited(&[0], &[]).is_ok());
+        assert!(check_inherited(&[999_999], &[]).is_err());
+        let f = std::fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsRawFd;
+        assert!(
+            check_inherited(&[f.as_raw_fd()], &[]).is_ok(),
+            "1:3 is no GPU"
         );
-        assert_eq!(decode_job("v1;00;;"), None, "no command");
-        assert_eq!(decode_job("v2;00;;6161"), None);
+    }
+
+    #[test]
+    fn programs_are_found_as_execvp_would() {
+        use std::ffi::OsStr;
+        assert_eq!(
+            find_program(OsStr::new("./x"), None),
+            Some(PathBuf::from("./x"))
+        );
+        assert_eq!(
+            find_program(OsStr::new("sh"), Some(OsStr::new("relative:/bin"))),
+            Some(PathBuf::from("/bin/sh"))
+        );
+        assert_eq!(
+            find_program(OsStr::new("no-such-program-here"), Some(OsStr::new("/bin"))),
+            None
+        );
     }
 }

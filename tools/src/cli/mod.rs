@@ -18,6 +18,9 @@
 //! `hmm probe` exits 0 whatever the kernel has: a missing test_hmm or udmabuf is a finding,
 //! reported as `no` with the reason.
 
+mod cgroup;
+mod run;
+
 use crate::render::{By, SortKey};
 use crate::scan::{self, Options, SCHEMA_VERSION};
 use clap::{Parser, Subcommand};
@@ -125,17 +128,24 @@ enum Cmd {
     Man,
     /// Run a command that can open only the GPUs given, enforced by the kernel.
     ///
-    /// The command runs in a new cgroup v2 under the caller's, whose device program allows
-    /// the chosen card and render nodes and denies every other DRM node (226:*), in a
-    /// private mount namespace whose /dev/dri holds only the chosen nodes; the vendor
-    /// variables (DRI_PRIME, MESA_VK_DEVICE_SELECT, CUDA_VISIBLE_DEVICES, ...) follow the
-    /// same ordering. Needs root (or a delegated cgroup and CAP_SYS_ADMIN). Exit status:
-    /// the command's; 2 bad selectors, 4 no DRM devices, 125 the isolation could not be
-    /// set up.
-    #[command(after_help = "Examples:\n  drmtool run --gpu 0 -- glxinfo -B\n  \
-                      drmtool run --gpu 0000:03:00.0,vgem --renumber -- ./train.sh\n  \
-                      drmtool run --gpu vkms --env-only")]
-    Run(RunArgs),
+    /// The job runs as its user (through sudo: the calling user; as root: --user or
+    /// --as-root), in its own cgroup v2 under a parent only root can write
+    /// (/sys/fs/cgroup/drmtool.slice), whose device program allows the chosen card and
+    /// render nodes and denies every other DRM and accel node, in its own pid, mount and
+    /// cgroup namespaces with a private /dev holding only the chosen GPU nodes, with no
+    /// inherited fd but 0-2 and --keep-fd, no_new_privs and no capability beyond its
+    /// user's. The GPUs are leased for the job (exclusive unless --shared). SIGTERM, SIGINT,
+    /// SIGHUP, SIGQUIT, SIGUSR1/2 reach the job; when drmtool dies, the job dies. Needs root:
+    /// users start it through sudo (tools/README.md). Exit status: the command's; 2 bad
+    /// usage, 4 no DRM devices, 5 the GPUs are leased by others, 125 the isolation could
+    /// not be set up.
+    #[command(
+        after_help = "Examples:\n  sudo drmtool run --pick 1 -- ./train.sh\n  \
+                      drmtool run --user alice --gpu 0 -- glxinfo -B\n  \
+                      drmtool run --as-root --gpu 0000:03:00.0,vgem --renumber -- ./probe\n  \
+                      drmtool run --gpu vkms --env-only"
+    )]
+    Run(run::RunArgs),
     /// Serve the buffers model as Prometheus metrics (GET /metrics), or write it for
     /// node_exporter's textfile collector.
     ///
@@ -158,13 +168,14 @@ enum Cmd {
                       drmtool pick --driver virtio_gpu --format json"
     )]
     Pick(PickArgs),
-    /// Who holds which GPU lease (`drmtool run --pick`): device, mode, pid, cgroup, since
-    /// (from the kernel's /proc/locks).
+    /// Who holds which GPU lease (`drmtool run`): device, mode, pid, user, since, cgroup
+    /// and command (holders from the kernel's /proc/locks; user, cgroup and command from
+    /// the supervisor's root-owned record while it lives).
     #[command(after_help = "Examples:\n  drmtool leases\n  drmtool leases --json")]
     Leases,
     /// cgroup v2 device rules.
     #[command(subcommand)]
-    Cgroup(CgroupCmd),
+    Cgroup(cgroup::CgroupCmd),
     /// Slurm: gres.conf lines for the DRM GPUs, a TaskProlog's vendor variables.
     #[command(subcommand)]
     Slurm(SlurmCmd),
@@ -273,37 +284,6 @@ struct PickArgs {
     format: String,
 }
 
-/// `drmtool run` arguments.
-#[derive(clap::Args, Debug)]
-struct RunArgs {
-    /// GPUs, comma-separated or repeated: an index of `drmtool devices`, a PCI bus id, a
-    /// node path, a /dev/dri/by-path name or a driver name (all its devices). With --pick:
-    /// the candidates (default: every GPU).
-    #[arg(long = "gpu", value_delimiter = ',', required_unless_present = "pick")]
-    gpus: Vec<String>,
-    /// Choose N GPUs as `drmtool pick` does and lease them for the command's lifetime
-    /// (flock under /run/drmtool/leases; two jobs started at once never get the same GPU;
-    /// the kernel frees a lease whose holders died). Exit 5 when none is free.
-    #[arg(long, value_name = "N")]
-    pick: Option<usize>,
-    /// With --pick: share each GPU with up to K holders (that also say --shared K) instead
-    /// of holding it alone.
-    #[arg(long, value_name = "K", requires = "pick")]
-    shared: Option<u32>,
-    /// With --pick: while every eligible GPU is leased, retry for up to SECS seconds.
-    #[arg(long, value_name = "SECS", requires = "pick", default_value_t = 0.0)]
-    wait: f64,
-    /// Present the chosen nodes as card0.., renderD128.. in the order given.
-    #[arg(long)]
-    renumber: bool,
-    /// Print the vendor variables for these GPUs (KEY=VALUE lines) and run nothing.
-    #[arg(long)]
-    env_only: bool,
-    /// The command and its arguments.
-    #[arg(last = true)]
-    argv: Vec<std::ffi::OsString>,
-}
-
 /// `drmtool export` arguments.
 #[derive(clap::Args, Debug)]
 struct ExportArgs {
@@ -339,19 +319,6 @@ struct ExportArgs {
     /// Leave out a source (as `drmtool buffers --skip`): maps, debugfs, kcmp.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "SOURCE")]
     skip: Vec<SkipSource>,
-}
-
-/// `drmtool cgroup ...`.
-#[derive(Subcommand, Debug)]
-enum CgroupCmd {
-    /// What a cgroup v2 may open: its device programs read back as rules (this drmtool's
-    /// exactly, runc/crun/systemd device lists decoded, anything else "opaque").
-    #[command(after_help = "Examples:\n  drmtool cgroup devices\n  \
-                            drmtool cgroup devices system.slice/docker-1234.scope --json")]
-    Devices {
-        /// The cgroup: a path under /sys/fs/cgroup or absolute (default: drmtool's own).
-        cgroup: Option<String>,
-    },
 }
 
 /// `drmtool kms ...`.
@@ -536,24 +503,14 @@ pub fn main_with(
                 }
             }
         }
-        Cmd::Run(a) => run_cmd(a, out),
+        Cmd::Run(a) => run::exec(a, out),
         Cmd::Export(a) => export_cmd(&a),
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
         Cmd::Leases => leases_cmd(cli.json, out),
         Cmd::Slurm(c) => slurm_cmd(&c, out),
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),
         Cmd::Trace(TraceCmd::Summary { file }) => trace_summary(&file, cli.json, out),
-        Cmd::Cgroup(CgroupCmd::Devices { cgroup }) => {
-            use crate::isolate::inspect;
-            match inspect::resolve(cgroup.as_deref()).and_then(|d| inspect::inspect(&d)) {
-                Ok(r) if cli.json => emit_json(&r, out),
-                Ok(r) => emit_text(&inspect::render(&r), out),
-                Err(e) => {
-                    eprintln!("drmtool: cgroup devices: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Cmd::Cgroup(c) => cgroup::exec(&c, cli.json, out),
         Cmd::Man => match clap_mangen::Man::new(command()).render(out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -570,60 +527,6 @@ pub fn main_with(
         }
     }
     code
-}
-
-fn run_cmd(a: RunArgs, out: &mut dyn Write) -> ExitCode {
-    use crate::isolate::{ordering::Selector, run};
-    let mut gpus = Vec::new();
-    for g in &a.gpus {
-        match Selector::parse(g) {
-            Ok(s) => gpus.push(s),
-            Err(e) => {
-                eprintln!("drmtool: run: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let pick = match a.pick {
-        None => None,
-        Some(n) => {
-            let Some(wait) = seconds(a.wait) else {
-                eprintln!("drmtool: run: --wait needs a number of seconds >= 0 (hint: --wait 30)");
-                return ExitCode::from(2);
-            };
-            if a.shared == Some(0) {
-                eprintln!(
-                    "drmtool: run: --shared needs a number of holders >= 1 (hint: --shared 2)"
-                );
-                return ExitCode::from(2);
-            }
-            Some(run::PickRequest {
-                n,
-                sharing: a
-                    .shared
-                    .map_or(crate::isolate::lease::Sharing::Exclusive, |k| {
-                        crate::isolate::lease::Sharing::Shared(k)
-                    }),
-                wait,
-                want: Default::default(),
-            })
-        }
-    };
-    let req = run::RunRequest {
-        gpus,
-        renumber: a.renumber,
-        env_only: a.env_only,
-        argv: a.argv,
-        helper: Vec::new(),
-        pick,
-    };
-    match run::run(&req, out) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("drmtool: run: {e}");
-            ExitCode::from(e.code())
-        }
-    }
 }
 
 /// The pause of `--watch SECS` or `--seconds N`: a finite number of seconds >= 0 that a
@@ -1113,7 +1016,7 @@ fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCode {
     use crate::isolate::{lease, ordering::Selector, pick, run};
     let fail = |e: run::RunError| {
         eprintln!("drmtool: pick: {e}");
-        ExitCode::from(e.code())
+        ExitCode::from(self::run::exit_code(&e))
     };
     let sels: Result<Vec<Selector>, String> = a.gpus.iter().map(|g| Selector::parse(g)).collect();
     let sels = match sels {
@@ -1202,7 +1105,7 @@ fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("drmtool: slurm: {e}");
-            return ExitCode::from(e.code());
+            return ExitCode::from(self::run::exit_code(&e));
         }
     };
     match c {
@@ -1240,7 +1143,7 @@ fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
 fn leases_cmd(json: bool, out: &mut dyn Write) -> ExitCode {
     use crate::isolate::lease;
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let hs = lease::with_cgroups(lease::holders(&lease::dir(), &locks));
+    let hs = lease::with_cgroups(&lease::dir(), lease::holders(&lease::dir(), &locks));
     if json {
         #[derive(Serialize)]
         struct Doc<'a> {
@@ -1257,19 +1160,26 @@ fn leases_cmd(json: bool, out: &mut dyn Write) -> ExitCode {
             out,
         );
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut t = format!(
-        "{:<16} {:<10} {:>4} {:>8} {:>11}  CGROUP\n",
-        "DEVICE", "MODE", "SLOT", "PID", "SINCE"
+        "{:<16} {:<10} {:>4} {:>8} {:<10} {:<24} {:<28} COMMAND\n",
+        "DEVICE", "MODE", "SLOT", "PID", "USER", "SINCE", "CGROUP"
     );
     for h in &hs {
         t.push_str(&format!(
-            "{:<16} {:<10} {:>4} {:>8} {:>11}  {}\n",
+            "{:<16} {:<10} {:>4} {:>8} {:<10} {:<24} {:<28} {}\n",
             h.device,
             h.mode,
             h.slot.map_or("-".into(), |s| s.to_string()),
             h.pid,
-            h.since.map_or("-".into(), |s| s.to_string()),
+            h.user
+                .as_deref()
+                .map_or("-".into(), |u| crate::Untrusted::from(u).escaped()),
+            h.since.map_or("-".into(), |s| crate::render::since(s, now)),
             h.cgroup.as_ref().map_or("-".into(), |c| c.escaped()),
+            h.command.as_ref().map_or("-".into(), |c| c.escaped()),
         ));
     }
     if hs.is_empty() {

@@ -1,0 +1,116 @@
+//! `drmtool run`: flags to a [`RunRequest`], [`run::run`]'s result to an exit status.
+
+use super::{EXIT_NO_DEVICES, EXIT_NO_GPU, seconds};
+use crate::isolate::lease::Sharing;
+use crate::isolate::ordering::Selector;
+use crate::isolate::run::{self, RunError, RunRequest};
+use crate::isolate::who::UserSpec;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// `drmtool run` arguments.
+#[derive(clap::Args, Debug)]
+pub(super) struct RunArgs {
+    /// GPUs, comma-separated or repeated: an index of `drmtool devices`, a PCI bus id, a
+    /// node path, a /dev/dri/by-path name or a driver name (all its devices). With --pick:
+    /// the candidates (default: every GPU).
+    #[arg(long = "gpu", value_delimiter = ',', required_unless_present = "pick")]
+    gpus: Vec<String>,
+    /// Choose N GPUs as `drmtool pick` does and lease them for the job's lifetime.
+    /// Exit 5 when none is free.
+    #[arg(long, value_name = "N")]
+    pick: Option<usize>,
+    /// Share each GPU with up to K holders (that also say --shared K) instead of holding
+    /// it alone.
+    #[arg(long, value_name = "K")]
+    shared: Option<u32>,
+    /// While the GPUs are leased by others, retry for up to SECS seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    wait: f64,
+    /// Run the job as this user: NAME, UID, NAME:GID or UID:GID (its groups as
+    /// initgroups, HOME/USER/LOGNAME/SHELL as runuser sets them). Root callers only;
+    /// through sudo the job runs as the calling user.
+    #[arg(long, value_name = "USER", conflicts_with = "as_root")]
+    user: Option<String>,
+    /// Run the job as root, scoped to its GPUs but not contained (capabilities reduced to
+    /// Docker's default set without MKNOD and NET_RAW). Root callers only.
+    #[arg(long)]
+    as_root: bool,
+    /// Let the job keep this inherited fd (besides 0-2; repeatable). A GPU node outside the
+    /// job is refused.
+    #[arg(long = "keep-fd", value_name = "N")]
+    keep_fds: Vec<i32>,
+    /// Where the job cgroups go, relative to /sys/fs/cgroup (default drmtool.slice); every
+    /// directory on the way must be root's alone. Root callers only.
+    #[arg(long, value_name = "PATH")]
+    cgroup_parent: Option<std::path::PathBuf>,
+    /// Present the chosen nodes as card0.., renderD128.. in the order given.
+    #[arg(long)]
+    renumber: bool,
+    /// Print the vendor variables for these GPUs (KEY=VALUE lines) and run nothing.
+    #[arg(long)]
+    env_only: bool,
+    /// The command and its arguments.
+    #[arg(last = true)]
+    argv: Vec<std::ffi::OsString>,
+}
+
+/// The exit status of a `run`/`pick`/`slurm` error: 2 usage (and a refused identity), 4
+/// no devices, 5 no free GPU, 125 the isolation could not be set up (not root included).
+pub(super) fn exit_code(e: &RunError) -> u8 {
+    match e {
+        RunError::Who(crate::isolate::who::WhoError::NotRoot) => run::EXIT_SETUP,
+        RunError::Usage(_) | RunError::Who(_) => 2,
+        RunError::NoDevices(_) => EXIT_NO_DEVICES,
+        RunError::NoGpu(_) => EXIT_NO_GPU,
+        RunError::Setup(_) | RunError::Anchor(_) => run::EXIT_SETUP,
+    }
+}
+
+fn request(a: RunArgs) -> Result<RunRequest, RunError> {
+    let gpus = a
+        .gpus
+        .iter()
+        .map(|g| Selector::parse(g))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RunError::Usage)?;
+    let wait = seconds(a.wait).ok_or_else(|| {
+        RunError::Usage("--wait needs a number of seconds >= 0 (hint: --wait 30)".into())
+    })?;
+    if a.shared == Some(0) {
+        return Err(RunError::Usage(
+            "--shared needs a number of holders >= 1 (hint: --shared 2)".into(),
+        ));
+    }
+    let sharing = a.shared.map_or(Sharing::Exclusive, Sharing::Shared);
+    let user = a.user.as_deref().map(UserSpec::parse).transpose()?;
+    Ok(RunRequest {
+        gpus,
+        renumber: a.renumber,
+        env_only: a.env_only,
+        argv: a.argv,
+        pick: a.pick.map(|n| run::PickRequest {
+            n,
+            sharing,
+            wait,
+            want: Default::default(),
+        }),
+        user,
+        as_root: a.as_root,
+        keep_fds: a.keep_fds,
+        shared: a.shared,
+        wait,
+        cgroup_parent: a.cgroup_parent,
+        caller: None,
+    })
+}
+
+pub(super) fn exec(a: RunArgs, out: &mut dyn Write) -> ExitCode {
+    match request(a).and_then(|r| run::run(&r, out)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("drmtool: run: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}

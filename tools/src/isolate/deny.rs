@@ -1,0 +1,202 @@
+//! "No GPU outside a job": `drmtool cgroup deny-gpus CGROUP` attaches a device program
+//! (named `drmtool_deny`) that denies every node of the GPU majors ([`GPU_MAJORS`]: DRM
+//! 226, accel 261, whole majors so that a GPU added later is covered) to a cgroup such as
+//! `user.slice`; `allow-gpus` detaches the programs so named. The program is attached
+//! with `BPF_F_ALLOW_MULTI`, so it adds to what the cgroup's other programs deny, and the
+//! cgroup's descendants (login sessions, user services) cannot lift it.
+
+use super::devprog::Policy;
+use super::inspect::{self, InspectError};
+use super::run::{GPU_MAJORS, RunError, load};
+use rustix::fd::AsFd;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// The name deny-gpus gives its program (15 bytes at most: the kernel's limit).
+pub const PROG_NAME: &str = "drmtool_deny";
+
+/// What deny-gpus or allow-gpus did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// The cgroup.
+    pub cgroup: String,
+    /// Program ids attached now (deny-gpus: the new one, or the one already there).
+    pub attached: Vec<u32>,
+    /// Program ids detached (allow-gpus).
+    pub detached: Vec<u32>,
+    /// deny-gpus found one already attached and attached nothing.
+    pub already: bool,
+    /// The majors denied.
+    pub majors: Vec<u32>,
+}
+
+/// Why deny-gpus or allow-gpus failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DenyError {
+    /// The cgroup or a program could not be read.
+    #[error("{0}")]
+    Inspect(InspectError),
+    /// Loading the program failed.
+    #[error(transparent)]
+    Load(#[from] RunError),
+    /// A bpf(2) or open call failed.
+    #[error("{what} {path}: {errno}")]
+    Sys {
+        /// The call.
+        what: &'static str,
+        /// The cgroup.
+        path: String,
+        /// The error.
+        errno: rustix::io::Errno,
+    },
+}
+
+fn open(dir: &std::path::Path) -> Result<rustix::fd::OwnedFd, DenyError> {
+    rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|errno| DenyError::Sys {
+        what: "open",
+        path: dir.display().to_string(),
+        errno,
+    })
+}
+
+/// The ids of the programs named [`PROG_NAME`] attached to the cgroup itself.
+fn ours(dir: &std::path::Path) -> Result<Vec<u32>, DenyError> {
+    let r = inspect::inspect(dir).map_err(DenyError::Inspect)?;
+    Ok(r.attached
+        .iter()
+        .filter(|p| p.name == PROG_NAME)
+        .map(|p| p.id)
+        .collect())
+}
+
+/// The deny policy: every node of [`GPU_MAJORS`] denied, everything else left to the
+/// cgroup's other programs.
+pub fn policy() -> Policy {
+    Policy::only_nodes(&[], &GPU_MAJORS)
+}
+
+/// Attaches the deny program to `cgroup` (a path under /sys/fs/cgroup or absolute) unless
+/// one is there.
+///
+/// # Errors
+/// [`DenyError`]: no such cgroup, no right to load or attach (root), a kernel without
+/// cgroup device programs.
+pub fn deny_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
+    let dir: PathBuf = inspect::resolve(Some(cgroup)).map_err(DenyError::Inspect)?;
+    let fd = open(&dir)?;
+    let there = ours(&dir)?;
+    let mut o = Outcome {
+        cgroup: dir.display().to_string(),
+        attached: there.clone(),
+        detached: Vec::new(),
+        already: !there.is_empty(),
+        majors: GPU_MAJORS.to_vec(),
+    };
+    if o.already {
+        return Ok(o);
+    }
+    let prog = load(&policy(), PROG_NAME)?;
+    crate::sys_call::bpf_attach_cgroup_device(
+        fd.as_fd(),
+        prog.as_fd(),
+        ioctl_sys::bpf::BPF_F_ALLOW_MULTI,
+    )
+    .map_err(|errno| DenyError::Sys {
+        what: "BPF_PROG_ATTACH to",
+        path: o.cgroup.clone(),
+        errno,
+    })?;
+    o.attached =
+        vec![
+            crate::sys_call::bpf_prog_id(prog.as_fd()).map_err(|errno| DenyError::Sys {
+                what: "BPF_OBJ_GET_INFO_BY_FD for",
+                path: o.cgroup.clone(),
+                errno,
+            })?,
+        ];
+    Ok(o)
+}
+
+/// Detaches every [`PROG_NAME`] program from `cgroup`.
+///
+/// # Errors
+/// As [`deny_gpus`].
+pub fn allow_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
+    let dir = inspect::resolve(Some(cgroup)).map_err(DenyError::Inspect)?;
+    let fd = open(&dir)?;
+    let mut o = Outcome {
+        cgroup: dir.display().to_string(),
+        attached: Vec::new(),
+        detached: Vec::new(),
+        already: false,
+        majors: GPU_MAJORS.to_vec(),
+    };
+    for id in ours(&dir)? {
+        let sys = |what: &'static str| {
+            let path = o.cgroup.clone();
+            move |errno| DenyError::Sys { what, path, errno }
+        };
+        let prog =
+            crate::sys_call::bpf_prog_fd_by_id(id).map_err(sys("BPF_PROG_GET_FD_BY_ID for"))?;
+        crate::sys_call::bpf_detach_cgroup_device(fd.as_fd(), prog.as_fd())
+            .map_err(sys("BPF_PROG_DETACH from"))?;
+        o.detached.push(id);
+    }
+    Ok(o)
+}
+
+/// One or two lines saying what was done.
+pub fn render(o: &Outcome) -> String {
+    let majors: Vec<String> = o.majors.iter().map(|m| format!("{m}:*")).collect();
+    if !o.detached.is_empty() {
+        let ids: Vec<String> = o.detached.iter().map(u32::to_string).collect();
+        return format!(
+            "{}: GPU nodes allowed again (detached program {})\n",
+            o.cgroup,
+            ids.join(", ")
+        );
+    }
+    if o.attached.is_empty() {
+        return format!(
+            "{}: no deny-gpus program was attached; nothing to do\n",
+            o.cgroup
+        );
+    }
+    let ids: Vec<String> = o.attached.iter().map(u32::to_string).collect();
+    format!(
+        "{}: GPU nodes denied ({}) by program {}{}\n",
+        o.cgroup,
+        majors.join(", "),
+        ids.join(", "),
+        if o.already { " (already attached)" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolate::devprog::{Access, DevType, Request};
+
+    #[test]
+    fn deny_covers_whole_majors_and_nothing_else() {
+        let p = policy();
+        let req = |major, minor| Request {
+            dev_type: DevType::Char,
+            major,
+            minor,
+            access: Access::READ | Access::WRITE,
+        };
+        for (ma, mi) in [(226, 0), (226, 128), (226, 255), (261, 0), (261, 7)] {
+            assert!(!p.allows(req(ma, mi)), "{ma}:{mi}");
+        }
+        for (ma, mi) in [(1, 3), (5, 0), (136, 1), (195, 0)] {
+            assert!(p.allows(req(ma, mi)), "{ma}:{mi}");
+        }
+        assert!(PROG_NAME.len() <= 15);
+    }
+}
