@@ -792,11 +792,12 @@ fn outer_cgroup(
     cg
 }
 
-/// A job under a container's cgroup (`--cgroup-parent`): its program and the container's
-/// must both allow, so the job (vkms and the first virtio-gpu chosen) opens vkms only: the
-/// container denies the virtio-gpu, the job's program denies vgem, which the container
-/// allows. Then the container's program attached with BPF_F_ALLOW_OVERRIDE (it would yield
-/// to the job's): the run refuses, exit 125, and runs nothing.
+/// A job under a container's cgroup (`--cgroup-parent`) whose program allows vkms and vgem:
+/// its program and the container's must both allow, so the job (vkms chosen) opens vkms
+/// only: its own program denies vgem, the container's denies the virtio-gpu. A job given the
+/// virtio-gpu there cannot even have its node made (the container denies the mknod): exit
+/// 125. Then the container's program attached with BPF_F_ALLOW_OVERRIDE (it would yield to
+/// the job's): the run refuses, exit 125, and runs nothing.
 #[test]
 fn a_job_under_a_containers_program_gets_both() {
     let gpus = guest_gpus!();
@@ -825,11 +826,8 @@ fn a_job_under_a_containers_program_gets_both() {
     let mut argv = entry("probe_entry");
     argv.insert(3, format!("{PROBE_ENV}={}", out.display()).into());
     argv.insert(4, format!("{DIRFD_ENV}={}", dri.as_raw_fd()).into());
-    let req = |parent: PathBuf| RunRequest {
-        gpus: vec![
-            ordering::Selector::parse("vkms").unwrap(),
-            ordering::Selector::parse(&bus).unwrap(),
-        ],
+    let req = |parent: PathBuf, sel: &str| RunRequest {
+        gpus: vec![ordering::Selector::parse(sel).unwrap()],
         argv: argv.clone(),
         as_root: true,
         keep_fds: vec![dri.as_raw_fd()],
@@ -839,7 +837,7 @@ fn a_job_under_a_containers_program_gets_both() {
     };
     let multi = outer_cgroup("multi", &policy, ioctl_sys::bpf::BPF_F_ALLOW_MULTI);
     let _ = std::fs::remove_file(&out);
-    let code = run::run(&req(rel(&multi)), &mut std::io::sink()).unwrap();
+    let code = run::run(&req(rel(&multi), "vkms"), &mut std::io::sink()).unwrap();
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(code, 0, "{v}");
     for d in devs(vkms) {
@@ -848,10 +846,13 @@ fn a_job_under_a_containers_program_gets_both() {
     for d in devs(vgem).into_iter().chain(devs(virtio)) {
         assert_eq!(v["opens"][&d], EPERM, "{d}: {v}");
     }
+    let e = run::run(&req(rel(&multi), &bus), &mut std::io::sink()).unwrap_err();
+    assert_eq!(code_of(&e), run::EXIT_SETUP, "{e}");
+    assert!(e.to_string().contains("mknod /dev/dri/"), "{e}");
     drop(multi);
     let over = outer_cgroup("override", &policy, ioctl_sys::bpf::BPF_F_ALLOW_OVERRIDE);
     let _ = std::fs::remove_file(&out);
-    let e = run::run(&req(rel(&over)), &mut std::io::sink()).unwrap_err();
+    let e = run::run(&req(rel(&over), "vkms"), &mut std::io::sink()).unwrap_err();
     assert_eq!(code_of(&e), run::EXIT_SETUP, "{e}");
     assert!(
         e.to_string().contains("stops applying under the job's"),
@@ -885,7 +886,7 @@ fn without_cgroup_v2_run_says_so() {
     let _ = std::fs::remove_file(&marker);
     let me = me();
     let script = format!(
-        "mount -t tmpfs none /sys/fs/cgroup && exec env -u KERNEL_TESTS_SIGNAL_STORM {CLI_ENV}=\"run\x1f--gpu\x1fvgem\x1f--\x1ftouch\x1f{}\" \"$0\" cli_entry --exact -q --nocapture",
+        "mount -t tmpfs none /sys/fs/cgroup && exec env -u KERNEL_TESTS_SIGNAL_STORM {CLI_ENV}=\"run\x1f--as-root\x1f--gpu\x1fvgem\x1f--\x1ftouch\x1f{}\" \"$0\" cli_entry --exact -q --nocapture",
         marker.display()
     );
     let out = std::process::Command::new("unshare")

@@ -14,8 +14,11 @@ export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
-# cgroup v2 (the device programs of drmtool run/cgroup devices attach to its directories).
-mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+# cgroup v2 (the device programs of drmtool run/cgroup devices attach to its directories),
+# with nsdelegate as systemd mounts it: a cgroup namespace's root is a delegation boundary
+# (no process inside moves itself across it), which drmtool run's jobs rely on.
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup 2>/dev/null ||
+  mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mkdir -p /dev/shm /dev/pts /run /tmp /host
 mount -t tmpfs tmpfs /dev/shm

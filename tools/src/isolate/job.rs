@@ -97,6 +97,20 @@ pub enum Step {
         /// Owner and group.
         owner: (u32, u32),
     },
+    /// A bind mount of the path [`JobPlan::held`]`[index]` (opened `O_PATH` by the init
+    /// before any step, so that a directory the new /dev covers can still be bound).
+    BindHeld {
+        /// Index into the held paths.
+        index: usize,
+        /// Where.
+        target: CString,
+    },
+    /// `umount2(target, MNT_DETACH)`: the mount and every mount under it leave this
+    /// namespace.
+    Detach {
+        /// The mount point.
+        target: CString,
+    },
     /// `symlink(target, link)`.
     Symlink {
         /// What the link says.
@@ -126,11 +140,23 @@ impl Step {
             Step::Mkdir { path, .. } => format!("mkdir {}", s(path)),
             Step::Mknod { path, dev, .. } => format!("mknod {} ({}:{})", s(path), dev.0, dev.1),
             Step::Symlink { link, .. } => format!("symlink {}", s(link)),
+            Step::Detach { target } => format!("umount {}", s(target)),
+            Step::BindHeld { index, target } => format!("bind held path {index} on {}", s(target)),
         }
     }
 
-    fn apply(&self) -> Result<(), rustix::io::Errno> {
+    fn apply(&self, held: &[Option<OwnedFd>]) -> Result<(), rustix::io::Errno> {
         match self {
+            Step::BindHeld { index, target } => {
+                use rustix::fd::AsRawFd;
+                let fd = held
+                    .get(*index)
+                    .and_then(Option::as_ref)
+                    .ok_or(rustix::io::Errno::BADF)?;
+                let mut buf = [0u8; 32];
+                let path = fd_path(fd.as_raw_fd(), &mut buf);
+                rustix::mount::mount_bind_recursive(path, target.as_c_str())
+            }
             Step::Mount {
                 src,
                 target,
@@ -194,6 +220,9 @@ impl Step {
             Step::Symlink { target, link } => {
                 rustix::fs::symlink(target.as_c_str(), link.as_c_str())
             }
+            Step::Detach { target } => {
+                rustix::mount::unmount(target.as_c_str(), rustix::mount::UnmountFlags::DETACH)
+            }
         }
     }
 }
@@ -214,9 +243,39 @@ pub enum Identity {
     Root,
 }
 
+/// `/proc/self/fd/<fd>` in `buf`, without allocating.
+fn fd_path(fd: i32, buf: &mut [u8; 32]) -> &std::ffi::CStr {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let mut n = fd.unsigned_abs();
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+        k += 1;
+        if n == 0 || k == digits.len() {
+            break;
+        }
+    }
+    let mut at = prefix.len();
+    for i in (0..k).rev() {
+        buf[at] = digits[i];
+        at += 1;
+    }
+    buf[at] = 0;
+    std::ffi::CStr::from_bytes_with_nul(&buf[..=at]).unwrap_or(c"/")
+}
+
+/// Most paths [`JobPlan::held`] may name.
+pub const MAX_HELD: usize = 4;
+
 /// Everything the init and the command's process need, built before the clone.
 #[derive(Debug)]
 pub struct JobPlan {
+    /// Host paths the init opens (`O_PATH`) before its first step, for
+    /// [`Step::BindHeld`]; at most [`MAX_HELD`].
+    pub held: Vec<CString>,
     /// The mount steps, in order.
     pub steps: Vec<Step>,
     /// The command's identity.
@@ -331,8 +390,19 @@ pub fn init_main(plan: &JobPlan, go: OwnedFd, err: OwnedFd) -> ! {
     ) {
         fail(&err, u32::MAX, e);
     }
+    // Opened in the job's mount namespace (a copy of the host's): what the new /dev covers
+    // can still be bound from these.
+    let mut held: [Option<OwnedFd>; MAX_HELD] = [None, None, None, None];
+    for (slot, p) in held.iter_mut().zip(&plan.held) {
+        *slot = rustix::fs::open(
+            p.as_c_str(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok();
+    }
     for (i, s) in plan.steps.iter().enumerate() {
-        if let Err(e) = s.apply() {
+        if let Err(e) = s.apply(&held) {
             fail(&err, u32::try_from(i).unwrap_or(u32::MAX), e);
         }
     }
@@ -482,14 +552,13 @@ fn exists(path: &str) -> bool {
 
 /// The mount steps of a job: read-only sysfs with its cgroup2, its /proc with /proc/sys
 /// read-only, a private /dev holding `gpu_nodes` (name relative to /dev/dri, device, mode,
-/// owner), their `by-path` links, the plain devices, pts, shm, mqueue, and the host's
-/// hugepages, fuse and infiniband where present, then `hide` (sysfs files of other GPUs)
-/// covered by /dev/null.
+/// owner), their `by-path` links, the plain devices, pts, shm, mqueue, fuse where the host
+/// has it, the `held` host directories (index into [`JobPlan::held`], path: hugepages,
+/// infiniband), then `hide` (sysfs files of other GPUs) covered by /dev/null.
 pub fn mount_steps(
     gpu_nodes: &[(String, (u32, u32), u32, (u32, u32), Option<String>)],
     hide: &[std::path::PathBuf],
-    hugepages_fd: Option<i32>,
-    infiniband_fd: Option<i32>,
+    held: &[(usize, &str)],
 ) -> Vec<Step> {
     let c = |s: &str| CString::new(s).unwrap_or_default();
     let mount =
@@ -501,7 +570,11 @@ pub fn mount_steps(
             data: c(data),
         };
     let nsd = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    // The host's sysfs and what is mounted under it (debugfs, tracefs, configfs, its
+    // cgroup2) leave; a sysfs of the same network namespace is one superblock, which
+    // cannot be mounted again on itself (EBUSY).
     let mut v = vec![
+        Step::Detach { target: c("/sys") },
         mount("sysfs", "/sys", "sysfs", nsd | MountFlags::RDONLY, ""),
         mount("cgroup2", "/sys/fs/cgroup", "cgroup2", nsd, ""),
         mount("proc", "/proc", "proc", nsd, ""),
@@ -576,22 +649,15 @@ pub fn mount_steps(
         "mode=1777",
     ));
     v.push(mount("mqueue", "/dev/mqueue", "mqueue", nsd, ""));
-    for (fd, dir) in [
-        (hugepages_fd, "/dev/hugepages"),
-        (infiniband_fd, "/dev/infiniband"),
-    ] {
-        if let Some(fd) = fd {
-            v.push(Step::Mkdir {
-                path: c(dir),
-                mode: 0o755,
-            });
-            v.push(Step::Bind {
-                src: c(&format!("/proc/self/fd/{fd}")),
-                target: c(dir),
-                readonly: false,
-                recursive: true,
-            });
-        }
+    for &(index, dir) in held {
+        v.push(Step::Mkdir {
+            path: c(dir),
+            mode: 0o755,
+        });
+        v.push(Step::BindHeld {
+            index,
+            target: c(dir),
+        });
     }
     let mut by_path = Vec::new();
     for (name, dev, mode, owner, bp) in gpu_nodes {
@@ -657,8 +723,7 @@ mod tests {
         let steps = mount_steps(
             &nodes,
             &["/sys/bus/pci/devices/0000:00:03.0/resource0".into()],
-            None,
-            None,
+            &[(0, "/dev/hugepages")],
         );
         let text: Vec<String> = steps.iter().map(Step::describe).collect();
         assert!(

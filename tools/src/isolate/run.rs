@@ -507,23 +507,36 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         .map(|n| (n.name.clone(), n.dev, n.mode, n.owner, n.by_path.clone()))
         .collect();
     let hide = hidden_sysfs_files(&all, &idx);
-    let o_path = |p: &str| {
-        rustix::fs::open(
-            p,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
-            rustix::fs::Mode::empty(),
-        )
-        .ok()
-    };
-    let hugepages = o_path("/dev/hugepages");
-    let infiniband = o_path("/dev/infiniband");
-    use rustix::fd::AsRawFd;
-    let steps = job::mount_steps(
-        &nodes,
-        &hide,
-        hugepages.as_ref().map(|f| f.as_raw_fd()),
-        infiniband.as_ref().map(|f| f.as_raw_fd()),
-    );
+    // The host's hugepages and infiniband directories, bound into the private /dev where
+    // present (MPI and NCCL use them).
+    let mut held = Vec::new();
+    let mut held_dirs = Vec::new();
+    for d in ["/dev/hugepages", "/dev/infiniband"] {
+        if Path::new(d).is_dir()
+            && let Some(c) = job::cpath(d)
+        {
+            held_dirs.push((held.len(), d));
+            held.push(c);
+        }
+    }
+    let mut steps = job::mount_steps(&nodes, &hide, &held_dirs);
+    // The lease directory: out of the job's sight (a --as-root job keeps DAC_OVERRIDE and
+    // could unlink a lock file, so that a second job takes the same GPU "exclusively").
+    let lease_dir = lease::dir();
+    if lease_dir.is_dir()
+        && let Some(t) = job::cpath(&lease_dir)
+    {
+        steps.push(job::Step::Mount {
+            src: c"drmtool-leases".into(),
+            target: t,
+            fstype: c"tmpfs".into(),
+            flags: rustix::mount::MountFlags::RDONLY
+                | rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC,
+            data: c"mode=755,size=4k".into(),
+        });
+    }
     let identity = match &user {
         Some(u) => Identity::User {
             uid: u.uid,
@@ -537,6 +550,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         None => Identity::Root,
     };
     let plan = JobPlan {
+        held,
         steps,
         identity,
         keep_fds: keep,
@@ -576,8 +590,6 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     };
     let _record = lease::write_job_record(&lease::dir(), &record);
     let status = supervise(&plan, &cg);
-    drop(hugepages);
-    drop(infiniband);
     // The job's processes are gone once its init has been reaped (the kernel kills the
     // namespace with it); the cgroup may take a moment to say so.
     if let Err(e) = cg.remove(std::time::Duration::from_secs(5)) {
