@@ -277,35 +277,41 @@ mod tests {
         assert_eq!(a.container.map(|c| c.runtime), Some("containerd"));
         let a = from_cgroup_path(&format!("/machine.slice/libpod-{ID}.scope/container"));
         assert_eq!(a.container.map(|c| c.runtime), Some("podman"));
-        let a = from_cgroup_path(&format!(
-            "/kubepods.slice/kubepods-besteffort.slice/\
-             kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-{ID}.scope"
-        ));
-        assert_eq!(a.container.map(|c| c.runtime), Some("crio"));
-        // Guaranteed pods: no QoS level.
-        let a = from_cgroup_path(&format!(
-            "/kubepods.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-{ID}.scope"
-        ));
-        assert_eq!(
-            a.pod_uid.as_deref(),
-            Some("1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901")
-        );
-        assert_eq!(a.container.map(|c| c.runtime), Some("containerd"));
-        let a = from_cgroup_path(&format!(
-            "/kubepods/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/crio-{ID}"
-        ));
-        assert_eq!(a.container.map(|c| c.runtime), Some("crio"));
-        assert_eq!(
-            from_cgroup_path(&format!("/libpod_parent/libpod-{ID}"))
-                .container
-                .map(|c| c.runtime),
-            Some("podman")
-        );
-        // Rootless podman, in its user's manager.
-        let a = from_cgroup_path(&format!(
-            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"
-        ));
-        assert_eq!(a.container.map(|c| c.runtime), Some("podman"));
+        // (path, pod UID, runtime) for the other layouts.
+        const POD: &str = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901";
+        for (path, pod, runtime) in [
+            (
+                format!(
+                    "/kubepods.slice/kubepods-besteffort.slice/\
+                     kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-{ID}.scope"
+                ),
+                Some(POD),
+                "crio",
+            ),
+            // Guaranteed pods: no QoS level.
+            (
+                format!(
+                    "/kubepods.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/\
+                     cri-containerd-{ID}.scope"
+                ),
+                Some(POD),
+                "containerd",
+            ),
+            (format!("/kubepods/pod{POD}/crio-{ID}"), Some(POD), "crio"),
+            (format!("/libpod_parent/libpod-{ID}"), None, "podman"),
+            // Rootless podman, in its user's manager.
+            (
+                format!(
+                    "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"
+                ),
+                None,
+                "podman",
+            ),
+        ] {
+            let a = from_cgroup_path(&path);
+            assert_eq!(a.pod_uid.as_deref(), pod, "{path}");
+            assert_eq!(a.container.map(|c| c.runtime), Some(runtime), "{path}");
+        }
     }
 
     #[test]
