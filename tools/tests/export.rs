@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod synthetic;
+#[path = "support/tls.rs"]
+mod tls;
 
 const DOCKER: &str = "4c01db0b339c1bdd8c0f3a2ba6e9c6b6a2d0d9ac0f0b8a4c1e2f3a4b5c6d7e8f";
 
@@ -627,43 +629,6 @@ fn buffers_tables_group_by_cgroup_unit_and_job() {
     assert!(!t.contains('\u{1b}'));
 }
 
-/// `openssl req` makes a self-signed certificate for `localhost` and 127.0.0.1 in `dir`
-/// (`cert.pem`, `key.pem`); false (the test skips, saying so) without openssl.
-fn self_signed(dir: &Path) -> bool {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "key.pem",
-            "-out",
-            "cert.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .current_dir(dir)
-        .output();
-    match out {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => panic!("openssl req: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => {
-            eprintln!("skipped: no openssl to make a test certificate ({e})");
-            false
-        }
-    }
-}
-
 /// The exporter under `access` on a free loopback port, served by `serve_with` on a thread
 /// of its own (left running).
 fn serving(access: export::Access) -> (PathBuf, std::net::SocketAddr) {
@@ -707,19 +672,10 @@ fn tls_and_basic_auth_from_a_web_config_on_a_real_socket() {
     let dir = std::env::temp_dir().join(format!("drmtool-export-tls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    if !self_signed(&dir) {
+    let Some(web) = tls::web_config("openssl", &dir, "s3cret").unwrap() else {
+        eprintln!("skipped: no openssl to make a test certificate");
         return;
-    }
-    let hash = bcrypt::hash("s3cret", 4).unwrap();
-    let web = dir.join("web.yml");
-    std::fs::write(
-        &web,
-        format!(
-            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n\
-             basic_auth_users:\n  prometheus: '{hash}'\n"
-        ),
-    )
-    .unwrap();
+    };
     let cfg = export::webconfig::WebConfig::load(&web).unwrap();
     let tls = cfg.tls.as_ref().unwrap().server_config().unwrap();
     let (root, addr) = serving(export::Access {
