@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod synthetic;
+#[path = "support/tls.rs"]
+mod tls;
 
 const DOCKER: &str = "4c01db0b339c1bdd8c0f3a2ba6e9c6b6a2d0d9ac0f0b8a4c1e2f3a4b5c6d7e8f";
 
@@ -625,4 +627,148 @@ fn buffers_tables_group_by_cgroup_unit_and_job() {
         "{t}"
     );
     assert!(!t.contains('\u{1b}'));
+}
+
+/// The exporter under `access` on a free loopback port, served by `serve_with` on a thread
+/// of its own (left running).
+fn serving(access: export::Access) -> (PathBuf, std::net::SocketAddr) {
+    let (root, e) = exporter(Duration::from_secs(60));
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let e = std::sync::Arc::new(e);
+    std::thread::spawn(move || export::serve_with(l, e, std::sync::Arc::new(access)));
+    (root, addr)
+}
+
+/// `request` over TLS (trusting only `ca`): the raw answer.
+fn tls_exchange(addr: std::net::SocketAddr, ca: &Path, request: &[u8]) -> String {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(ca).unwrap())
+        .unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(cfg), "localhost".try_into().unwrap())
+            .unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    // A hang guard, not a timing: every answer comes at once.
+    tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("a clean TLS close");
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn tls_and_basic_auth_from_a_web_config_on_a_real_socket() {
+    let dir = std::env::temp_dir().join(format!("drmtool-export-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(web) = tls::web_config("openssl", &dir, "s3cret").unwrap() else {
+        eprintln!("skipped: no openssl to make a test certificate");
+        return;
+    };
+    let cfg = export::webconfig::WebConfig::load(&web).unwrap();
+    let tls = cfg.tls.as_ref().unwrap().server_config().unwrap();
+    let (root, addr) = serving(export::Access {
+        tls: Some(tls),
+        auth: cfg.auth.clone(),
+    });
+    let ca = dir.join("cert.pem");
+    let ask = |auth: &str| {
+        tls_exchange(
+            addr,
+            &ca,
+            format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n").as_bytes(),
+        )
+    };
+    use base64::Engine as _;
+    let basic = |up: &str| {
+        format!(
+            "Authorization: Basic {}\r\n",
+            base64::engine::general_purpose::STANDARD.encode(up)
+        )
+    };
+    let ok = ask(&basic("prometheus:s3cret"));
+    assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+    assert!(ok.contains("drm_memory_bytes{"), "{ok}");
+    for auth in [
+        basic("prometheus:wrong"),
+        basic("mallory:s3cret"),
+        String::new(),
+        "Authorization: Bearer x\r\n".into(),
+    ] {
+        let out = ask(&auth);
+        assert!(out.starts_with("HTTP/1.1 401 "), "{auth:?}: {out}");
+        assert!(out.contains("WWW-Authenticate: Basic"), "{out}");
+        assert!(!out.contains("drm_"), "{out}");
+    }
+    // Plain HTTP to the TLS port: no HTTP answer (at most a TLS alert), never metrics.
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(
+        !raw.starts_with(b"HTTP/") && !raw.windows(4).any(|w| w == b"drm_"),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    // A config naming files that are not there refuses to start, naming the key.
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: cert.pem\n  key_file: gone.pem\n",
+    )
+    .unwrap();
+    let e = export::webconfig::WebConfig::load(&web)
+        .unwrap()
+        .tls
+        .unwrap()
+        .server_config()
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("tls_server_config.key_file: "),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Three times the slots in idle connections (never a byte sent), then a scrape: it is
+/// answered, because the oldest idle connections give way (they read the end of the
+/// stream) instead of keeping it out.
+#[test]
+fn idle_connections_give_way_to_a_scrape() {
+    let (root, addr) = serving(export::Access::default());
+    let idle: Vec<std::net::TcpStream> = (0..3 * export::MAX_CONNECTIONS)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    // A hang guard, not a timing: the answer comes once idle connections gave way.
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    // The first idle connection was ended by the server (evicted, or at the header
+    // deadline): an end of stream or a 408, never metrics.
+    let mut first = &idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut got = String::new();
+    let _ = first.read_to_string(&mut got);
+    assert!(got.is_empty() || got.starts_with("HTTP/1.1 408 "), "{got}");
+    drop(idle);
+    std::fs::remove_dir_all(&root).unwrap();
 }

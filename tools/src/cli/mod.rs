@@ -154,7 +154,7 @@ enum Cmd {
     /// format 0.0.4, as the scraper's Accept header asks. Listens on 127.0.0.1 unless told
     /// otherwise; only /metrics is served. Metrics: tools/README.md.
     #[command(after_help = "Examples:\n  drmtool export\n  \
-                      drmtool export --listen 0.0.0.0:9717 --per cgroup\n  \
+                      drmtool export --listen 0.0.0.0:9717 --web.config.file /etc/drmtool/web.yml\n  \
                       drmtool export --textfile /var/lib/node_exporter/textfile/drm.prom --count 1")]
     Export(ExportArgs),
     /// Choose the least used GPUs: fewest lease holders, then clients, then memory held
@@ -290,6 +290,16 @@ struct ExportArgs {
     /// Address and port to serve /metrics on.
     #[arg(long, default_value = "127.0.0.1:9717", value_name = "ADDR:PORT")]
     listen: String,
+    /// TLS and basic auth, in the web configuration file format of the Prometheus
+    /// exporters (exporter-toolkit): tls_server_config (cert_file, key_file,
+    /// client_auth_type, client_ca_file, min_version) and basic_auth_users (bcrypt
+    /// hashes). Any other key is refused.
+    #[arg(
+        long = "web.config.file",
+        value_name = "FILE",
+        conflicts_with = "textfile"
+    )]
+    web_config_file: Option<std::path::PathBuf>,
     /// What one series stands for: device totals, cgroups (with unit, container, pod and
     /// Slurm job labels) or single open files (with pid; many series).
     #[arg(long, value_enum, default_value = "cgroup")]
@@ -1248,6 +1258,20 @@ fn export_cmd(a: &ExportArgs) -> ExitCode {
             std::thread::sleep(pause);
         }
     }
+    let mut access = crate::export::Access::default();
+    if let Some(path) = &a.web_config_file {
+        let loaded = crate::export::webconfig::WebConfig::load(path).and_then(|w| {
+            let tls = w.tls.as_ref().map(|t| t.server_config()).transpose()?;
+            Ok(crate::export::Access { tls, auth: w.auth })
+        });
+        match loaded {
+            Ok(acc) => access = acc,
+            Err(e) => {
+                eprintln!("drmtool: export: --web.config.file {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
     let listener = match std::net::TcpListener::bind(&a.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -1261,10 +1285,28 @@ fn export_cmd(a: &ExportArgs) -> ExitCode {
     let shown = listener
         .local_addr()
         .map_or_else(|_| a.listen.clone(), |l| l.to_string());
-    eprintln!("drmtool: export: serving http://{shown}/metrics");
-    let e = crate::export::serve(
+    let loopback = listener.local_addr().is_ok_and(|l| l.ip().is_loopback());
+    if !loopback && !access.auth.is_enabled() {
+        eprintln!(
+            "drmtool: export: warning: {shown} is reachable from other hosts and asks no \
+             password (hint: --web.config.file with basic_auth_users and tls_server_config)"
+        );
+    } else if access.auth.is_enabled() && access.tls.is_none() {
+        eprintln!(
+            "drmtool: export: warning: basic auth without tls_server_config: passwords \
+             cross the network in clear text"
+        );
+    }
+    let scheme = if access.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("drmtool: export: serving {scheme}://{shown}/metrics");
+    let e = crate::export::serve_with(
         listener,
         std::sync::Arc::new(std::sync::Mutex::new(exporter)),
+        std::sync::Arc::new(access),
     );
     eprintln!("drmtool: export: {e}");
     ExitCode::FAILURE

@@ -1,22 +1,35 @@
-//! The HTTP side of `drmtool export`: `GET /metrics` (and `HEAD`), nothing else.
+//! The HTTP side of `drmtool export`: `GET /metrics` (and `HEAD`), nothing else, over
+//! plain TCP or TLS ([`Access`], from `--web.config.file`), with HTTP basic auth when users
+//! are configured (401 before anything else).
 //!
-//! Synchronous, one thread per connection up to [`MAX_CONNECTIONS`] (more are answered 503
-//! and closed), one request per connection (`Connection: close`). A request is read with a
-//! deadline ([`REQUEST_TIMEOUT`], whatever pace the client sends at) and at most
-//! [`MAX_REQUEST`] bytes of head; the body of any request is never read. Parsing is
-//! `httparse`'s (hyper's parser).
+//! Synchronous, one thread per connection, one request per connection (`Connection:
+//! close`). At most [`MAX_CONNECTIONS`] connections hold a slot ([`Slots`]); a connection
+//! that has not sent a complete request head (the TLS handshake included) within
+//! [`HEADER_TIMEOUT`] is dropped (408), and when every slot is taken the oldest connection
+//! still waiting for its head, once it has had [`EVICT_AFTER`], gives way to the next one
+//! in the listen queue. The answer is written within [`WRITE_TIMEOUT`] as a whole, however
+//! slowly the client reads. So idle or slow connections, from any address, cannot keep a
+//! scrape out: a slot is held at most [`HEADER_TIMEOUT`] without a request and at most
+//! [`WRITE_TIMEOUT`] (plus the scan) with one. At most [`MAX_REQUEST`] bytes of head are
+//! read; the body of any request is never read. Parsing is `httparse`'s (hyper's parser).
 
+use super::webconfig::BasicAuth;
 use super::{Exporter, Format, negotiate};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes of request head read at most; a longer head is answered 431.
 pub const MAX_REQUEST: usize = 8192;
-/// The whole request head must arrive within this; a slower client is dropped (408).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The whole request head (after the TLS handshake, within the same time) must arrive
+/// within this; a slower client is dropped (408).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The whole answer must be written within this; a client that reads slower is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// With every slot taken, a connection still without a complete request head gives way to
+/// a new one once it has been open this long.
+pub const EVICT_AFTER: Duration = Duration::from_millis(500);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
 
@@ -27,14 +40,26 @@ pub enum Served {
     Metrics,
     /// Any other status (the code).
     Status(u16),
-    /// The client went away or was too slow; nothing or a 408 was sent.
+    /// The client went away, was too slow or failed the TLS handshake; nothing or a 408
+    /// was sent.
     Dropped,
+}
+
+/// Who may scrape, and over what: TLS (a rustls server configuration) and basic-auth
+/// users, from `--web.config.file`. The default is plain HTTP without authentication.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// TLS; `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Users that must authenticate (none: no authentication).
+    pub auth: BasicAuth,
 }
 
 fn status_line(code: u16) -> &'static str {
     match code {
         200 => "200 OK",
         400 => "400 Bad Request",
+        401 => "401 Unauthorized",
         404 => "404 Not Found",
         405 => "405 Method Not Allowed",
         408 => "408 Request Timeout",
@@ -44,22 +69,119 @@ fn status_line(code: u16) -> &'static str {
     }
 }
 
-fn respond(s: &mut TcpStream, code: u16, ctype: &str, body: &[u8], head_only: bool, extra: &str) {
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(io::ErrorKind::TimedOut.into())
+    } else {
+        Ok(left)
+    }
+}
+
+/// One accepted connection, plain or TLS, read and written against absolute deadlines.
+struct Conn {
+    tcp: TcpStream,
+    tls: Option<rustls::ServerConnection>,
+}
+
+impl Conn {
+    /// Writes out what rustls has queued (handshake messages, records, alerts).
+    fn flush_tls(&mut self, deadline: Instant) -> io::Result<()> {
+        let Some(tls) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        while tls.wants_write() {
+            self.tcp.set_write_timeout(Some(left(deadline)?))?;
+            tls.write_tls(&mut self.tcp)?;
+        }
+        Ok(())
+    }
+
+    /// Reads some plaintext by `deadline` (driving the TLS handshake first); 0 at the end.
+    fn read_by(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+        if self.tls.is_none() {
+            // A read timeout of what is left of the deadline: a client that sends one byte
+            // a second cannot hold the thread past it.
+            self.tcp.set_read_timeout(Some(left(deadline)?))?;
+            return self.tcp.read(buf);
+        }
+        loop {
+            let tls = self.tls.as_mut().expect("checked above");
+            match tls.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            self.flush_tls(deadline)?;
+            self.tcp.set_read_timeout(Some(left(deadline)?))?;
+            let tls = self.tls.as_mut().expect("checked above");
+            if tls.read_tls(&mut self.tcp)? == 0 {
+                return Ok(0);
+            }
+            if let Err(e) = tls.process_new_packets() {
+                // The alert rustls queued (a plain-HTTP client gets it as garbage).
+                let _ = self.flush_tls(deadline);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+
+    /// Writes all of `data` by `deadline`, however slowly the peer reads.
+    fn write_all_by(&mut self, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+        if self.tls.is_none() {
+            while !data.is_empty() {
+                self.tcp.set_write_timeout(Some(left(deadline)?))?;
+                match self.tcp.write(data) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => data = &data[n..],
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+        while !data.is_empty() {
+            let tls = self.tls.as_mut().expect("checked above");
+            let n = tls.writer().write(data)?;
+            data = &data[n..];
+            if n == 0 && !tls.wants_write() {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            self.flush_tls(deadline)?;
+        }
+        self.flush_tls(deadline)
+    }
+
+    /// Ends the answer: TLS close_notify, then the write side shut.
+    fn finish(&mut self, deadline: Instant) {
+        if let Some(tls) = self.tls.as_mut() {
+            tls.send_close_notify();
+            let _ = self.flush_tls(deadline);
+        }
+        let _ = self.tcp.shutdown(Shutdown::Write);
+    }
+}
+
+fn respond(c: &mut Conn, code: u16, ctype: &str, body: &[u8], head_only: bool, extra: &str) {
     let head = format!(
         "HTTP/1.1 {}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
         status_line(code),
         body.len()
     );
-    let _ = s.write_all(head.as_bytes());
+    // One deadline for the whole answer: a slow reader is cut off when it passes.
+    let deadline = Instant::now() + WRITE_TIMEOUT;
+    let mut out = head.into_bytes();
     if !head_only {
-        let _ = s.write_all(body);
+        out.extend_from_slice(body);
     }
-    let _ = s.flush();
+    if c.write_all_by(&out, deadline).is_ok() {
+        c.finish(deadline);
+    }
 }
 
-fn plain(s: &mut TcpStream, code: u16, msg: &str, extra: &str) -> Served {
+fn plain(c: &mut Conn, code: u16, msg: &str, extra: &str) -> Served {
     respond(
-        s,
+        c,
         code,
         "text/plain; charset=utf-8",
         format!("{msg}\n").as_bytes(),
@@ -69,23 +191,13 @@ fn plain(s: &mut TcpStream, code: u16, msg: &str, extra: &str) -> Served {
     Served::Status(code)
 }
 
-/// Reads one request head (until the blank line) within [`REQUEST_TIMEOUT`]: `Ok(bytes)`,
-/// or `Err(Some(code))` to answer, `Err(None)` to drop.
-fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, Option<u16>> {
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
+/// Reads one request head (until the blank line) by `deadline`: `Ok(bytes)`, or
+/// `Err(Some(code))` to answer, `Err(None)` to drop.
+fn read_head(c: &mut Conn, deadline: Instant) -> Result<Vec<u8>, Option<u16>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Some(408));
-        }
-        // A read timeout of what is left of the deadline: a client that sends one byte a
-        // second cannot hold the thread past it.
-        if s.set_read_timeout(Some(left)).is_err() {
-            return Err(None);
-        }
-        match s.read(&mut chunk) {
+        match c.read_by(&mut chunk, deadline) {
             Ok(0) => return Err(None),
             Ok(n) => {
                 let room = MAX_REQUEST + 4 - buf.len().min(MAX_REQUEST + 4);
@@ -97,14 +209,18 @@ fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, Option<u16>> {
                     return Err(Some(431));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // A TLS handshake that failed (plain HTTP on the TLS port): nothing to answer.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(None),
             Err(e)
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(Some(408));
+                // Still in the TLS handshake: no channel to answer on.
+                let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
+                return Err(if handshaking { None } else { Some(408) });
             }
             Err(_) => return Err(None),
         }
@@ -137,7 +253,7 @@ impl LastServed {
     }
 }
 
-/// Serves one connection: one request, one answer.
+/// Serves one plain-HTTP connection: one request, one answer.
 pub fn serve_one(s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
     serve_one_with(s, exporter, None)
 }
@@ -145,40 +261,71 @@ pub fn serve_one(s: TcpStream, exporter: &Mutex<Exporter>) -> Served {
 /// [`serve_one`], answering from `last` while another connection's scan holds the
 /// exporter.
 pub fn serve_one_with(
-    mut s: TcpStream,
+    s: TcpStream,
     exporter: &Mutex<Exporter>,
     last: Option<&LastServed>,
 ) -> Served {
-    let _ = s.set_write_timeout(Some(REQUEST_TIMEOUT));
-    let head = match read_head(&mut s) {
+    serve_conn(s, exporter, last, &Access::default(), || {})
+}
+
+/// Serves one connection under `access` (TLS, basic auth); `head_done` is called once the
+/// request head is complete (the slot is then no longer idle).
+pub fn serve_conn(
+    s: TcpStream,
+    exporter: &Mutex<Exporter>,
+    last: Option<&LastServed>,
+    access: &Access,
+    head_done: impl FnOnce(),
+) -> Served {
+    let deadline = Instant::now() + HEADER_TIMEOUT;
+    let tls = match &access.tls {
+        Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
+            Ok(t) => Some(t),
+            Err(_) => return Served::Dropped,
+        },
+        None => None,
+    };
+    let mut c = Conn { tcp: s, tls };
+    let head = match read_head(&mut c, deadline) {
         Ok(h) => h,
-        Err(Some(code)) => return plain(&mut s, code, status_line(code), ""),
+        Err(Some(code)) => return plain(&mut c, code, status_line(code), ""),
         Err(None) => return Served::Dropped,
     };
+    head_done();
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(&head) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) | Err(_) => {
-            return plain(&mut s, 400, "bad request", "");
+            return plain(&mut c, 400, "bad request", "");
         }
+    }
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    if access.auth.authorize(header("authorization")).is_err() {
+        return plain(
+            &mut c,
+            401,
+            "unauthorized",
+            "WWW-Authenticate: Basic realm=\"drmtool\", charset=\"UTF-8\"\r\n",
+        );
     }
     let method = req.method.unwrap_or_default();
     let path = req.path.unwrap_or_default();
     let path = path.split('?').next().unwrap_or_default();
     if path != "/metrics" {
-        return plain(&mut s, 404, "not found: only /metrics is served", "");
+        return plain(&mut c, 404, "not found: only /metrics is served", "");
     }
     let head_only = match method {
         "GET" => false,
         "HEAD" => true,
-        _ => return plain(&mut s, 405, "method not allowed", "Allow: GET, HEAD\r\n"),
+        _ => return plain(&mut c, 405, "method not allowed", "Allow: GET, HEAD\r\n"),
     };
-    let accept = req
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("accept"))
-        .and_then(|h| std::str::from_utf8(h.value).ok());
+    let accept = header("accept").and_then(|v| std::str::from_utf8(v).ok());
     let format: Format = negotiate(accept);
     let stale = match (last, exporter.try_lock()) {
         (Some(l), Err(std::sync::TryLockError::WouldBlock)) => l.get(format),
@@ -195,11 +342,11 @@ pub fn serve_one_with(
                 b
             }
             // A scrape that panicked poisoned the lock: the state may be half-updated.
-            Err(_) => return plain(&mut s, 500, "the exporter failed", ""),
+            Err(_) => return plain(&mut c, 500, "the exporter failed", ""),
         },
     };
     respond(
-        &mut s,
+        &mut c,
         200,
         format.content_type(),
         body.as_bytes(),
@@ -209,16 +356,156 @@ pub fn serve_one_with(
     Served::Metrics
 }
 
-/// Accepts connections on `listener` forever, each served on a thread of its own (at most
-/// [`MAX_CONNECTIONS`] at once).
-pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> std::io::Error {
-    let busy = Arc::new(AtomicUsize::new(0));
+/// What [`Slots::make_room`] says to do before accepting the next connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Room<H> {
+    /// A slot is free: accept.
+    Free,
+    /// Every slot is taken; this idle connection (removed from the slots) gives way: shut
+    /// it, then accept.
+    Evict(H),
+    /// Every slot is taken; the oldest idle connection may be evicted at this instant.
+    WaitUntil(Instant),
+    /// Every slot is answering a request: wait for one to end.
+    WaitForRelease,
+}
+
+#[derive(Debug)]
+struct Slot<H> {
+    id: u64,
+    opened: Instant,
+    answering: bool,
+    handle: H,
+}
+
+/// The connection slots of [`serve`]: which connections hold one, which of them have sent
+/// a complete request (answering) and which are still idle, and who gives way when all
+/// are taken. Pure bookkeeping; `H` is what shuts a connection (a clone of its socket).
+#[derive(Debug)]
+pub struct Slots<H> {
+    cap: usize,
+    next: u64,
+    held: Vec<Slot<H>>,
+}
+
+impl<H> Slots<H> {
+    /// `cap` slots, all free.
+    pub fn new(cap: usize) -> Self {
+        Slots {
+            cap,
+            next: 0,
+            held: Vec::new(),
+        }
+    }
+
+    /// Slots held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether no slot is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// What to do at `now` before the next accept: the oldest idle connection that has had
+    /// [`EVICT_AFTER`] gives way when every slot is taken.
+    pub fn make_room(&mut self, now: Instant) -> Room<H> {
+        if self.held.len() < self.cap {
+            return Room::Free;
+        }
+        // Slots are kept in the order they were taken: the first idle one is the oldest.
+        match self.held.iter().position(|s| !s.answering) {
+            None => Room::WaitForRelease,
+            Some(i) => {
+                let at = self.held[i].opened + EVICT_AFTER;
+                if now >= at {
+                    Room::Evict(self.held.remove(i).handle)
+                } else {
+                    Room::WaitUntil(at)
+                }
+            }
+        }
+    }
+
+    /// Takes a slot for a connection accepted at `now` (after [`Slots::make_room`] said
+    /// [`Room::Free`] or evicted one); its id.
+    pub fn take(&mut self, handle: H, now: Instant) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.held.push(Slot {
+            id,
+            opened: now,
+            answering: false,
+            handle,
+        });
+        id
+    }
+
+    /// The connection `id` has sent its request head: it is no longer idle, so no new
+    /// connection can evict it.
+    pub fn answering(&mut self, id: u64) {
+        if let Some(s) = self.held.iter_mut().find(|s| s.id == id) {
+            s.answering = true;
+        }
+    }
+
+    /// The connection `id` is done (a no-op when it was evicted).
+    pub fn release(&mut self, id: u64) {
+        self.held.retain(|s| s.id != id);
+    }
+}
+
+/// The slots and the condition the accept loop waits on.
+type Shared = (Mutex<Slots<TcpStream>>, Condvar);
+
+/// Accepts plain-HTTP connections on `listener` forever, each served on a thread of its own
+/// ([`serve_with`] without TLS or authentication).
+pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> io::Error {
+    serve_with(listener, exporter, Arc::new(Access::default()))
+}
+
+/// Accepts connections on `listener` forever under `access`, each served on a thread of
+/// its own, at most [`MAX_CONNECTIONS`] at once ([`Slots`]): when every slot is taken the
+/// next connection waits in the listen queue until a slot frees or an idle connection
+/// gives way.
+pub fn serve_with(
+    listener: TcpListener,
+    exporter: Arc<Mutex<Exporter>>,
+    access: Arc<Access>,
+) -> io::Error {
+    let shared: Arc<Shared> = Arc::new((Mutex::new(Slots::new(MAX_CONNECTIONS)), Condvar::new()));
     let last = Arc::new(LastServed::default());
     loop {
+        // Room first, then accept: a new connection never evicts one younger than
+        // EVICT_AFTER, so a flood of connections cannot cut a scraper off mid-handshake.
+        {
+            let (lock, cv) = &*shared;
+            let mut slots = lock.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                match slots.make_room(Instant::now()) {
+                    Room::Free => break,
+                    Room::Evict(s) => {
+                        let _ = s.shutdown(Shutdown::Both);
+                        break;
+                    }
+                    Room::WaitUntil(at) => {
+                        let wait = at.saturating_duration_since(Instant::now());
+                        slots = cv
+                            .wait_timeout(slots, wait)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    Room::WaitForRelease => {
+                        slots = cv.wait(slots).unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+            }
+        }
         let s = match listener.accept() {
             Ok((s, _)) => s,
             // EMFILE and the like: back off instead of spinning.
-            Err(e) if e.kind() != std::io::ErrorKind::Interrupted => {
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => {
                 if e.raw_os_error() == Some(rustix::io::Errno::BADF.raw_os_error()) {
                     return e;
                 }
@@ -227,22 +514,96 @@ pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> std::io::
             }
             Err(_) => continue,
         };
-        if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            busy.fetch_sub(1, Ordering::AcqRel);
-            let mut s = s;
-            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-            plain(&mut s, 503, "too many connections", "Retry-After: 1\r\n");
+        let Ok(handle) = s.try_clone() else {
             continue;
-        }
-        let (e, b, l) = (exporter.clone(), busy.clone(), last.clone());
+        };
+        let id = {
+            let mut slots = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+            slots.take(handle, Instant::now())
+        };
+        let (e, sh, l, a) = (
+            exporter.clone(),
+            shared.clone(),
+            last.clone(),
+            access.clone(),
+        );
         let spawned = std::thread::Builder::new()
             .name("export-conn".into())
             .spawn(move || {
-                serve_one_with(s, &e, Some(&l));
-                b.fetch_sub(1, Ordering::AcqRel);
+                let mark = || {
+                    if let Ok(mut slots) = sh.0.lock() {
+                        slots.answering(id);
+                    }
+                };
+                serve_conn(s, &e, Some(&l), &a, mark);
+                let mut slots = sh.0.lock().unwrap_or_else(|p| p.into_inner());
+                slots.release(id);
+                sh.1.notify_all();
             });
         if spawned.is_err() {
-            busy.fetch_sub(1, Ordering::AcqRel);
+            shared
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_slots_are_taken_then_the_oldest_idle_gives_way() {
+        let t0 = Instant::now();
+        let mut s: Slots<&str> = Slots::new(3);
+        assert_eq!(s.make_room(t0), Room::Free);
+        let a = s.take("a", t0);
+        let b = s.take("b", t0 + Duration::from_millis(10));
+        let c = s.take("c", t0 + Duration::from_millis(20));
+        assert_eq!(s.len(), 3);
+        // Full; no one has had EVICT_AFTER yet: wait until the oldest has.
+        assert_eq!(s.make_room(t0), Room::WaitUntil(t0 + EVICT_AFTER));
+        // a sent its request: answering connections never give way; b is the oldest idle.
+        s.answering(a);
+        let later = t0 + EVICT_AFTER + Duration::from_millis(5);
+        assert_eq!(
+            s.make_room(t0 + Duration::from_millis(15)),
+            Room::WaitUntil(t0 + Duration::from_millis(10) + EVICT_AFTER)
+        );
+        assert_eq!(
+            s.make_room(later + Duration::from_millis(10)),
+            Room::Evict("b")
+        );
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.make_room(later), Room::Free);
+        let d = s.take("d", later);
+        s.answering(c);
+        s.answering(d);
+        assert_eq!(s.make_room(later + EVICT_AFTER * 10), Room::WaitForRelease);
+        // An evicted connection's release is a no-op; a real one frees its slot.
+        s.release(b);
+        assert_eq!(s.len(), 3);
+        s.release(c);
+        assert_eq!(s.make_room(later), Room::Free);
+        s.release(a);
+        s.release(d);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn idle_connections_give_way_in_the_order_they_came() {
+        let t0 = Instant::now();
+        let mut s: Slots<u32> = Slots::new(2);
+        s.take(1, t0);
+        s.take(2, t0);
+        let late = t0 + EVICT_AFTER;
+        assert_eq!(s.make_room(late), Room::Evict(1));
+        s.take(3, late);
+        assert_eq!(s.make_room(late), Room::Evict(2));
+        s.take(4, late);
+        // The newcomers are young again: nothing gives way before they have had their time.
+        assert_eq!(s.make_room(late), Room::WaitUntil(late + EVICT_AFTER));
     }
 }

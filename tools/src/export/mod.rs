@@ -30,10 +30,11 @@
 
 mod http;
 mod model;
+pub mod webconfig;
 
 pub use http::{
-    LastServed, MAX_CONNECTIONS, MAX_REQUEST, REQUEST_TIMEOUT, Served, serve, serve_one,
-    serve_one_with,
+    Access, EVICT_AFTER, HEADER_TIMEOUT, LastServed, MAX_CONNECTIONS, MAX_REQUEST, Room, Served,
+    Slots, WRITE_TIMEOUT, serve, serve_conn, serve_one, serve_one_with, serve_with,
 };
 pub use model::{Counters, Group, Per, build};
 
