@@ -1,0 +1,925 @@
+//! `drmtool run` against the job itself and against other users (issue 26), as root over the
+//! guest's GPUs, with drmtool's real command line (`drmtool-guest`, this package's binary)
+//! where a test binary will not do.
+//!
+//! - The escape suite: a hostile job, run as user nobody and again `--as-root`, tries every
+//!   route out of its GPUs and reports each errno (`hostile_entry`); each must fail as the
+//!   threat model in tools/README.md says.
+//! - Inherited GPU fds (0-2, `--keep-fd`), the old `DRMTOOL_RUN_CHILD` trigger, a job
+//!   cgroup parent a user can write, lease files against user nobody, signals (SIGTERM and
+//!   SIGINT reach the job; SIGKILL of the supervisor ends the job and frees its lease).
+//! - The shared-server story: `cgroup deny-gpus` on a user.slice, users alice and bob (made
+//!   in the guest, with Debian's sudo and the documented sudoers line) who open no GPU in
+//!   their sessions, `sudo drmtool run --pick 1` jobs that run as them with one GPU each, a
+//!   third that finds none (exit 5), `leases` naming both users.
+
+use drmtool::isolate::{lease, ordering};
+use kernel_tests::{in_guest, skip, which};
+use serde_json::Value;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// drmtool's command line (this package's `drmtool-guest` binary).
+const DRMTOOL: &str = env!("CARGO_BIN_EXE_drmtool-guest");
+
+const HOSTILE_ENV: &str = "DRMTOOL_HOSTILE_OUT";
+
+macro_rules! guest_gpus {
+    () => {{
+        if !in_guest() {
+            skip!("not in a vm guest: no DRM devices or cgroup v2 to isolate with here");
+        }
+        ordering::gpus().expect("the guest has DRM devices")
+    }};
+}
+
+fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
+    gpus.iter()
+        .find(|g| g.driver.as_deref() == Some(driver))
+        .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(gpus)))
+}
+
+/// `EPERM`, `ENOENT`, ... for an errno number.
+fn name(n: i32) -> String {
+    drm_gem::errno_name(rustix::io::Errno::from_raw_os_error(n))
+        .map_or_else(|| format!("errno {n}"), str::to_string)
+}
+
+fn errno_of(r: std::io::Result<()>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(e) => e.raw_os_error().map_or_else(|| e.to_string(), name),
+    }
+}
+
+fn rx<T>(r: rustix::io::Result<T>) -> std::io::Result<()> {
+    r.map(drop).map_err(std::io::Error::from)
+}
+
+/// The hostile job: tries each route and writes `{route: errno or "ok"}` as JSON to the
+/// file in [`HOSTILE_ENV`]. The routes' targets come in variables the test sets.
+#[test]
+fn hostile_entry() {
+    let Some(out) = std::env::var_os(HOSTILE_ENV) else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let mut r = serde_json::Map::new();
+    let mut put = |k: &str, v: String| {
+        r.insert(k.into(), Value::from(v));
+    };
+    // cgroupfs: the job's own namespace root is all it sees; writing itself there moves
+    // nothing, and the parent is no cgroup directory at all.
+    put(
+        "cgroup_root_write",
+        errno_of(std::fs::write("/sys/fs/cgroup/cgroup.procs", "0")),
+    );
+    put(
+        "cgroup_after",
+        std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+    );
+    put(
+        "cgroup_parent_write",
+        errno_of(std::fs::write("/sys/fs/cgroup/../cgroup.procs", "0")),
+    );
+    let scratch = PathBuf::from(format!("/tmp/hostile-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&scratch);
+    let m = |fs: &str| {
+        errno_of(rx(rustix::mount::mount(
+            fs,
+            &scratch,
+            fs,
+            rustix::mount::MountFlags::empty(),
+            None,
+        )))
+    };
+    put("mount_cgroup2", m("cgroup2"));
+    put("mount_devtmpfs", m("devtmpfs"));
+    let other: Vec<u32> = var("HOSTILE_OTHER_DEV")
+        .split(':')
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    put(
+        "mknod_other_gpu",
+        errno_of(rx(rustix::fs::mknodat(
+            rustix::fs::CWD,
+            scratch.join("gpu"),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(other[0], other[1]),
+        ))),
+    );
+    let _ = std::fs::remove_file(scratch.join("gpu"));
+    let _ = std::fs::remove_dir(&scratch);
+    // BPF: reading the programs (the first step of any detach) is refused.
+    put(
+        "bpf_query",
+        match drmtool::isolate::inspect::inspect(Path::new("/sys/fs/cgroup")) {
+            Ok(_) => "ok".into(),
+            Err(drmtool::isolate::inspect::InspectError::Bpf { errno, .. }) => {
+                name(errno.raw_os_error())
+            }
+            Err(e) => e.to_string(),
+        },
+    );
+    put(
+        "other_gpu_open",
+        errno_of(std::fs::File::open(var("HOSTILE_OTHER_NODE")).map(drop)),
+    );
+    // The fd opened before run (no close-on-exec) is gone.
+    put(
+        "inherited_fd",
+        errno_of(
+            std::fs::metadata(format!("/proc/self/fd/{}", var("HOSTILE_INHERITED_FD"))).map(drop),
+        ),
+    );
+    // A process of the same user outside the job: not in this pid namespace.
+    let pid: i32 = var("HOSTILE_OUTSIDE_PID").parse().unwrap_or(0);
+    put(
+        "pidfd_open_outside",
+        errno_of(rx(rustix::process::pidfd_open(
+            rustix::process::Pid::from_raw(pid).expect("a pid"),
+            rustix::process::PidfdFlags::empty(),
+        ))),
+    );
+    put(
+        "kill_outside",
+        errno_of(rx(rustix::process::test_kill_process(
+            rustix::process::Pid::from_raw(pid).expect("a pid"),
+        ))),
+    );
+    // Another GPU's PCI BAR: the file is /dev/null here.
+    put(
+        "resource_file",
+        match rustix::fs::stat(var("HOSTILE_RESOURCE")) {
+            Ok(st) => format!(
+                "{}:{}",
+                rustix::fs::major(st.st_rdev),
+                rustix::fs::minor(st.st_rdev)
+            ),
+            Err(e) => name(e.raw_os_error()),
+        },
+    );
+    let wr = |p: &str| errno_of(std::fs::OpenOptions::new().write(true).open(p).map(drop));
+    put("sysfs_write", wr("/sys/bus/pci/rescan"));
+    put("proc_sys_write", wr("/proc/sys/kernel/core_pattern"));
+    // The lease files: out of sight.
+    put(
+        "lease_unlink",
+        errno_of(std::fs::remove_file(var("HOSTILE_LEASE"))),
+    );
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for key in ["NoNewPrivs", "CapEff", "CapBnd", "CapAmb", "Uid"] {
+        let v = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .unwrap_or("")
+            .trim();
+        put(key, v.to_string());
+    }
+    put("pid", std::process::id().to_string());
+    std::fs::write(out, Value::Object(r).to_string()).unwrap();
+    std::process::exit(0);
+}
+
+/// This test binary as a job's command, without the signal storm (a pending SIGALRM would
+/// outlive the exec of the job's command).
+fn entry(test: &str, env: &[(&str, String)]) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "env".into(),
+        "-u".into(),
+        "KERNEL_TESTS_SIGNAL_STORM".into(),
+    ];
+    v.extend(env.iter().map(|(k, x)| format!("{k}={x}").into()));
+    v.push(std::env::current_exe().unwrap().into());
+    v.extend(
+        [test, "--exact", "--nocapture", "-q", "--test-threads=1"]
+            .iter()
+            .map(Into::into),
+    );
+    v
+}
+
+/// A directory every user may write, for job reports.
+fn scratch(tag: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = PathBuf::from(format!("/tmp/drmtool-iso-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+/// drmtool's command line as a child process.
+fn drmtool(args: &[&str]) -> Command {
+    let mut c = Command::new(DRMTOOL);
+    c.args(args).env_remove("KERNEL_TESTS_SIGNAL_STORM");
+    c
+}
+
+/// The exit status of a finished command, with its stderr for messages.
+fn run_out(c: &mut Command) -> (i32, String, String) {
+    let o = c.stdin(Stdio::null()).output().expect("drmtool-guest");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Every route a hostile job tries, as user nobody and `--as-root`, and the errno each
+/// must end in: cgroupfs (its namespace root only; the parent is no cgroup), mounts
+/// (EPERM), mknod of another GPU (EPERM), BPF (EPERM), another GPU's node (not in its
+/// /dev: ENOENT), an fd opened before run (closed), a process of the same user outside
+/// (not in its pid namespace: ESRCH), another GPU's PCI resource file (/dev/null here),
+/// sysfs and /proc/sys writes (EACCES as a user, EROFS as root), the lease files (out of
+/// sight: ENOENT), no_new_privs and the capability sets.
+#[test]
+fn a_hostile_job_escapes_by_no_route() {
+    let gpus = guest_gpus!();
+    let vgem = gpu_of(&gpus, "vgem");
+    // The other GPU: a PCI one (it has resource files), whose render node the job must not
+    // reach.
+    let other = gpu_of(&gpus, "virtio_gpu");
+    let other_node = other.render().expect("virtio-gpu has a render node");
+    let bus = other.bus_id.clone().expect("virtio-gpu sits on PCI");
+    // One of its BARs (virtio-pci's are not always resource0).
+    let pci = Path::new("/sys/bus/pci/devices").join(&bus);
+    let mut bars: Vec<PathBuf> = std::fs::read_dir(&pci)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("resource"))
+                .is_some_and(|d| d.len() == 1 && d.chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    bars.sort();
+    let bar = bars.first().expect("a PCI GPU has a BAR").clone();
+    let dir = scratch("hostile");
+    // An fd of the other GPU opened before run, without close-on-exec.
+    let inherited = rustix::fs::open(
+        &other_node.path,
+        rustix::fs::OFlags::RDWR,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    use rustix::fd::AsRawFd;
+    for (who, uid) in [("nobody", 65534u32), ("as-root", 0)] {
+        // A process of the job's user outside the job.
+        let mut outside = Command::new("sleep");
+        outside.arg("60");
+        if uid != 0 {
+            outside.uid(uid).gid(uid);
+        }
+        let mut outside = outside.spawn().unwrap();
+        let out = dir.join(format!("{who}.json"));
+        let env = [
+            (HOSTILE_ENV, out.display().to_string()),
+            (
+                "HOSTILE_OTHER_DEV",
+                format!("{}:{}", other_node.dev.0, other_node.dev.1),
+            ),
+            ("HOSTILE_OTHER_NODE", other_node.path.display().to_string()),
+            ("HOSTILE_INHERITED_FD", inherited.as_raw_fd().to_string()),
+            ("HOSTILE_OUTSIDE_PID", outside.id().to_string()),
+            ("HOSTILE_RESOURCE", bar.display().to_string()),
+            (
+                "HOSTILE_LEASE",
+                lease::dir()
+                    .join(format!("{}.lock", lease::key(vgem)))
+                    .display()
+                    .to_string(),
+            ),
+        ];
+        let argv = entry("hostile_entry", &env);
+        let mut args: Vec<String> = vec!["run".into(), "--gpu".into(), "vgem".into()];
+        if uid == 0 {
+            args.push("--as-root".into());
+        } else {
+            args.extend(["--user".into(), "nobody".into()]);
+        }
+        args.push("--".into());
+        args.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = run_out(&mut drmtool(&a));
+        let _ = outside.kill();
+        let _ = outside.wait();
+        assert_eq!(code, 0, "{who}: {err}");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        eprintln!("{who}: {v}");
+        let want = |k: &str, e: &str| assert_eq!(v[k], e, "{who}: {k}: {v}");
+        // Writing itself into its own (namespace root) cgroup moves nothing.
+        want("cgroup_after", "0::/\n");
+        // The parent of the namespace's cgroupfs is the read-only sysfs: no cgroup there.
+        want("cgroup_parent_write", "EROFS");
+        want("mount_cgroup2", "EPERM");
+        want("mount_devtmpfs", "EPERM");
+        want("mknod_other_gpu", "EPERM");
+        want("bpf_query", "EPERM");
+        want("other_gpu_open", "ENOENT");
+        want("inherited_fd", "ENOENT");
+        want("pidfd_open_outside", "ESRCH");
+        want("kill_outside", "ESRCH");
+        want("resource_file", "1:3");
+        // The lease directory is an empty read-only tmpfs in the job.
+        want("lease_unlink", "EROFS");
+        want("NoNewPrivs", "1");
+        want("CapAmb", "0000000000000000");
+        if uid == 0 {
+            want("sysfs_write", "EROFS");
+            want("proc_sys_write", "EROFS");
+            let keep = drmtool::isolate::job::root_keep_mask();
+            want("CapEff", &format!("{keep:016x}"));
+            want("CapBnd", &format!("{keep:016x}"));
+            assert!(v["Uid"].as_str().unwrap().starts_with("0\t"), "{v}");
+        } else {
+            want("sysfs_write", "EACCES");
+            want("proc_sys_write", "EACCES");
+            want("CapEff", "0000000000000000");
+            assert!(
+                v["Uid"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("65534\t65534\t65534\t65534"),
+                "{v}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// fds the job would inherit that are GPU nodes outside it are refused before anything is
+/// set up: stdin (`run ... < /dev/dri/renderD129`) and `--keep-fd`, exit 2. A kept fd of
+/// the job's own GPU is allowed.
+#[test]
+fn inherited_gpu_fds_outside_the_job_are_refused() {
+    let gpus = guest_gpus!();
+    let vgem = gpu_of(&gpus, "vgem");
+    let other = gpu_of(&gpus, "virtio_gpu").render().unwrap().path.clone();
+    let mine = vgem.render().unwrap().path.clone();
+    let stdin = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&other)
+        .unwrap();
+    let o = drmtool(&["run", "--as-root", "--gpu", "vgem", "--", "true"])
+        .stdin(stdin)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("fd 0 is a GPU node outside the job"), "{err}");
+    // --keep-fd: a node of another GPU is refused, one of the job's own is kept.
+    for (node, ok) in [(&other, false), (&mine, true)] {
+        let f =
+            rustix::fs::open(node, rustix::fs::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap();
+        use rustix::fd::AsRawFd;
+        let n = f.as_raw_fd().to_string();
+        let script = format!("test -e /proc/self/fd/{n}");
+        let (code, _, err) = run_out(&mut drmtool(&[
+            "run",
+            "--as-root",
+            "--gpu",
+            "vgem",
+            "--keep-fd",
+            &n,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]));
+        if ok {
+            assert_eq!(code, 0, "{err}");
+        } else {
+            assert_eq!(code, 2, "{err}");
+            assert!(
+                err.contains(&format!("fd {n} is a GPU node outside the job")),
+                "{err}"
+            );
+        }
+    }
+}
+
+/// `DRMTOOL_RUN_CHILD` (which made any drmtool invocation run a job description as root)
+/// is nobody's trigger now: with a description in it, `drmtool devices` lists the devices
+/// and the description's command never runs.
+#[test]
+fn drmtool_run_child_in_the_environment_runs_nothing() {
+    let _gpus = guest_gpus!();
+    let dir = scratch("runchild");
+    let marker = dir.join("ran");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let job = format!(
+        "v1;{};;{},{}",
+        hex(b"/sys/fs/cgroup"),
+        hex(b"touch"),
+        hex(marker.to_str().unwrap().as_bytes())
+    );
+    let (code, out, err) = run_out(drmtool(&["devices"]).env("DRMTOOL_RUN_CHILD", &job));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("vgem"), "{out}");
+    assert!(!marker.exists(), "the description ran");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A job cgroup parent that a non-root user can write (a cgroup delegated to nobody, as
+/// systemd's Delegate= leaves it) is refused with the reason, exit 125, and nothing runs.
+#[test]
+fn a_parent_a_user_can_write_is_refused() {
+    let _gpus = guest_gpus!();
+    let name = format!("drmtool-test-deleg-{}", std::process::id());
+    let d = Path::new("/sys/fs/cgroup").join(&name);
+    std::fs::create_dir(&d).unwrap();
+    for f in [d.clone(), d.join("cgroup.procs")] {
+        rustix::fs::chown(
+            &f,
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+    }
+    let dir = scratch("deleg");
+    let marker = dir.join("ran");
+    let (code, _, err) = run_out(&mut drmtool(&[
+        "run",
+        "--as-root",
+        "--gpu",
+        "vgem",
+        "--cgroup-parent",
+        &name,
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]));
+    let made: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    let _ = std::fs::remove_dir(&d);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("not owned by root") && err.contains("only root can write"),
+        "{err}"
+    );
+    assert!(!marker.exists());
+    assert!(made.is_empty(), "{made:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `cmd` as nobody (setpriv, no capabilities).
+fn as_nobody(script: &str) -> (i32, String) {
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+        .output()
+        .expect("setpriv (util-linux)");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
+
+/// Waits until `f` is true (up to `secs`).
+fn until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+/// The lease JSON of `key` from `drmtool leases --json` run as `nobody` or root.
+fn lease_of(key: &str, unprivileged: bool) -> Option<Value> {
+    let text = if unprivileged {
+        let (code, out) = as_nobody(&format!("{DRMTOOL} leases --json"));
+        assert_eq!(code, 0, "{out}");
+        out
+    } else {
+        run_out(&mut drmtool(&["leases", "--json"])).1
+    };
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["leases"]
+        .as_array()?
+        .iter()
+        .find(|l| l["device"] == key)
+        .cloned()
+}
+
+/// Lease files against user nobody: the directory is root's and 0755, the files 0600, so
+/// nobody cannot create, lock (flock needs an open fd) or delete one, and `run --pick` is
+/// not blocked by anything nobody does; nobody still reads who holds what (from
+/// /proc/locks and the job's 0644 record): the holder's pid, user and command. While a
+/// job holds vgem, `run --gpu vgem` (which takes the same lease) exits 5.
+#[test]
+fn leases_cannot_be_forged_or_removed_by_another_user() {
+    let gpus = guest_gpus!();
+    let vgem = gpu_of(&gpus, "vgem");
+    let key = lease::key(vgem);
+    let d = lease::dir();
+    let lock = d.join(format!("{key}.lock"));
+    // A job takes (and so makes) the lease, then holds it.
+    let mut holder = drmtool(&["run", "--as-root", "--gpu", "vgem", "--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        until(30, || lease_of(&key, false).is_some()),
+        "no lease listed"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&lock).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o600));
+    let dm = std::fs::metadata(&d).unwrap();
+    assert_eq!((dm.uid(), dm.mode() & 0o7777), (0, 0o755));
+    let l = lease_of(&key, true).expect("nobody sees the lease");
+    assert_eq!(l["pid"], i64::from(holder.id()), "{l}");
+    assert_eq!(l["user"], "root", "{l}");
+    assert_eq!(l["command"], "sleep 30", "{l}");
+    assert!(
+        l["cgroup"]
+            .as_str()
+            .unwrap()
+            .contains("/drmtool.slice/run-"),
+        "{l}"
+    );
+    // Another run of the same GPU: exit 5, naming the lease.
+    let (code, _, err) = run_out(&mut drmtool(&[
+        "run",
+        "--as-root",
+        "--gpu",
+        "vgem",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("is leased by another job"), "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        until(30, || lease_of(&key, false).is_none()),
+        "the lease stayed"
+    );
+    // nobody: no lock, no new file, no delete.
+    let l = lock.display();
+    let (code, out) = as_nobody(&format!("flock -n {l} true"));
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    let (code, out) = as_nobody(&format!(
+        "touch {}/{key}.slot0 {}/x.lock",
+        d.display(),
+        d.display()
+    ));
+    assert_ne!(code, 0, "{out}");
+    let (code, out) = as_nobody(&format!("rm -f {l}"));
+    assert_ne!(code, 0, "{out}");
+    assert!(lock.exists());
+    let (code, _, err) = run_out(&mut drmtool(&[
+        "run",
+        "--as-root",
+        "--pick",
+        "1",
+        "--gpu",
+        "vgem",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 0, "{err}");
+}
+
+/// SIGTERM and SIGINT sent to the supervisor reach the job (which traps them and exits 0,
+/// the supervisor with it); SIGKILL of the supervisor ends the whole job (its pid
+/// namespace) and frees the lease.
+#[test]
+fn signals_reach_the_job_and_the_job_dies_with_its_supervisor() {
+    let gpus = guest_gpus!();
+    let key = lease::key(gpu_of(&gpus, "vgem"));
+    let dir = scratch("signals");
+    for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
+        let got = dir.join(format!("got-{}", sig.as_raw()));
+        let ready = dir.join(format!("ready-{}", sig.as_raw()));
+        let script = format!(
+            "trap 'echo got > {}; exit 0' TERM INT; touch {}; while :; do sleep 0.05; done",
+            got.display(),
+            ready.display()
+        );
+        let mut sup = drmtool(&[
+            "run", "--user", "nobody", "--gpu", "vgem", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+        assert!(until(30, || ready.exists()), "the job never started");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(sup.id() as i32).unwrap(),
+            sig,
+        )
+        .unwrap();
+        let st = sup.wait().unwrap();
+        assert!(got.exists(), "{sig:?} did not reach the job");
+        assert_eq!(st.code(), Some(0), "{sig:?}: the job's status comes back");
+    }
+    let pidfile = dir.join("jobpid");
+    let script = format!(
+        "echo $(cut -d' ' -f4 /proc/self/stat) > /dev/null; sleep 300 & echo $! > {}; wait",
+        pidfile.display()
+    );
+    let mut sup = drmtool(&[
+        "run", "--user", "nobody", "--gpu", "vgem", "--", "sh", "-c", &script,
+    ])
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    assert!(until(30, || lease_of(&key, false).is_some() && pidfile.exists()));
+    // The job's processes as the guest sees them: nobody's sleep 300.
+    let sleepers = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|c| c == "sleep\0300\0")
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(sleepers().len(), 1, "{:?}", sleepers());
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(sup.id() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    sup.wait().unwrap();
+    assert!(
+        until(30, || sleepers().is_empty()),
+        "the job outlived its supervisor: {:?}",
+        sleepers()
+    );
+    assert!(
+        until(30, || lease_of(&key, false).is_none()),
+        "the lease stayed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Users alice and bob (group gpu) in the guest: passwd, group and shadow copies bound over
+/// the read-only host's, and a sudoers drop-in with the line tools/README.md documents,
+/// naming drmtool-guest. Done once per boot.
+fn shared_server_users() -> Result<(), String> {
+    let done = Path::new("/run/drmtool-test-users");
+    if done.exists() {
+        return Ok(());
+    }
+    let stage = Path::new("/run/drmtool-test-etc");
+    std::fs::create_dir_all(stage.join("sudoers.d")).map_err(|e| e.to_string())?;
+    let add = |file: &str, lines: &str| -> Result<(), String> {
+        let mut text = std::fs::read_to_string(format!("/etc/{file}")).unwrap_or_default();
+        text.push_str(lines);
+        let p = stage.join(file);
+        std::fs::write(&p, text).map_err(|e| format!("{file}: {e}"))?;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if file == "shadow" { 0o640 } else { 0o644 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| e.to_string())?;
+        rustix::mount::mount_bind(&p, Path::new("/etc").join(file))
+            .map_err(|e| format!("bind {file}: {e}"))
+    };
+    add(
+        "passwd",
+        "alice:x:2001:2001:alice:/tmp:/bin/sh\nbob:x:2002:2002:bob:/tmp:/bin/sh\n",
+    )?;
+    add(
+        "group",
+        "alice:x:2001:\nbob:x:2002:\ngpu:x:2000:alice,bob\n",
+    )?;
+    add(
+        "shadow",
+        "alice:*:19000:0:99999:7:::\nbob:*:19000:0:99999:7:::\n",
+    )?;
+    let rule = stage.join("sudoers.d/drmtool");
+    // The sudoers line tools/README.md gives, for this binary.
+    std::fs::write(
+        &rule,
+        format!("%gpu ALL=(root) NOPASSWD: {DRMTOOL} run *\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rule, std::fs::Permissions::from_mode(0o440))
+        .map_err(|e| e.to_string())?;
+    rustix::mount::mount_bind(stage.join("sudoers.d"), "/etc/sudoers.d")
+        .map_err(|e| format!("bind sudoers.d: {e}"))?;
+    std::fs::write(done, "").map_err(|e| e.to_string())
+}
+
+/// A shell command as `user` in the cgroup `cg` (moved there first, as a login session is),
+/// with the user's groups.
+fn session(cg: &Path, user: &str, script: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.args([
+        "-c",
+        &format!(
+            "echo $$ > {}/cgroup.procs && exec setpriv --reuid={user} --regid={user} --init-groups \
+             --inh-caps=-all env -i PATH=/usr/bin:/bin HOME=/tmp USER={user} sh -c \"$0\"",
+            cg.display()
+        ),
+        script,
+    ])
+    .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+    .stdin(Stdio::null());
+    c
+}
+
+/// The shared server, end to end: see the module docs.
+#[test]
+fn a_shared_server_gives_gpus_only_through_jobs() {
+    let gpus = guest_gpus!();
+    let Some(_sudo) = which("sudo") else {
+        skip!("no sudo on the host root (scripts/setup installs it)");
+    };
+    shared_server_users().unwrap();
+    let (vkms, vgem) = (gpu_of(&gpus, "vkms"), gpu_of(&gpus, "vgem"));
+    // Nodes every user may open, as udev's uaccess/0666 render nodes on a real server: the
+    // device program alone stands between a session and a GPU.
+    use std::os::unix::fs::PermissionsExt;
+    let nodes: Vec<PathBuf> = gpus
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(|n| n.path.clone()))
+        .collect();
+    let modes: Vec<u32> = nodes
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().permissions().mode())
+        .collect();
+    for p in &nodes {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let slice = Path::new("/sys/fs/cgroup/user.slice");
+    let _ = std::fs::create_dir(slice);
+    let (code, out, err) = run_out(&mut drmtool(&["cgroup", "deny-gpus", "user.slice"]));
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, text, _) = run_out(&mut drmtool(&["cgroup", "devices", "user.slice"]));
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("deny c 226:* rwm") && text.contains("deny c 261:* rwm"),
+        "{text}"
+    );
+    let dir = scratch("story");
+    let result = std::panic::catch_unwind(|| {
+        // In their sessions, alice and bob open no GPU node.
+        let list: Vec<String> = nodes.iter().map(|p| p.display().to_string()).collect();
+        let probe = format!(
+            "for n in {}; do if (exec 3<>$n) 2>/dev/null; then echo \"$n opened\"; fi; done; echo done",
+            list.join(" ")
+        );
+        for u in ["alice", "bob"] {
+            let o = session(slice, u, &probe).output().unwrap();
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(s.trim(), "done", "{u} opened a GPU outside a job: {s}");
+        }
+        // Each starts a job through sudo: it runs as them, with one GPU, opened.
+        let job = |u: &str| {
+            format!(
+                "id -u > {d}/{u}.uid; ls /dev/dri > {d}/{u}.dri; for n in /dev/dri/card* /dev/dri/renderD*; do \
+                 [ -e $n ] || continue; if (exec 3<>$n) 2>/dev/null; then echo $n >> {d}/{u}.opened; fi; done; \
+                 trap 'echo term > {d}/{u}.term; exit 0' TERM; touch {d}/{u}.ready; while :; do sleep 0.05; done",
+                d = dir.display()
+            )
+        };
+        let start = |u: &str| {
+            let file = dir.join(format!("{u}.sh"));
+            std::fs::write(&file, job(u)).unwrap();
+            let script = format!(
+                "exec sudo -n {DRMTOOL} run --pick 1 --gpu vkms,vgem -- sh {}",
+                file.display()
+            );
+            session(slice, u, &script)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut alice = start("alice");
+        assert!(
+            until(60, || dir.join("alice.ready").exists()),
+            "alice's job never started: {:?}",
+            {
+                let _ = alice.kill();
+                alice
+                    .wait_with_output()
+                    .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            }
+        );
+        let mut bob = start("bob");
+        assert!(
+            until(60, || dir.join("bob.ready").exists()),
+            "bob's job never started"
+        );
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        assert_eq!(read("alice.uid").trim(), "2001");
+        assert_eq!(read("bob.uid").trim(), "2002");
+        let (a_dri, b_dri) = (read("alice.dri"), read("bob.dri"));
+        assert!(!read("alice.opened").is_empty() && !read("bob.opened").is_empty());
+        let count = |s: &str| s.lines().filter(|l| l.starts_with("card")).count();
+        assert_eq!(
+            (count(&a_dri), count(&b_dri)),
+            (1, 1),
+            "one GPU each: {a_dri} / {b_dri}"
+        );
+        assert_ne!(a_dri, b_dri, "two GPUs");
+        // A third job finds none: exit 5.
+        let o = session(
+            slice,
+            "alice",
+            &format!("exec sudo -n {DRMTOOL} run --pick 1 --gpu vkms,vgem -- true"),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(5),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // Through sudo, --user and --as-root are refused.
+        let o = session(
+            slice,
+            "alice",
+            &format!("exec sudo -n {DRMTOOL} run --as-root --gpu vgem -- true"),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--user and --as-root are refused"));
+        // leases: both users.
+        let (_, out, _) = run_out(&mut drmtool(&["leases", "--json"]));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let holders: Vec<(String, i64)> = v["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["device"] == lease::key(vkms) || l["device"] == lease::key(vgem))
+            .map(|l| {
+                (
+                    l["user"].as_str().unwrap_or("-").to_string(),
+                    l["pid"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        let mut users: Vec<&str> = holders.iter().map(|(u, _)| u.as_str()).collect();
+        users.sort();
+        assert_eq!(users, ["alice", "bob"], "{v}");
+        let pid_of = |u: &str| holders.iter().find(|(x, _)| x == u).unwrap().1 as i32;
+        // SIGTERM to alice's supervisor reaches her job; SIGKILL to bob's ends his.
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid_of("alice")).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let st = alice.wait().unwrap();
+        assert!(
+            dir.join("alice.term").exists(),
+            "SIGTERM did not reach alice's job"
+        );
+        assert_eq!(st.code(), Some(0));
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid_of("bob")).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        let _ = bob.wait();
+        assert!(
+            until(30, || {
+                let (_, out, _) = run_out(&mut drmtool(&["leases", "--json"]));
+                !out.contains("\"bob\"")
+            }),
+            "bob's lease stayed"
+        );
+        assert!(!dir.join("bob.term").exists(), "SIGKILL gives no chance");
+    });
+    let _ = run_out(&mut drmtool(&["cgroup", "allow-gpus", "user.slice"]));
+    for (p, m) in nodes.iter().zip(modes) {
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
