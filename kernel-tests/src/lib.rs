@@ -411,3 +411,17 @@ pub fn which(prog: &str) -> Option<std::path::PathBuf> {
         .map(|d| d.join(prog))
         .find(|p| p.is_file())
 }
+
+/// Makes the cgroup directory `dir` and hands it to `uid` as systemd's `Delegate=` does (the
+/// directory and its `cgroup.procs` chowned): a cgroup that user may write.
+pub fn delegated_cgroup(dir: &std::path::Path, uid: u32) {
+    std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    for f in [dir.to_path_buf(), dir.join("cgroup.procs")] {
+        rustix::fs::chown(
+            &f,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(uid)),
+        )
+        .unwrap_or_else(|e| panic!("chown {}: {e}", f.display()));
+    }
+}

@@ -434,15 +434,7 @@ fn a_parent_a_user_can_write_is_refused() {
     let _gpus = guest_gpus!();
     let name = format!("drmtool-test-deleg-{}", std::process::id());
     let d = Path::new("/sys/fs/cgroup").join(&name);
-    std::fs::create_dir(&d).unwrap();
-    for f in [d.clone(), d.join("cgroup.procs")] {
-        rustix::fs::chown(
-            &f,
-            Some(rustix::fs::Uid::from_raw(65534)),
-            Some(rustix::fs::Gid::from_raw(65534)),
-        )
-        .unwrap();
-    }
+    kernel_tests::delegated_cgroup(&d, 65534);
     let dir = scratch("deleg");
     let marker = dir.join("ran");
     let (code, _, err) = run_out(&mut drmtool(&[
@@ -653,7 +645,8 @@ fn signals_reach_the_job_and_the_job_dies_with_its_supervisor() {
             .unwrap()
             .flatten()
             .filter(|e| {
-                std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|c| c == "sleep\0300\0")
+                std::fs::read_to_string(e.path().join("cmdline"))
+                    .is_ok_and(|c| c == "sleep\x00300\x00")
             })
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect()

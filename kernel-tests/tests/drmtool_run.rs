@@ -1308,15 +1308,7 @@ fn unprivileged_run_says_what_is_missing() {
         assert!(!marker.exists(), "the command ran");
     };
     check(as_nobody(None));
-    std::fs::create_dir(&delegated).unwrap();
-    for f in [delegated.clone(), delegated.join("cgroup.procs")] {
-        rustix::fs::chown(
-            &f,
-            Some(rustix::fs::Uid::from_raw(65534)),
-            Some(rustix::fs::Gid::from_raw(65534)),
-        )
-        .unwrap();
-    }
+    kernel_tests::delegated_cgroup(&delegated, 65534);
     let out = as_nobody(Some(&delegated));
     let leftover: Vec<_> = std::fs::read_dir(&delegated)
         .unwrap()

@@ -564,7 +564,7 @@ fn exists(path: &str) -> bool {
 /// has it, the `held` host directories (index into [`JobPlan::held`], path: hugepages,
 /// infiniband), then `hide` (sysfs files of other GPUs) covered by /dev/null.
 pub fn mount_steps(
-    gpu_nodes: &[(String, (u32, u32), u32, (u32, u32), Option<String>)],
+    gpu_nodes: &[super::run::PlacedNode],
     hide: &[std::path::PathBuf],
     held: &[(usize, &str)],
 ) -> Vec<Step> {
@@ -668,15 +668,15 @@ pub fn mount_steps(
         });
     }
     let mut by_path = Vec::new();
-    for (name, dev, mode, owner, bp) in gpu_nodes {
+    for n in gpu_nodes {
         v.push(Step::Mknod {
-            path: c(&format!("/dev/dri/{name}")),
-            dev: *dev,
-            mode: *mode,
-            owner: *owner,
+            path: c(&format!("/dev/dri/{}", n.name)),
+            dev: n.dev,
+            mode: n.mode,
+            owner: n.owner,
         });
-        if let Some(b) = bp {
-            by_path.push((b.clone(), name.clone()));
+        if let Some(b) = &n.by_path {
+            by_path.push((b.clone(), n.name.clone()));
         }
     }
     if !by_path.is_empty() {
@@ -721,13 +721,13 @@ mod tests {
 
     #[test]
     fn private_dev_has_the_gpu_nodes_and_hides_the_rest() {
-        let nodes = vec![(
-            "renderD129".to_string(),
-            (226, 129),
-            0o660,
-            (1000, 44),
-            Some("pci-0000:00:02.0-render".to_string()),
-        )];
+        let nodes = vec![super::super::run::PlacedNode {
+            name: "renderD129".to_string(),
+            dev: (226, 129),
+            mode: 0o660,
+            owner: (1000, 44),
+            by_path: Some("pci-0000:00:02.0-render".to_string()),
+        }];
         let steps = mount_steps(
             &nodes,
             &["/sys/bus/pci/devices/0000:00:03.0/resource0".into()],

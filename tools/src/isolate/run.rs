@@ -419,7 +419,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     };
     let mut keep: Vec<i32> = vec![0, 1, 2];
     for &k in &req.keep_fds {
-        if k < 3 || k > 65535 {
+        if !(3..=65535).contains(&k) {
             return Err(RunError::Usage(format!(
                 "--keep-fd {k}: give an fd of 3 or more"
             )));
@@ -502,10 +502,6 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
             n.mode |= 0o600;
         }
     }
-    let nodes: Vec<_> = placed
-        .iter()
-        .map(|n| (n.name.clone(), n.dev, n.mode, n.owner, n.by_path.clone()))
-        .collect();
     let hide = hidden_sysfs_files(&all, &idx);
     // The host's hugepages and infiniband directories, bound into the private /dev where
     // present (MPI and NCCL use them).
@@ -519,7 +515,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
             held.push(c);
         }
     }
-    let mut steps = job::mount_steps(&nodes, &hide, &held_dirs);
+    let mut steps = job::mount_steps(&placed, &hide, &held_dirs);
     // The lease directory: out of the job's sight (a --as-root job keeps DAC_OVERRIDE and
     // could unlink a lock file, so that a second job takes the same GPU "exclusively").
     let lease_dir = lease::dir();
@@ -627,7 +623,7 @@ fn attach_checked(parent: &Parent, cg: &JobCgroup, policy: &Policy) -> Result<()
     effective_ok(&before, &after, ours).map_err(RunError::Setup)
 }
 
-/// The check of [`attach_checked`] on the program ids: `ours` and every id of `before`
+/// The check `run` makes after attaching, on the program ids: `ours` and every id of `before`
 /// (the parent's effective programs) must be in `after` (the job's).
 pub fn effective_ok(before: &[u32], after: &[u32], ours: u32) -> Result<(), String> {
     if !after.contains(&ours) {
