@@ -15,6 +15,9 @@
 
 use drmtool::isolate::{lease, ordering};
 use kernel_tests::{in_guest, skip, which};
+
+mod schema_common;
+use schema_common::validate;
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -907,7 +910,19 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
         );
         assert!(!dir.join("bob.term").exists(), "SIGKILL gives no chance");
     });
-    let _ = run_out(&mut drmtool(&["cgroup", "allow-gpus", "user.slice"]));
+    let (code, out, err) = run_out(&mut drmtool(&[
+        "cgroup",
+        "allow-gpus",
+        "user.slice",
+        "--json",
+    ]));
+    let _ = std::fs::remove_dir(slice.join("session-1.scope"));
+    let (_, shown, _) = run_out(&mut drmtool(&[
+        "cgroup",
+        "show-gpus",
+        "user.slice",
+        "--json",
+    ]));
     for (p, m) in nodes.iter().zip(modes) {
         let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
     }
@@ -915,4 +930,18 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+    assert_eq!(code, 0, "{err}");
+    let undone: Value = serde_json::from_str(&out).unwrap();
+    validate(
+        &undone,
+        "cgroup-deny.schema.json",
+        "cgroup allow-gpus --json",
+    );
+    assert_eq!(
+        undone["detached"].as_array().map(Vec::len),
+        Some(1),
+        "{undone}"
+    );
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["denied"], false, "{shown}");
 }

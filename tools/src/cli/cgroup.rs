@@ -1,4 +1,4 @@
-//! `drmtool cgroup devices|deny-gpus|allow-gpus`: flags to [`crate::isolate::inspect`] and
+//! `drmtool cgroup devices|deny-gpus|show-gpus|allow-gpus`: flags to [`crate::isolate::inspect`] and
 //! [`crate::isolate::deny`] calls, their results rendered.
 
 use super::{emit_json, emit_text};
@@ -27,6 +27,12 @@ pub(super) enum CgroupCmd {
         /// The cgroup: a path under /sys/fs/cgroup or absolute.
         cgroup: String,
     },
+    /// Whether deny-gpus applies to CGROUP (attached there or to an ancestor).
+    #[command(after_help = "Example:\n  drmtool cgroup show-gpus user.slice/user-1000.slice")]
+    ShowGpus {
+        /// The cgroup: a path under /sys/fs/cgroup or absolute.
+        cgroup: String,
+    },
     /// Undo deny-gpus: detach the programs deny-gpus attached to CGROUP.
     #[command(after_help = "Example:\n  drmtool cgroup allow-gpus user.slice")]
     AllowGpus {
@@ -43,6 +49,16 @@ pub(super) fn exec(c: &CgroupCmd, json: bool, out: &mut dyn Write) -> ExitCode {
                 Ok(r) => emit_text(&inspect::render(&r), out),
                 Err(e) => {
                     eprintln!("drmtool: cgroup devices: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        CgroupCmd::ShowGpus { cgroup } => {
+            return match deny::show(cgroup) {
+                Ok(o) if json => emit_json(&o, out),
+                Ok(o) => emit_text(&deny::render_shown(&o), out),
+                Err(e) => {
+                    eprintln!("drmtool: cgroup show-gpus: {e}");
                     ExitCode::FAILURE
                 }
             };

@@ -15,9 +15,11 @@ use std::path::PathBuf;
 /// The name deny-gpus gives its program (15 bytes at most: the kernel's limit).
 pub const PROG_NAME: &str = "drmtool_deny";
 
-/// What deny-gpus or allow-gpus did.
+/// What deny-gpus or allow-gpus did (`tools/schema/cgroup-deny.schema.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
+    /// As every drmtool JSON document.
+    pub schema_version: u32,
     /// The cgroup.
     pub cgroup: String,
     /// Program ids attached now (deny-gpus: the new one, or the one already there).
@@ -64,14 +66,85 @@ fn open(dir: &std::path::Path) -> Result<rustix::fd::OwnedFd, DenyError> {
     })
 }
 
-/// The ids of the programs named [`PROG_NAME`] attached to the cgroup itself.
+/// Whether `p` is a deny-gpus program: its name and, read back from the kernel, exactly
+/// the deny policy's rules.
+fn is_deny(p: &inspect::Program) -> bool {
+    p.name == PROG_NAME && p.kind == "drmtool" && p.rules == inspect::rule_lines(&policy())
+}
+
+/// The ids of the deny-gpus programs attached to the cgroup itself.
 fn ours(dir: &std::path::Path) -> Result<Vec<u32>, DenyError> {
     let r = inspect::inspect(dir).map_err(DenyError::Inspect)?;
     Ok(r.attached
         .iter()
-        .filter(|p| p.name == PROG_NAME)
+        .filter(|p| is_deny(p))
         .map(|p| p.id)
         .collect())
+}
+
+/// Whether GPU nodes are denied in a cgroup, and by which deny-gpus programs
+/// (`tools/schema/cgroup-show-gpus.schema.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Shown {
+    /// As every drmtool JSON document.
+    pub schema_version: u32,
+    /// The cgroup.
+    pub cgroup: String,
+    /// A deny-gpus program applies (attached here or to an ancestor).
+    pub denied: bool,
+    /// Ids of deny-gpus programs attached to the cgroup itself.
+    pub attached: Vec<u32>,
+    /// Ids of deny-gpus programs that apply through an ancestor.
+    pub inherited: Vec<u32>,
+}
+
+/// `drmtool cgroup show-gpus CGROUP`: whether deny-gpus applies there.
+///
+/// # Errors
+/// As [`deny_gpus`].
+pub fn show(cgroup: &str) -> Result<Shown, DenyError> {
+    let dir = inspect::resolve(Some(cgroup)).map_err(DenyError::Inspect)?;
+    let r = inspect::inspect(&dir).map_err(DenyError::Inspect)?;
+    let attached: Vec<u32> = r
+        .attached
+        .iter()
+        .filter(|p| is_deny(p))
+        .map(|p| p.id)
+        .collect();
+    let inherited: Vec<u32> = r
+        .effective
+        .iter()
+        .filter(|p| is_deny(p) && !attached.contains(&p.id))
+        .map(|p| p.id)
+        .collect();
+    Ok(Shown {
+        schema_version: crate::scan::SCHEMA_VERSION,
+        cgroup: dir.display().to_string(),
+        denied: !attached.is_empty() || !inherited.is_empty(),
+        attached,
+        inherited,
+    })
+}
+
+/// One line for [`show`]'s answer.
+pub fn render_shown(s: &Shown) -> String {
+    let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    match (s.attached.is_empty(), s.inherited.is_empty()) {
+        (true, true) => format!(
+            "{}: GPU nodes not denied by drmtool (see drmtool cgroup devices)\n",
+            s.cgroup
+        ),
+        (false, _) => format!(
+            "{}: GPU nodes denied (deny-gpus program {} attached here)\n",
+            s.cgroup,
+            ids(&s.attached)
+        ),
+        (true, false) => format!(
+            "{}: GPU nodes denied (deny-gpus program {} of an ancestor)\n",
+            s.cgroup,
+            ids(&s.inherited)
+        ),
+    }
 }
 
 /// The deny policy: every node of [`GPU_MAJORS`] denied, everything else left to the
@@ -91,6 +164,7 @@ pub fn deny_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
     let fd = open(&dir)?;
     let there = ours(&dir)?;
     let mut o = Outcome {
+        schema_version: crate::scan::SCHEMA_VERSION,
         cgroup: dir.display().to_string(),
         attached: there.clone(),
         detached: Vec::new(),
@@ -130,6 +204,7 @@ pub fn allow_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
     let dir = inspect::resolve(Some(cgroup)).map_err(DenyError::Inspect)?;
     let fd = open(&dir)?;
     let mut o = Outcome {
+        schema_version: crate::scan::SCHEMA_VERSION,
         cgroup: dir.display().to_string(),
         attached: Vec::new(),
         detached: Vec::new(),

@@ -88,6 +88,33 @@ pub fn resolve(cgroup: Option<&str>) -> Result<PathBuf, InspectError> {
     }
 }
 
+/// A policy of ours as `cgroup devices` prints it: `allow c 226:128 rwm` ... `default allow`.
+pub fn rule_lines(policy: &devprog::Policy) -> Vec<String> {
+    let n = |v: Option<u32>| v.map_or("*".to_string(), |v| v.to_string());
+    policy
+        .rules
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}:{} {}",
+                if r.allow { "allow" } else { "deny" },
+                r.dev_type.map_or('a', |t| t.letter()),
+                n(r.major),
+                n(r.minor),
+                r.access.letters()
+            )
+        })
+        .chain([format!(
+            "default {}",
+            if policy.default_allow {
+                "allow"
+            } else {
+                "deny"
+            }
+        )])
+        .collect()
+}
+
 /// Reads one program back.
 pub fn program(id: u32) -> Result<Program, InspectError> {
     let info = crate::sys_call::bpf_prog_info_by_id(id).map_err(|errno| InspectError::Bpf {
@@ -117,29 +144,7 @@ pub fn program(id: u32) -> Result<Program, InspectError> {
     };
     if let Some(policy) = devprog::ours(&insns) {
         p.kind = "drmtool";
-        p.rules = policy
-            .rules
-            .iter()
-            .map(|r| {
-                let n = |v: Option<u32>| v.map_or("*".to_string(), |v| v.to_string());
-                format!(
-                    "{} {} {}:{} {}",
-                    if r.allow { "allow" } else { "deny" },
-                    r.dev_type.map_or('a', |t| t.letter()),
-                    n(r.major),
-                    n(r.minor),
-                    r.access.letters()
-                )
-            })
-            .chain([format!(
-                "default {}",
-                if policy.default_allow {
-                    "allow"
-                } else {
-                    "deny"
-                }
-            )])
-            .collect();
+        p.rules = rule_lines(&policy);
     }
     match devprog::decode(&insns) {
         Ok(list) => {
