@@ -625,6 +625,42 @@ mod tests {
             Err(LeaseError::Io(_))
         ));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        // Lock files are made 0600, an old 0644 one is made 0600 when opened.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&d.join("0000:00:05.0.lock")), 0o600);
+        let old = d.join("old.lock");
+        std::fs::write(&old, "").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(try_lease(&dir, &gpu(3, "old"), Sharing::Exclusive).unwrap());
+        assert_eq!(mode(&old), 0o600);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A lease directory others may write (or not root's) is refused: a user could plant,
+    /// lock or remove lease files there. Run as root (CI and the guests); as another user
+    /// the directory is that user's and refused for that reason.
+    #[test]
+    fn a_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("drmtool-leases-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = open_dir(&d).unwrap_err();
+        assert!(matches!(e, LeaseError::NotRootOwned { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("root-owned and writable by no one else"),
+            "{e}"
+        );
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let r = open_dir(&d);
+        if rustix::process::getuid().is_root() {
+            assert!(r.is_ok(), "{r:?}");
+        } else {
+            assert!(matches!(r, Err(LeaseError::NotRootOwned { .. })));
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
