@@ -17,6 +17,7 @@ use super::webconfig::BasicAuth;
 use super::{Exporter, Format, negotiate};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,11 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// With every slot taken, a connection still without a complete request head gives way to
 /// a new one once it has been open this long.
 pub const EVICT_AFTER: Duration = Duration::from_millis(500);
+/// With every slot taken, a connection that has sent nothing at all gives way first, once
+/// it has been open this long: a client that connects and sends nothing keeps no scraper
+/// waiting, and a scraper that has begun its TLS handshake or request is not cut off while
+/// such connections remain.
+pub const SILENT_GRACE: Duration = Duration::from_millis(100);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
 
@@ -79,12 +85,14 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 }
 
 /// One accepted connection, plain or TLS, read and written against absolute deadlines.
-struct Conn {
+struct Conn<'a> {
     tcp: TcpStream,
     tls: Option<rustls::ServerConnection>,
+    /// Set at the first byte received (the slot is then no longer silent).
+    spoke: &'a AtomicBool,
 }
 
-impl Conn {
+impl Conn<'_> {
     /// Writes out what rustls has queued (handshake messages, records, alerts).
     fn flush_tls(&mut self, deadline: Instant) -> io::Result<()> {
         let Some(tls) = self.tls.as_mut() else {
@@ -103,7 +111,11 @@ impl Conn {
             // A read timeout of what is left of the deadline: a client that sends one byte
             // a second cannot hold the thread past it.
             self.tcp.set_read_timeout(Some(left(deadline)?))?;
-            return self.tcp.read(buf);
+            let n = self.tcp.read(buf)?;
+            if n > 0 {
+                self.spoke.store(true, Ordering::Relaxed);
+            }
+            return Ok(n);
         }
         loop {
             let tls = self.tls.as_mut().expect("checked above");
@@ -118,6 +130,7 @@ impl Conn {
             if tls.read_tls(&mut self.tcp)? == 0 {
                 return Ok(0);
             }
+            self.spoke.store(true, Ordering::Relaxed);
             if let Err(e) = tls.process_new_packets() {
                 // The alert rustls queued (a plain-HTTP client gets it as garbage).
                 let _ = self.flush_tls(deadline);
@@ -277,6 +290,26 @@ pub fn serve_conn(
     access: &Access,
     head_done: impl FnOnce(),
 ) -> Served {
+    serve_conn_flagged(
+        s,
+        exporter,
+        last,
+        access,
+        head_done,
+        &AtomicBool::new(false),
+    )
+}
+
+/// [`serve_conn`], setting `spoke` at the first byte the client sends (what
+/// [`Slots::make_room`] reads to let silent connections give way first).
+pub fn serve_conn_flagged(
+    s: TcpStream,
+    exporter: &Mutex<Exporter>,
+    last: Option<&LastServed>,
+    access: &Access,
+    head_done: impl FnOnce(),
+    spoke: &AtomicBool,
+) -> Served {
     let deadline = Instant::now() + HEADER_TIMEOUT;
     let tls = match &access.tls {
         Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
@@ -285,7 +318,7 @@ pub fn serve_conn(
         },
         None => None,
     };
-    let mut c = Conn { tcp: s, tls };
+    let mut c = Conn { tcp: s, tls, spoke };
     let head = match read_head(&mut c, deadline) {
         Ok(h) => h,
         Err(Some(code)) => return plain(&mut c, code, status_line(code), ""),
@@ -375,6 +408,7 @@ struct Slot<H> {
     id: u64,
     opened: Instant,
     answering: bool,
+    spoke: Arc<AtomicBool>,
     handle: H,
 }
 
@@ -408,24 +442,43 @@ impl<H> Slots<H> {
         self.held.is_empty()
     }
 
-    /// What to do at `now` before the next accept: the oldest idle connection that has had
-    /// [`EVICT_AFTER`] gives way when every slot is taken.
+    /// What to do at `now` before the next accept, when every slot is taken: the oldest
+    /// connection that has sent nothing gives way once it has had [`SILENT_GRACE`], else
+    /// the oldest idle one (no complete request head) once it has had [`EVICT_AFTER`].
     pub fn make_room(&mut self, now: Instant) -> Room<H> {
         if self.held.len() < self.cap {
             return Room::Free;
         }
-        // Slots are kept in the order they were taken: the first idle one is the oldest.
-        match self.held.iter().position(|s| !s.answering) {
-            None => Room::WaitForRelease,
-            Some(i) => {
-                let at = self.held[i].opened + EVICT_AFTER;
-                if now >= at {
-                    Room::Evict(self.held.remove(i).handle)
-                } else {
-                    Room::WaitUntil(at)
-                }
-            }
+        // Slots are kept in the order they were taken: the first of a kind is the oldest.
+        let silent = self
+            .held
+            .iter()
+            .position(|s| !s.answering && !s.spoke.load(Ordering::Relaxed))
+            .map(|i| (i, self.held[i].opened + SILENT_GRACE));
+        let idle = self
+            .held
+            .iter()
+            .position(|s| !s.answering)
+            .map(|i| (i, self.held[i].opened + EVICT_AFTER));
+        let due = [silent, idle]
+            .into_iter()
+            .flatten()
+            .find(|&(_, at)| now >= at);
+        if let Some((i, _)) = due {
+            return Room::Evict(self.held.remove(i).handle);
         }
+        match [silent, idle].into_iter().flatten().map(|(_, at)| at).min() {
+            None => Room::WaitForRelease,
+            Some(at) => Room::WaitUntil(at),
+        }
+    }
+
+    /// The flag the connection `id` sets at its first byte ([`serve_conn_flagged`]).
+    pub fn spoke_flag(&self, id: u64) -> Option<Arc<AtomicBool>> {
+        self.held
+            .iter()
+            .find(|s| s.id == id)
+            .map(|s| s.spoke.clone())
     }
 
     /// Takes a slot for a connection accepted at `now` (after [`Slots::make_room`] said
@@ -437,6 +490,7 @@ impl<H> Slots<H> {
             id,
             opened: now,
             answering: false,
+            spoke: Arc::new(AtomicBool::new(false)),
             handle,
         });
         id
@@ -517,9 +571,10 @@ pub fn serve_with(
         let Ok(handle) = s.try_clone() else {
             continue;
         };
-        let id = {
+        let (id, spoke) = {
             let mut slots = shared.0.lock().unwrap_or_else(|p| p.into_inner());
-            slots.take(handle, Instant::now())
+            let id = slots.take(handle, Instant::now());
+            (id, slots.spoke_flag(id).unwrap_or_default())
         };
         let (e, sh, l, a) = (
             exporter.clone(),
@@ -535,7 +590,7 @@ pub fn serve_with(
                         slots.answering(id);
                     }
                 };
-                serve_conn(s, &e, Some(&l), &a, mark);
+                serve_conn_flagged(s, &e, Some(&l), &a, mark, &spoke);
                 let mut slots = sh.0.lock().unwrap_or_else(|p| p.into_inner());
                 slots.release(id);
                 sh.1.notify_all();
@@ -554,6 +609,35 @@ pub fn serve_with(
 mod tests {
     use super::*;
 
+    /// A connection that has sent nothing gives way after SILENT_GRACE, before an older one
+    /// that has begun (a scraper mid-handshake), which keeps its slot until EVICT_AFTER and
+    /// then only when no silent one is left.
+    #[test]
+    fn silent_connections_give_way_before_one_that_has_begun() {
+        let t0 = Instant::now();
+        let mut s: Slots<&str> = Slots::new(2);
+        let scraper = s.take("scraper", t0);
+        let _idle = s.take("idle", t0 + Duration::from_millis(10));
+        s.spoke_flag(scraper)
+            .unwrap()
+            .store(true, Ordering::Relaxed);
+        assert_eq!(
+            s.make_room(t0 + Duration::from_millis(20)),
+            Room::WaitUntil(t0 + Duration::from_millis(10) + SILENT_GRACE)
+        );
+        let late = t0 + EVICT_AFTER * 3;
+        assert_eq!(
+            s.make_room(late),
+            Room::Evict("idle"),
+            "the silent one, not the older scraper"
+        );
+        let _next = s.take("next", late);
+        s.spoke_flag(_next).unwrap().store(true, Ordering::Relaxed);
+        // Only connections that have begun: the oldest past EVICT_AFTER.
+        assert_eq!(s.make_room(late), Room::Evict("scraper"));
+        assert!(SILENT_GRACE < EVICT_AFTER);
+    }
+
     #[test]
     fn free_slots_are_taken_then_the_oldest_idle_gives_way() {
         let t0 = Instant::now();
@@ -563,6 +647,10 @@ mod tests {
         let b = s.take("b", t0 + Duration::from_millis(10));
         let c = s.take("c", t0 + Duration::from_millis(20));
         assert_eq!(s.len(), 3);
+        // All three have begun (a TLS handshake, part of a request): EVICT_AFTER applies.
+        for id in [a, b, c] {
+            s.spoke_flag(id).unwrap().store(true, Ordering::Relaxed);
+        }
         // Full; no one has had EVICT_AFTER yet: wait until the oldest has.
         assert_eq!(s.make_room(t0), Room::WaitUntil(t0 + EVICT_AFTER));
         // a sent its request: answering connections never give way; b is the oldest idle.
@@ -579,6 +667,7 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.make_room(later), Room::Free);
         let d = s.take("d", later);
+        s.spoke_flag(d).unwrap().store(true, Ordering::Relaxed);
         s.answering(c);
         s.answering(d);
         assert_eq!(s.make_room(later + EVICT_AFTER * 10), Room::WaitForRelease);
@@ -600,10 +689,15 @@ mod tests {
         s.take(2, t0);
         let late = t0 + EVICT_AFTER;
         assert_eq!(s.make_room(late), Room::Evict(1));
-        s.take(3, late);
+        let n3 = s.take(3, late);
         assert_eq!(s.make_room(late), Room::Evict(2));
-        s.take(4, late);
-        // The newcomers are young again: nothing gives way before they have had their time.
+        let n4 = s.take(4, late);
+        // The newcomers are young again: nothing gives way before they have had their time
+        // (SILENT_GRACE while they have sent nothing, EVICT_AFTER once they have begun).
+        assert_eq!(s.make_room(late), Room::WaitUntil(late + SILENT_GRACE));
+        for id in [n3, n4] {
+            s.spoke_flag(id).unwrap().store(true, Ordering::Relaxed);
+        }
         assert_eq!(s.make_room(late), Room::WaitUntil(late + EVICT_AFTER));
     }
 }
