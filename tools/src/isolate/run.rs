@@ -338,9 +338,40 @@ pub fn lease_chosen(
 /// majors not chosen is denied, whatever the cgroup's ancestors allow.
 pub const GPU_MAJORS: [u32; 2] = [devprog::DRM_MAJOR, 261];
 
+/// The character-device majors of NVIDIA's nodes: 195 (`/dev/nvidiaN`, `nvidiactl`) and
+/// every `/proc/devices` entry named `nvidia*` (`nvidia-uvm`, `nvidia-caps`, ...; their
+/// majors are dynamic). `devices` is the text of `/proc/devices`.
+pub fn nvidia_majors(devices: &str) -> Vec<u32> {
+    let mut v = vec![195];
+    let mut chars = false;
+    for l in devices.lines() {
+        match l.trim() {
+            "Character devices:" => chars = true,
+            "Block devices:" => chars = false,
+            t if chars => {
+                if let Some((n, name)) = t.split_once(' ')
+                    && name.trim().starts_with("nvidia")
+                    && let Ok(n) = n.parse::<u32>()
+                    && !v.contains(&n)
+                {
+                    v.push(n);
+                }
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
 /// Refuses an fd the command would inherit (0-2, `--keep-fd`) that is a GPU device node
-/// outside `allowed` (major, minor), or is not open.
+/// (DRM, accel or NVIDIA) outside `allowed` (major, minor), or is not open.
 pub fn check_inherited(fds: &[i32], allowed: &[(u32, u32)]) -> Result<(), RunError> {
+    use std::io::Read;
+    let mut devices = String::new();
+    let _ = std::fs::File::open("/proc/devices")
+        .and_then(|f| f.take(64 * 1024).read_to_string(&mut devices));
+    let mut majors = GPU_MAJORS.to_vec();
+    majors.extend(nvidia_majors(&devices));
     for &fd in fds {
         let st = crate::sys_call::fstat_raw(fd)
             .map_err(|e| RunError::Usage(format!("--keep-fd {fd}: not an open fd here ({e})")))?;
@@ -348,7 +379,7 @@ pub fn check_inherited(fds: &[i32], allowed: &[(u32, u32)]) -> Result<(), RunErr
         let is_char = rustix::fs::FileType::from_raw_mode(st.st_mode)
             == rustix::fs::FileType::CharacterDevice;
         let (ma, mi) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
-        if is_char && GPU_MAJORS.contains(&ma) && !allowed.contains(&(ma, mi)) {
+        if is_char && majors.contains(&ma) && !allowed.contains(&(ma, mi)) {
             return Err(RunError::Usage(format!(
                 "fd {fd} is a GPU node outside the job ({ma}:{mi}): a job gets only its GPUs, \
                  also through the fds it inherits"
@@ -871,6 +902,15 @@ mod tests {
                 .contains("id 4")
         );
         assert!(effective_ok(&[3], &[3], 9).is_err(), "ours must apply");
+    }
+
+    #[test]
+    fn nvidia_majors_come_from_proc_devices() {
+        let text = "Character devices:\n  1 mem\n195 nvidia-frontend\n226 drm\n\
+                    236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  8 sd\n\
+                    259 nvidia-fake-block\n";
+        assert_eq!(nvidia_majors(text), [195, 236, 510]);
+        assert_eq!(nvidia_majors(""), [195]);
     }
 
     #[test]
