@@ -473,6 +473,16 @@ impl<H> Slots<H> {
         }
     }
 
+    /// Marks as spoken every idle, silent connection for which `pending` says bytes have
+    /// arrived (read or not by its thread).
+    pub fn refresh_spoken(&mut self, pending: impl Fn(&H) -> bool) {
+        for s in &self.held {
+            if !s.answering && !s.spoke.load(Ordering::Relaxed) && pending(&s.handle) {
+                s.spoke.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The flag the connection `id` sets at its first byte ([`serve_conn_flagged`]).
     pub fn spoke_flag(&self, id: u64) -> Option<Arc<AtomicBool>> {
         self.held
@@ -510,6 +520,16 @@ impl<H> Slots<H> {
     }
 }
 
+/// Whether bytes from the client wait in `s`'s receive queue (a non-blocking peek: the
+/// file's blocking mode, shared with the serving thread, is left alone).
+fn has_pending(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        rustix::net::recv(s, &mut b, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT),
+        Ok((n, _)) if n > 0
+    )
+}
+
 /// The slots and the condition the accept loop waits on.
 type Shared = (Mutex<Slots<TcpStream>>, Condvar);
 
@@ -537,6 +557,9 @@ pub fn serve_with(
             let (lock, cv) = &*shared;
             let mut slots = lock.lock().unwrap_or_else(|p| p.into_inner());
             loop {
+                // A client whose first bytes wait in the socket has spoken, even if its
+                // thread has not run yet (a loaded machine): it is no silent connection.
+                slots.refresh_spoken(|s| has_pending(s));
                 match slots.make_room(Instant::now()) {
                     Room::Free => break,
                     Room::Evict(s) => {
@@ -636,6 +659,30 @@ mod tests {
         // Only connections that have begun: the oldest past EVICT_AFTER.
         assert_eq!(s.make_room(late), Room::Evict("scraper"));
         assert!(SILENT_GRACE < EVICT_AFTER);
+    }
+
+    /// A connection whose bytes wait unread (its thread not yet run) counts as spoken.
+    #[test]
+    fn pending_bytes_make_a_connection_spoken() {
+        let t0 = Instant::now();
+        let mut s: Slots<bool> = Slots::new(2);
+        let _quiet = s.take(false, t0);
+        let _hello = s.take(true, t0);
+        s.refresh_spoken(|pending| *pending);
+        let late = t0 + SILENT_GRACE;
+        assert_eq!(s.make_room(late), Room::Evict(false));
+        // Over a real socket: nothing sent, then one byte (peeked, not consumed).
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (srv, _) = l.accept().unwrap();
+        assert!(!has_pending(&srv));
+        c.write_all(b"G").unwrap();
+        let t = Instant::now();
+        while !has_pending(&srv) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(has_pending(&srv));
+        assert!(has_pending(&srv), "a peek leaves the byte");
     }
 
     #[test]
