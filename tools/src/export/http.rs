@@ -460,16 +460,14 @@ impl<H> Slots<H> {
             .iter()
             .position(|s| !s.answering)
             .map(|i| (i, self.held[i].opened + EVICT_AFTER));
-        let due = [silent, idle]
-            .into_iter()
-            .flatten()
-            .find(|&(_, at)| now >= at);
-        if let Some((i, _)) = due {
-            return Room::Evict(self.held.remove(i).handle);
-        }
-        match [silent, idle].into_iter().flatten().map(|(_, at)| at).min() {
-            None => Room::WaitForRelease,
-            Some(at) => Room::WaitUntil(at),
+        // While a silent connection holds a slot, no connection that has begun gives way:
+        // the silent one does, when it has had SILENT_GRACE.
+        match (silent, idle) {
+            (Some((i, at)), _) | (None, Some((i, at))) if now >= at => {
+                Room::Evict(self.held.remove(i).handle)
+            }
+            (Some((_, at)), _) | (None, Some((_, at))) => Room::WaitUntil(at),
+            (None, None) => Room::WaitForRelease,
         }
     }
 
@@ -559,7 +557,7 @@ pub fn serve_with(
             loop {
                 // A client whose first bytes wait in the socket has spoken, even if its
                 // thread has not run yet (a loaded machine): it is no silent connection.
-                slots.refresh_spoken(|s| has_pending(s));
+                slots.refresh_spoken(has_pending);
                 match slots.make_room(Instant::now()) {
                     Room::Free => break,
                     Room::Evict(s) => {
@@ -659,6 +657,24 @@ mod tests {
         // Only connections that have begun: the oldest past EVICT_AFTER.
         assert_eq!(s.make_room(late), Room::Evict("scraper"));
         assert!(SILENT_GRACE < EVICT_AFTER);
+    }
+
+    /// A scraper past EVICT_AFTER (a slow handshake on a loaded machine) is not cut off
+    /// while a young silent connection holds a slot: the silent one goes once it has had
+    /// SILENT_GRACE (the matrix caught the scraper evicted that way).
+    #[test]
+    fn a_slow_scraper_outlasts_young_silent_connections() {
+        let t0 = Instant::now();
+        let mut s: Slots<&str> = Slots::new(2);
+        let scraper = s.take("scraper", t0);
+        s.spoke_flag(scraper)
+            .unwrap()
+            .store(true, Ordering::Relaxed);
+        let young = t0 + EVICT_AFTER;
+        s.take("silent", young);
+        let now = young + Duration::from_millis(10);
+        assert_eq!(s.make_room(now), Room::WaitUntil(young + SILENT_GRACE));
+        assert_eq!(s.make_room(young + SILENT_GRACE), Room::Evict("silent"));
     }
 
     /// A connection whose bytes wait unread (its thread not yet run) counts as spoken.
