@@ -298,6 +298,40 @@ fn is_machinery(name: &str) -> bool {
     name.starts_with("dump_stack") || MACHINERY.contains(&name)
 }
 
+/// An interrupt's entry or handler shell (`__sysvec_apic_timer_interrupt`,
+/// `asm_sysvec_*`, `common_interrupt`, `irq_exit_rcu`), where any CPU spends a moment on
+/// every tick: an NMI that lands there says nothing about where the task was stuck.
+fn is_irq_entry(name: &str) -> bool {
+    let n = name.trim_start_matches('_');
+    n.starts_with("sysvec_")
+        || n.starts_with("asm_sysvec_")
+        || n.starts_with("asm_common_interrupt")
+        || n == "common_interrupt"
+        || n == "irq_exit_rcu"
+}
+
+/// Whether every frame of the `<TASK>` part of the report is interrupt entry (so the task
+/// itself was interrupted in user mode, its `RIP: 0033:` line below them).
+fn task_frames_are_irq_entry(report: &[&str]) -> bool {
+    let Some(t) = report.iter().position(|l| l.trim() == "<TASK>") else {
+        return false;
+    };
+    let mut any = false;
+    for l in &report[t + 1..] {
+        let s = l.trim();
+        if s.starts_with("RIP:") || s == "</TASK>" {
+            break;
+        }
+        if let Some((name, _)) = parse_frame(s) {
+            if !is_irq_entry(&name) {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
 /// Finds the crash that ended a boot: the `Kernel panic - not syncing` line and the report
 /// that led to it, or, without a panic line, the last report start (a console cut short).
 /// `None` when the console shows no crash.
@@ -395,6 +429,11 @@ pub fn find(console: &str) -> Option<Oops> {
         .iter()
         .any(|l| l.trim_start().starts_with("RIP: 0033:"));
     let (function, module) = match culprit {
+        // The NMI caught the CPU in the entry of an interrupt that came from user mode (a
+        // timer tick over the user-space loop that hung): the task was in user space.
+        Some((f, _)) if user_rip && is_irq_entry(&f) && task_frames_are_irq_entry(report) => {
+            (Some("user space".to_string()), None)
+        }
         Some((f, m)) => (Some(f), m),
         // An NMI (or other report) that interrupted user mode, with no kernel frame.
         None if user_rip => (Some("user space".to_string()), None),
@@ -461,6 +500,59 @@ mod tests {
 [  812.000023]  </IRQ>
 [  812.000024] Kernel Offset: 0x1000000 from 0xffffffff81000000
 ";
+
+    /// The harness's NMI landing in a timer tick that interrupted the hung user-space loop
+    /// (6.12 under TCG with three guests on two cores, as printed): the task was in user
+    /// space. A kernel function below the tick would still be named.
+    const NMI_IN_TICK_OVER_USER: &str = "[   32.074885] Uhhuh. NMI received for unknown reason 21 on CPU 0.
+[   32.075212] Kernel panic - not syncing: NMI: Not continuing
+[   32.075347] CPU: 0 UID: 0 PID: 221 Comm: sh Not tainted 6.12.118 #1 
+[   32.075371] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996), BIOS 1.16.2-debian-1.16.2-1 04/01/2014
+[   32.075403] Call Trace:
+[   32.075569]  <NMI>
+[   32.075586]  vpanic+0x280/0x2a0
+[   32.075627]  nmi_panic+0x85/0x90
+[   32.075640]  default_do_nmi+0x1cf/0x2b0
+[   32.075656]  exc_nmi+0xdb/0x100
+[   32.075667]  end_repeat_nmi+0xf/0x18
+[   32.075810] RIP: 0010:__sysvec_apic_timer_interrupt+0x17/0xe0
+[   32.075938] Code: 5b 5d c3 31 d2 31 f6 bf e0 06 00 00 e8 42 af 3e 00 eb da 55 53 65 48 8b 1d a6 51 fe 7e 65 48 89 3d 9e 51 fe 7e e8 19 51 00 00 <8b> 05 db 2b f2 00 85 c0 7f 3e 65 48 8b 05 bf ef fc 7e 48 83 b8 c0
+[   32.075952] RSP: 0000:ffff88800374bf28 EFLAGS: 00000046
+[   32.075974] RAX: 0000000000000000 RBX: 0000000000000000 RCX: 0000000000000000
+[   32.075982] RDX: 0000000000000000 RSI: fffffe0000003000 RDI: ffff88800374bf58
+[   32.075989] RBP: 0000000000000000 R08: 0000000000000000 R09: 0000000000000000
+[   32.075995] R10: 0000000000000000 R11: 0000000000000000 R12: 0000000000000000
+[   32.076002] R13: 0000000000000000 R14: 0000000000000000 R15: 0000000000000000
+[   32.076113]  ? __sysvec_apic_timer_interrupt+0x17/0xe0
+[   32.076129]  ? __sysvec_apic_timer_interrupt+0x17/0xe0
+[   32.076141]  </NMI>
+[   32.076147]  <TASK>
+[   32.076151]  sysvec_apic_timer_interrupt+0x2c/0x80
+[   32.076164]  asm_sysvec_apic_timer_interrupt+0x16/0x20
+[   32.076177] RIP: 0033:0x5593b2d80bbd
+[   32.076197] Code: e1 ff ff 66 2e 0f 1f 84 00 00 00 00 00 41 55 41 54 41 89 f4 55 48 89 fd 53 48 83 ec 08 0f b6 37 89 f1 c1 e1 04 40 84 f6 74 22 <48> 89 fa eb 09 66 0f 1f 44 00 00 0f b6 f0 0f b6 42 01 48 83 c2 01
+[   32.076206] RSP: 002b:00007fff5b38fc70 EFLAGS: 00000206
+[   32.076215] RAX: 00007fff5b391eb3 RBX: 0000000000000010 RCX: 00000000000003a0
+[   32.076222] RDX: 00007fff5b391eb3 RSI: 000000000000003a RDI: 00005593b2d9a8c0
+[   32.076229] RBP: 00005593b2d9a8c0 R08: 0000000000000002 R09: 0000000000000001
+[   32.076235] R10: 0000000000000008 R11: 00005593b2d9a823 R12: 0000000000000000
+[   32.076242] R13: 00007fff5b38fe50 R14: 0000000000000000 R15: 00005593b2d9a8c8
+[   32.076253]  </TASK>
+[   32.076794] Kernel Offset: disabled
+";
+
+    #[test]
+    fn an_nmi_in_a_tick_over_user_space_is_a_hang_in_user_space() {
+        let o = find(NMI_IN_TICK_OVER_USER).expect("the NMI panic is a crash");
+        assert_eq!(o.location(), "user space");
+        assert_eq!(known_hang(NMI_IN_TICK_OVER_USER), None);
+        // The same tick over a kernel function: that function's frame makes it a kernel hang.
+        let kernel = NMI_IN_TICK_OVER_USER.replace(
+            "asm_sysvec_apic_timer_interrupt+0x16/0x20",
+            "asm_sysvec_apic_timer_interrupt+0x16/0x20\n[   32.076170]  vkms_vblank_simulate+0x10/0x80",
+        );
+        assert_ne!(find(&kernel).unwrap().location(), "user space");
+    }
 
     #[test]
     fn an_nmi_into_user_space_is_a_hang_of_no_known_bug() {
