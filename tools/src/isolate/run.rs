@@ -651,31 +651,40 @@ fn attach_checked(parent: &Parent, cg: &JobCgroup, policy: &Policy) -> Result<()
     let after = crate::sys_call::bpf_query_cgroup_device(cg.fd.as_fd(), true)
         .map_err(|e| RunError::Setup(format!("BPF_PROG_QUERY of {}: {e}", cg.path.display())))?
         .1;
-    effective_ok(&before, &after, ours).map_err(RunError::Setup)
+    effective_ok(&before, &after, ours).map_err(|e| RunError::Setup(e.to_string()))
 }
 
 /// The check `run` makes after attaching, on the program ids: `ours` and every id of `before`
 /// (the parent's effective programs) must be in `after` (the job's).
-pub fn effective_ok(before: &[u32], after: &[u32], ours: u32) -> Result<(), String> {
+pub fn effective_ok(before: &[u32], after: &[u32], ours: u32) -> Result<(), EffectiveError> {
     if !after.contains(&ours) {
-        return Err(format!(
-            "our device program (id {ours}) is not effective on the job's cgroup"
-        ));
+        return Err(EffectiveError::OursMissing(ours));
     }
-    let lost: Vec<String> = before
+    let lost: Vec<u32> = before
         .iter()
+        .copied()
         .filter(|id| !after.contains(id))
-        .map(|id| id.to_string())
         .collect();
     if !lost.is_empty() {
-        return Err(format!(
-            "an ancestor's device program (id {}) stops applying under the job's (attached \
-             with BPF_F_ALLOW_OVERRIDE, it yields to a descendant's): the job would escape a \
-             rule of its container or host, so it does not run",
-            lost.join(", ")
-        ));
+        return Err(EffectiveError::AncestorLost(lost));
     }
     Ok(())
+}
+
+/// Why the effective program list after attaching is refused ([`effective_ok`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EffectiveError {
+    /// The job's own program does not run for its cgroup.
+    #[error("our device program (id {0}) is not effective on the job's cgroup")]
+    OursMissing(u32),
+    /// Programs that ran for the parent no longer run for the job.
+    #[error(
+        "an ancestor's device program (id {}) stops applying under the job's (attached with \
+         BPF_F_ALLOW_OVERRIDE, it yields to a descendant's): the job would escape a rule of \
+         its container or host, so it does not run",
+        .0.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    AncestorLost(Vec<u32>),
 }
 
 /// Loads the device program of `policy` and attaches it to the cgroup at `dir`
@@ -896,12 +905,14 @@ mod tests {
         assert_eq!(effective_ok(&[3, 4], &[3, 4, 9], 9), Ok(()));
         assert_eq!(effective_ok(&[], &[9], 9), Ok(()));
         // An ALLOW_OVERRIDE ancestor (4) yielded to ours.
-        assert!(
-            effective_ok(&[3, 4], &[3, 9], 9)
-                .unwrap_err()
-                .contains("id 4")
+        let e = effective_ok(&[3, 4], &[3, 9], 9).unwrap_err();
+        assert_eq!(e, EffectiveError::AncestorLost(vec![4]));
+        assert!(e.to_string().contains("(id 4) stops applying"), "{e}");
+        assert_eq!(
+            effective_ok(&[3], &[3], 9),
+            Err(EffectiveError::OursMissing(9)),
+            "ours must apply"
         );
-        assert!(effective_ok(&[3], &[3], 9).is_err(), "ours must apply");
     }
 
     #[test]
