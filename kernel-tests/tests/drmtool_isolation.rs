@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 /// drmtool's command line (this package's `drmtool-guest` binary).
 const DRMTOOL: &str = env!("CARGO_BIN_EXE_drmtool-guest");
 
+/// Where the sudoers rule and the users' sudo calls find it: [`runnable_copy`]'s copy
+/// (every user can reach it, wherever the checkout is).
+const SUDO_DRMTOOL: &str = "/tmp/drmtool-iso-bin/drmtool-guest";
+
 const HOSTILE_ENV: &str = "DRMTOOL_HOSTILE_OUT";
 
 macro_rules! guest_gpus {
@@ -196,13 +200,32 @@ fn entry(test: &str, env: &[(&str, String)]) -> Vec<std::ffi::OsString> {
         "KERNEL_TESTS_SIGNAL_STORM".into(),
     ];
     v.extend(env.iter().map(|(k, x)| format!("{k}={x}").into()));
-    v.push(std::env::current_exe().unwrap().into());
+    v.push(runnable_copy(&std::env::current_exe().unwrap()).into());
     v.extend(
         [test, "--exact", "--nocapture", "-q", "--test-threads=1"]
             .iter()
             .map(Into::into),
     );
     v
+}
+
+/// A copy of `exe` that every user may run, in the guest's /tmp: the checkout may sit
+/// where other users cannot reach (a 0700 home), and the jobs of user nobody run it. Not
+/// std::fs::copy: under the signal storm its copy_file_range path hands EINTR back;
+/// fs::read and fs::write resume.
+fn runnable_copy(exe: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = PathBuf::from("/tmp/drmtool-iso-bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let to = dir.join(exe.file_name().unwrap());
+    if !to.exists() {
+        let tmp = dir.join(format!(".partial-{}", std::process::id()));
+        std::fs::write(&tmp, std::fs::read(exe).unwrap()).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&tmp, &to).unwrap();
+    }
+    to
 }
 
 /// A directory every user may write, for job reports.
@@ -503,7 +526,8 @@ fn until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 /// The lease JSON of `key` from `drmtool leases --json` run as `nobody` or root.
 fn lease_of(key: &str, unprivileged: bool) -> Option<Value> {
     let text = if unprivileged {
-        let (code, out) = as_nobody(&format!("{DRMTOOL} leases --json"));
+        let bin = runnable_copy(Path::new(DRMTOOL));
+        let (code, out) = as_nobody(&format!("{} leases --json", bin.display()));
         assert_eq!(code, 0, "{out}");
         out
     } else {
@@ -711,7 +735,10 @@ fn shared_server_users() -> Result<(), String> {
     // The sudoers line tools/README.md gives, for this binary.
     std::fs::write(
         &rule,
-        format!("%gpu ALL=(root) NOPASSWD: {DRMTOOL} run *\n"),
+        format!(
+            "%gpu ALL=(root) NOPASSWD: {} run *\n",
+            runnable_copy(Path::new(DRMTOOL)).display()
+        ),
     )
     .map_err(|e| e.to_string())?;
     use std::os::unix::fs::PermissionsExt;
@@ -748,6 +775,7 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
         skip!("no sudo on the host root (scripts/setup installs it)");
     };
     shared_server_users().unwrap();
+    assert_eq!(runnable_copy(Path::new(DRMTOOL)), Path::new(SUDO_DRMTOOL));
     let (vkms, vgem) = (gpu_of(&gpus, "vkms"), gpu_of(&gpus, "vgem"));
     // Nodes every user may open, as udev's uaccess/0666 render nodes on a real server: the
     // device program alone stands between a session and a GPU.
@@ -799,7 +827,7 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
             let file = dir.join(format!("{u}.sh"));
             std::fs::write(&file, job(u)).unwrap();
             let script = format!(
-                "exec sudo -n {DRMTOOL} run --pick 1 --gpu vkms,vgem -- sh {}",
+                "exec sudo -n {SUDO_DRMTOOL} run --pick 1 --gpu vkms,vgem -- sh {}",
                 file.display()
             );
             session(slice, u, &script)
@@ -839,7 +867,7 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
         let o = session(
             slice,
             "alice",
-            &format!("exec sudo -n {DRMTOOL} run --pick 1 --gpu vkms,vgem -- true"),
+            &format!("exec sudo -n {SUDO_DRMTOOL} run --pick 1 --gpu vkms,vgem -- true"),
         )
         .output()
         .unwrap();
@@ -853,7 +881,7 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
         let o = session(
             slice,
             "alice",
-            &format!("exec sudo -n {DRMTOOL} run --as-root --gpu vgem -- true"),
+            &format!("exec sudo -n {SUDO_DRMTOOL} run --as-root --gpu vgem -- true"),
         )
         .output()
         .unwrap();
