@@ -511,6 +511,22 @@ fn as_nobody(script: &str) -> (i32, String) {
     )
 }
 
+/// Sends `sig` to the process `pid` (a supervisor).
+fn signal(pid: i64, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("a pid")).expect("a pid");
+    rustix::process::kill_process(pid, sig).expect("kill");
+}
+
+/// `drmtool run --user nobody --gpu vgem -- sh -c SCRIPT`, started (the supervisor).
+fn nobody_job(script: &str) -> std::process::Child {
+    drmtool(&[
+        "run", "--user", "nobody", "--gpu", "vgem", "--", "sh", "-c", script,
+    ])
+    .stdin(Stdio::null())
+    .spawn()
+    .expect("drmtool-guest")
+}
+
 /// Waits until `f` is true (up to `secs`).
 fn until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(secs);
@@ -638,33 +654,16 @@ fn signals_reach_the_job_and_the_job_dies_with_its_supervisor() {
             got.display(),
             ready.display()
         );
-        let mut sup = drmtool(&[
-            "run", "--user", "nobody", "--gpu", "vgem", "--", "sh", "-c", &script,
-        ])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+        let mut sup = nobody_job(&script);
         assert!(until(30, || ready.exists()), "the job never started");
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(sup.id() as i32).unwrap(),
-            sig,
-        )
-        .unwrap();
+        signal(i64::from(sup.id()), sig);
         let st = sup.wait().unwrap();
         assert!(got.exists(), "{sig:?} did not reach the job");
         assert_eq!(st.code(), Some(0), "{sig:?}: the job's status comes back");
     }
     let pidfile = dir.join("jobpid");
-    let script = format!(
-        "echo $(cut -d' ' -f4 /proc/self/stat) > /dev/null; sleep 300 & echo $! > {}; wait",
-        pidfile.display()
-    );
-    let mut sup = drmtool(&[
-        "run", "--user", "nobody", "--gpu", "vgem", "--", "sh", "-c", &script,
-    ])
-    .stdin(Stdio::null())
-    .spawn()
-    .unwrap();
+    let script = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
+    let mut sup = nobody_job(&script);
     assert!(until(30, || lease_of(&key, false).is_some() && pidfile.exists()));
     // The job's processes as the guest sees them: nobody's sleep 300.
     let sleepers = || -> Vec<String> {
@@ -679,11 +678,7 @@ fn signals_reach_the_job_and_the_job_dies_with_its_supervisor() {
             .collect()
     };
     assert_eq!(sleepers().len(), 1, "{:?}", sleepers());
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(sup.id() as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    signal(i64::from(sup.id()), rustix::process::Signal::KILL);
     sup.wait().unwrap();
     assert!(
         until(30, || sleepers().is_empty()),
@@ -910,24 +905,16 @@ fn a_shared_server_gives_gpus_only_through_jobs() {
         let mut users: Vec<&str> = holders.iter().map(|(u, _)| u.as_str()).collect();
         users.sort();
         assert_eq!(users, ["alice", "bob"], "{v}");
-        let pid_of = |u: &str| holders.iter().find(|(x, _)| x == u).unwrap().1 as i32;
+        let pid_of = |u: &str| holders.iter().find(|(x, _)| x == u).unwrap().1;
         // SIGTERM to alice's supervisor reaches her job; SIGKILL to bob's ends his.
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(pid_of("alice")).unwrap(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
+        signal(pid_of("alice"), rustix::process::Signal::TERM);
         let st = alice.wait().unwrap();
         assert!(
             dir.join("alice.term").exists(),
             "SIGTERM did not reach alice's job"
         );
         assert_eq!(st.code(), Some(0));
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(pid_of("bob")).unwrap(),
-            rustix::process::Signal::KILL,
-        )
-        .unwrap();
+        signal(pid_of("bob"), rustix::process::Signal::KILL);
         let _ = bob.wait();
         assert!(
             until(30, || {

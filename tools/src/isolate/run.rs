@@ -270,8 +270,7 @@ pub fn pick_and_lease(
         // Not enough: give back what was taken (so two jobs that want two each cannot
         // hold one apiece forever) and try again until the deadline.
         drop(got);
-        let now = std::time::Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if !wait_turn(deadline) {
             let busy: Vec<String> = eligible
                 .iter()
                 .map(|c| {
@@ -289,10 +288,20 @@ pub fn pick_and_lease(
                 busy.join(", ")
             )));
         }
-        // 50-150 ms, varied by pid so that waiters do not retry in lockstep.
-        let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
-        std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
     }
+}
+
+/// Between two tries at leases: `false` once `deadline` has passed (`None`: never), else a
+/// pause of 50-150 ms (varied by pid, so that waiters do not retry in lockstep, and never
+/// past the deadline) and `true`.
+fn wait_turn(deadline: Option<std::time::Instant>) -> bool {
+    let now = std::time::Instant::now();
+    if deadline.is_some_and(|d| now >= d) {
+        return false;
+    }
+    let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
+    std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
+    true
 }
 
 /// Leases each of `idx` (a `run --gpu` job): exclusive, or one of K with `sharing`;
@@ -321,16 +330,13 @@ pub fn lease_chosen(
         }
         let Some(b) = busy else { return Ok(got) };
         drop(got);
-        let now = std::time::Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if !wait_turn(deadline) {
             return Err(RunError::NoGpu(format!(
                 "{} is leased by another job (hint: drmtool leases; --wait SECS; --shared K \
                  when every holder agrees to share)",
                 all[b].name
             )));
         }
-        let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
-        std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
     }
 }
 
