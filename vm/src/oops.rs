@@ -109,6 +109,11 @@ pub const KNOWN_HANGS: &[KnownHang] = &[KnownHang {
         // The CPU disabling vblank, waiting for the callback.
         &["vkms_disable_vblank", "hrtimer_cancel"],
         &["vkms_disable_vblank", "hrtimer_try_to_cancel"],
+        // The same CPU where vkms_disable_vblank tail-calls hrtimer_cancel (stock 6.1's
+        // vkms.ko: `jmp hrtimer_cancel`), so its caller in drm is the frame below: the
+        // disable_vblank hook of a driver whose vblank is an hrtimer, vkms in the matrix.
+        &["drm_vblank_disable_and_save", "hrtimer_cancel"],
+        &["drm_vblank_disable_and_save", "hrtimer_try_to_cancel"],
         // The CPU in the callback, spinning on vblank_time_lock.
         &["vkms_vblank_simulate", "drm_handle_vblank"],
     ],
@@ -595,6 +600,42 @@ mod tests {
         // One side's function alone is not the signature.
         let half = NMI_VKMS_CALLBACK.replace("drm_handle_vblank", "drm_crtc_add_crc_entry");
         assert_eq!(known_hang(&half), None);
+    }
+
+    /// The cancelling CPU of the vkms deadlock on stock 6.1 (CI, atomic CRC test, RIP as
+    /// printed there): vkms_disable_vblank is a tail call (`jmp hrtimer_cancel`), so no frame
+    /// names it and drm's caller sits right below hrtimer_cancel.
+    const NMI_VKMS_TAIL_CALL: &str = "\
+[  901.000001] Uhhuh. NMI received for unknown reason 21 on CPU 0.
+[  901.000002] Kernel panic - not syncing: NMI: Not continuing
+[  901.000003] CPU: 0 PID: 4712 Comm: atomic-e3f1 Not tainted 6.1.0-57-amd64 #1  Debian 6.1.192-3
+[  901.000004] Call Trace:
+[  901.000005]  <NMI>
+[  901.000006]  dump_stack_lvl+0x44/0x5c
+[  901.000007]  panic+0x118/0x2ed
+[  901.000008]  nmi_panic.cold+0xc/0xc
+[  901.000009]  default_do_nmi+0x10c/0x110
+[  901.000010]  exc_nmi+0xf3/0x120
+[  901.000011]  end_repeat_nmi+0x16/0x67
+[  901.000012] RIP: 0010:hrtimer_cancel+0x1d/0x20
+[  901.000013] RSP: 0018:ffffb0d1807c7b70 EFLAGS: 00000002
+[  901.000014]  </NMI>
+[  901.000015]  <TASK>
+[  901.000016]  drm_vblank_disable_and_save+0xb6/0xd0 [drm]
+[  901.000017]  drm_crtc_vblank_off+0x1a5/0x230 [drm]
+[  901.000018]  drm_atomic_helper_commit_modeset_disables+0x3f1/0x5a0 [drm_kms_helper]
+[  901.000019]  vkms_atomic_commit_tail+0x3a/0xe0 [vkms]
+[  901.000020]  </TASK>
+[  901.000021] Kernel Offset: 0x1000000 from 0xffffffff81000000
+";
+
+    #[test]
+    fn the_vkms_deadlock_is_known_when_its_cancel_is_a_tail_call() {
+        let k = known_hang(NMI_VKMS_TAIL_CALL).expect("known");
+        assert_eq!(k.name, "vkms-vblank-hrtimer-deadlock");
+        // hrtimer_cancel from anything but drm's disable path is no known bug.
+        let other = NMI_VKMS_TAIL_CALL.replace("drm_vblank_disable_and_save", "tick_nohz_stop");
+        assert_eq!(known_hang(&other), None);
     }
 
     /// A NULL dereference in a module, as 6.12 prints it (shortened), with boot noise
