@@ -49,22 +49,66 @@ pub fn outcome_of(success: bool, output: &str) -> (Outcome, String) {
         }
         return (Outcome::Pass, String::new());
     }
-    let reason = output
-        .lines()
-        .skip_while(|l| !l.contains("panicked at"))
-        .nth(1)
-        .or_else(|| output.lines().find(|l| l.contains("panicked at")))
-        .or_else(|| output.lines().find(|l| l.starts_with("FAIL: unkillable")))
+    let reason = panic_message(output)
+        .or_else(|| {
+            output
+                .lines()
+                .find(|l| l.starts_with("FAIL: unkillable"))
+                .map(|l| l.trim().to_string())
+        })
         .or_else(|| {
             output
                 .lines()
                 .rev()
                 .find(|l| l.starts_with("timed out after"))
+                .map(|l| l.trim().to_string())
         })
-        .unwrap_or("non-zero exit")
-        .trim()
-        .to_string();
+        .unwrap_or_else(|| "non-zero exit".into());
     (Outcome::Fail, reason)
+}
+
+/// At most this many bytes of a panic message in a result.
+const PANIC_MESSAGE_MAX: usize = 4000;
+
+/// The first panic's whole message on one line, its lines joined by ` | ` (an `assert_eq!`
+/// keeps its `left:`/`right:` values), then where it panicked: `assertion ... | left: 0 |
+/// right: 1 (at kernel-tests/tests/x.rs:680:5)`. The message ends at the `note:` line, a
+/// backtrace, or the test harness's next output; it is cut at [`PANIC_MESSAGE_MAX`] bytes.
+fn panic_message(output: &str) -> Option<String> {
+    let mut lines = output.lines();
+    let head = lines.by_ref().find(|l| l.contains("panicked at"))?;
+    let at = head
+        .split_once("panicked at ")
+        .map(|(_, loc)| loc.trim().trim_end_matches(':').to_string());
+    let body: Vec<&str> = lines
+        .take_while(|l| {
+            !(l.starts_with("note: ")
+                || l.starts_with("stack backtrace:")
+                || l.starts_with("thread '")
+                || l.starts_with("failures:")
+                || l.starts_with("test result:")
+                || *l == "FAILED")
+        })
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut msg = if body.is_empty() {
+        head.trim().to_string()
+    } else {
+        body.join(" | ")
+    };
+    if let Some(at) = at.filter(|_| !body.is_empty()) {
+        msg.push_str(&format!(" (at {at})"));
+    }
+    if msg.len() > PANIC_MESSAGE_MAX {
+        let mut cut = PANIC_MESSAGE_MAX;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+        msg.push_str(" [...]");
+    }
+    Some(msg)
 }
 
 /// Where results go: straight to the result port when the init hands one over
@@ -695,7 +739,27 @@ mod tests {
             "thread 'x' panicked at kernel-tests/tests/smoke.rs:10:5:\nvkms is not bound\nnote: ...",
         );
         assert_eq!(o, Outcome::Fail);
-        assert_eq!(r, "vkms is not bound");
+        assert_eq!(r, "vkms is not bound (at kernel-tests/tests/smoke.rs:10:5)");
+        // An assert_eq! keeps its values and where it failed (CI once printed only
+        // "assertion `left == right` failed: []").
+        let (_, r) = outcome_of(
+            false,
+            "running 1 test\ntest signals ... \nthread 'signals' (4865) panicked at \
+             kernel-tests/tests/drmtool_isolation.rs:680:5:\nassertion `left == right` \
+             failed: []\n  left: 0\n right: 1\nnote: run with `RUST_BACKTRACE=1`\nFAILED\n",
+        );
+        assert_eq!(
+            r,
+            "assertion `left == right` failed: [] | left: 0 | right: 1 \
+             (at kernel-tests/tests/drmtool_isolation.rs:680:5)"
+        );
+        let long = format!("thread 'x' panicked at a.rs:1:1:\n{}\n", "é".repeat(5000));
+        let r = outcome_of(false, &long).1;
+        assert!(
+            r.len() <= PANIC_MESSAGE_MAX + 6 && r.ends_with(" [...]"),
+            "{}",
+            r.len()
+        );
         assert_eq!(outcome_of(false, "Segmentation fault").1, "non-zero exit");
     }
 }
