@@ -400,6 +400,11 @@ fn kms_list_on_each_driver() {
     }
     let (code, _) = run(&["kms", "list", "no-such-driver"]);
     assert_eq!(code, ExitCode::from(3));
+    // --probe: vkms's virtual connector lists its modes, and no line says to probe.
+    let (code, text) = run(&["kms", "list", "vkms", "--probe"]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(text.contains("    mode "), "{text}");
+    assert!(!text.contains("no modes until"), "{text}");
 }
 
 /// The first non-writeback connector of a device, with its CRTC index.
@@ -600,6 +605,8 @@ fn screenshot_of_a_crtc_that_is_off_fails() {
     let other = Device::open(&n.path).unwrap();
     let err = drmtool::kms::screenshot(&other, &id, drmtool::kms::Method::Writeback).unwrap_err();
     drop(other);
+    assert!(matches!(err, drmtool::kms::KmsError::Cannot(_)), "{err}");
+    let err = err.to_string();
     assert!(
         err.contains("is off") && err.contains("hint: `drmtool kms modeset"),
         "{err}"
@@ -980,4 +987,105 @@ fn shoot(n: &drm_gem::NodeInfo, method: &str, cursor: bool) {
     kernel_tests::kms_all_off(&dev).unwrap();
     drop(keep);
     let _ = std::fs::remove_file(&out);
+}
+
+/// The one GPU grammar against real devices (the host's `tools/tests/specs.rs` runs the
+/// same commands without devices): each form that names vkms (its index, driver, card node
+/// path and name, device number) gives `info`, `caps` and `kms list` vkms's card node and
+/// `buffers --device`, `run --env-only` and `pick` vkms; a spec that names nothing here
+/// exits 3 in every command, `kms modeset` and `screenshot` included, before touching
+/// anything.
+#[test]
+fn every_command_takes_the_same_gpu_specs() {
+    let Some(vkms) = vkms_primary() else {
+        skip!("no DRM nodes (not a guest)")
+    };
+    let gpus = drmtool::gpu::gpus().expect("the guest has DRM devices");
+    let g = gpus
+        .iter()
+        .find(|g| g.driver.as_deref() == Some("vkms"))
+        .expect("vkms is one of the GPUs");
+    let card = vkms.path.display().to_string();
+    let specs = [
+        g.index.to_string(),
+        "vkms".into(),
+        card.clone(),
+        card.trim_start_matches("/dev/dri/").to_string(),
+        format!("{}:{}", vkms.dev.0, vkms.dev.1),
+    ];
+    for s in &specs {
+        for (cmd, schema) in [
+            (&["info", s, "--json"][..], "info.schema.json"),
+            (&["caps", s, "--json"][..], "caps.schema.json"),
+            (&["kms", "list", s, "--json"][..], "kms-list.schema.json"),
+        ] {
+            let v = run_json(cmd, schema);
+            let paths: Vec<&str> = v["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["path"].as_str().unwrap())
+                .collect();
+            assert_eq!(paths, [card.as_str()], "{cmd:?}");
+        }
+        let v = run_json(&["buffers", "--device", s, "--json"], "buffers.schema.json");
+        for d in v["devices"].as_array().unwrap() {
+            assert_eq!(d["driver"], "vkms", "buffers --device {s}: {d}");
+        }
+        let (code, out) = run(&["run", "--env-only", "--gpu", s]);
+        assert_eq!(code, ExitCode::SUCCESS, "run --gpu {s}: {out}");
+        let v = run_json(
+            &["pick", "--gpu", s, "--format", "json"],
+            "pick.schema.json",
+        );
+        let idx: Vec<u64> = v["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(idx, [g.index as u64], "pick --gpu {s}");
+    }
+    let nothing = [
+        "nosuchdriver",
+        "226:250",
+        "99",
+        "0000:7f:1f.7",
+        "/dev/dri/card99",
+        "card99",
+        "pci-0000:7f:00.0-card",
+    ];
+    for s in nothing {
+        for cmd in [
+            &["info", s][..],
+            &["caps", s],
+            &["kms", "list", s],
+            &[
+                "kms",
+                "modeset",
+                "Virtual-1",
+                "--seconds",
+                "0",
+                "--device",
+                s,
+            ],
+            &[
+                "kms",
+                "screenshot",
+                "1",
+                "-o",
+                "/tmp/never.png",
+                "--device",
+                s,
+            ],
+            &["buffers", "--device", s],
+            &["run", "--env-only", "--gpu", s],
+            &["pick", "--gpu", s],
+        ] {
+            let (code, out) = run(cmd);
+            assert_eq!(code, ExitCode::from(3), "{cmd:?}: {out}");
+            assert!(out.is_empty(), "{cmd:?} printed {out}");
+        }
+    }
+    assert!(!std::path::Path::new("/tmp/never.png").exists());
 }

@@ -14,7 +14,7 @@
 //! them on fixture trees.
 
 use drmtool::export::{Config, Exporter, Per};
-use drmtool::isolate::ordering;
+use drmtool::gpu;
 use kernel_tests::sample::Client;
 use kernel_tests::{in_guest, skip};
 use std::collections::BTreeMap;
@@ -242,12 +242,12 @@ fn prometheus_sees_exactly_what_the_cgroups_hold() {
     if !Path::new(PROMETHEUS).exists() {
         skip!("{PROMETHEUS} is not installed (scripts/setup installs Debian's prometheus)");
     }
-    let gpus = ordering::gpus().expect("the guest has DRM devices");
+    let gpus = gpu::gpus().expect("the guest has DRM devices");
     let name_of = |driver: &str| {
         gpus.iter()
             .find(|g| g.driver.as_deref() == Some(driver))
             .map(|g| g.bus_id.clone().unwrap_or_else(|| g.name.clone()))
-            .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(&gpus)))
+            .unwrap_or_else(|| panic!("no {driver} in {}", gpu::summary(&gpus)))
     };
     let (vgem, vkms) = (name_of("vgem"), name_of("vkms"));
 

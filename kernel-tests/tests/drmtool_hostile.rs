@@ -576,6 +576,23 @@ fn spawn_as_pid(want: u32) -> Option<std::process::Child> {
     None
 }
 
+/// `/proc/<pid>/comm` once it reads `want`, polling for up to 5 s; else the last read.
+///
+/// A spawn returns when the child's exec has let go of the parent's memory (the vfork
+/// release in `exec_mmap`), which is before the kernel names the new program
+/// (`__set_task_comm` in `setup_new_exec`): read at once, the comm can still be the
+/// spawning thread's (stock-6.1, in a full lane: `a_reused_pid_is`).
+fn comm_becomes(pid: u32, want: &str) -> Option<String> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+        if got.as_deref() == Some(want) || std::time::Instant::now() > end {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// What the scan relies on against pid reuse (the host test
 /// `a_pid_reused_mid_read_lends_nothing_of_the_newcomer` checks the scan's side on a
 /// synthetic tree): a process's `/proc/<pid>/fd` directory, opened while it ran, reaches
@@ -600,6 +617,7 @@ fn a_reused_pid_is_not_reached_through_the_fd_directory() {
         .spawn()
         .expect("spawn sleep");
     let pid = first.id();
+    assert_eq!(comm_becomes(pid, "sleep\n").as_deref(), Some("sleep\n"));
     let fd_dir = rustix::fs::open(
         format!("/proc/{pid}/fd"),
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -625,16 +643,12 @@ fn a_reused_pid_is_not_reached_through_the_fd_directory() {
     let Some(mut newcomer) = spawn_as_pid(pid) else {
         panic!("pid {pid} was not taken again (spawn_as_pid: ns_last_pid or pid_max)");
     };
-    let by_name = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+    let by_name = comm_becomes(pid, "cat\n");
     let through_old = comm_at(&fd_dir);
     let old_fd_entry = rustix::fs::statat(&fd_dir, "../fd", AtFlags::empty()).map(|_| ());
     let _ = newcomer.kill();
     let _ = newcomer.wait();
-    assert_eq!(
-        by_name.ok().as_deref(),
-        Some("cat\n"),
-        "pid {pid} was reused"
-    );
+    assert_eq!(by_name.as_deref(), Some("cat\n"), "pid {pid} was reused");
     // ENOENT (the lookup finds no task) or ESRCH (seen on 6.1 and 6.12), never the
     // newcomer's.
     let gone = [rustix::io::Errno::NOENT, rustix::io::Errno::SRCH];

@@ -13,7 +13,8 @@
 //!   their sessions, `sudo drmtool run --pick 1` jobs that run as them with one GPU each, a
 //!   third that finds none (exit 5), `leases` naming both users.
 
-use drmtool::isolate::{lease, ordering};
+use drmtool::gpu;
+use drmtool::isolate::lease;
 use kernel_tests::{in_guest, skip, which};
 
 mod schema_common;
@@ -38,14 +39,14 @@ macro_rules! guest_gpus {
         if !in_guest() {
             skip!("not in a vm guest: no DRM devices or cgroup v2 to isolate with here");
         }
-        ordering::gpus().expect("the guest has DRM devices")
+        gpu::gpus().expect("the guest has DRM devices")
     }};
 }
 
-fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
+fn gpu_of<'g>(gpus: &'g [gpu::Gpu], driver: &str) -> &'g gpu::Gpu {
     gpus.iter()
         .find(|g| g.driver.as_deref() == Some(driver))
-        .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(gpus)))
+        .unwrap_or_else(|| panic!("no {driver} in {}", gpu::summary(gpus)))
 }
 
 /// `EPERM`, `ENOENT`, ... for an errno number.

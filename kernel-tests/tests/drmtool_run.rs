@@ -13,8 +13,9 @@
 //! the device program: the chosen ones open, every other is EPERM. The escape routes a
 //! hostile job tries are in drmtool_isolation.rs.
 
+use drmtool::gpu;
 use drmtool::isolate::run::{self, RunRequest};
-use drmtool::isolate::{devprog, inspect, lease, ordering};
+use drmtool::isolate::{devprog, inspect, lease};
 use kernel_tests::{in_guest, skip, which};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -33,13 +34,7 @@ const DIRFD_ENV: &str = "DRMTOOL_RUN_PROBE_DIRFD";
 
 /// The exit status drmtool's command line gives a run error.
 fn code_of(e: &run::RunError) -> u8 {
-    match e {
-        run::RunError::Who(drmtool::isolate::who::WhoError::NotRoot) => run::EXIT_SETUP,
-        run::RunError::Usage(_) | run::RunError::Who(_) => 2,
-        run::RunError::NoDevices(_) => drmtool::cli::EXIT_NO_DEVICES,
-        run::RunError::NoGpu(_) => drmtool::cli::EXIT_NO_GPU,
-        _ => run::EXIT_SETUP,
-    }
+    drmtool::cli::Exit::of_run(e) as u8
 }
 
 /// The real /dev/dri as a directory fd the job inherits (no close-on-exec).
@@ -208,7 +203,7 @@ fn probe_under(sels: &[&str], renumber: bool) -> (u8, Value) {
     let req = RunRequest {
         gpus: sels
             .iter()
-            .map(|s| ordering::Selector::parse(s).unwrap())
+            .map(|s| s.parse::<gpu::GpuSpec>().unwrap())
             .collect(),
         renumber,
         argv,
@@ -229,7 +224,7 @@ macro_rules! guest_gpus {
         if !in_guest() {
             skip!("not in a vm guest: no DRM devices or cgroup v2 to isolate with here");
         }
-        ordering::gpus().expect("the guest has DRM devices")
+        gpu::gpus().expect("the guest has DRM devices")
     }};
 }
 
@@ -243,10 +238,10 @@ fn dri_dev(v: &Value, name: &str) -> Option<String> {
         .map(|e| e["dev"].as_str().unwrap().to_string())
 }
 
-fn gpu_of<'g>(gpus: &'g [ordering::Gpu], driver: &str) -> &'g ordering::Gpu {
+fn gpu_of<'g>(gpus: &'g [gpu::Gpu], driver: &str) -> &'g gpu::Gpu {
     gpus.iter()
         .find(|g| g.driver.as_deref() == Some(driver))
-        .unwrap_or_else(|| panic!("no {driver} in {}", ordering::summary(gpus)))
+        .unwrap_or_else(|| panic!("no {driver} in {}", gpu::summary(gpus)))
 }
 
 const EPERM: &str = "Os { code: 1, kind: PermissionDenied, message: \"Operation not permitted\" }";
@@ -268,11 +263,11 @@ fn assert_opens_only(v: &Value, all: &[String], mine: &[String]) {
 }
 
 /// `major:minor` of a node, as the probe report keys them.
-fn node_dev(n: &ordering::Node) -> String {
+fn node_dev(n: &gpu::Node) -> String {
     format!("{}:{}", n.dev.0, n.dev.1)
 }
 
-fn devs(g: &ordering::Gpu) -> Vec<String> {
+fn devs(g: &gpu::Gpu) -> Vec<String> {
     g.nodes.iter().map(node_dev).collect()
 }
 
@@ -321,7 +316,7 @@ fn the_job_sees_and_opens_only_its_gpu() {
     assert!(
         all.len() > mine.len(),
         "the guest has other GPUs: {}",
-        ordering::summary(&gpus)
+        gpu::summary(&gpus)
     );
     assert_opens_only(&v, &all, &mine);
     // The cgroup is gone.
@@ -342,8 +337,8 @@ fn renumber_presents_the_chosen_nodes_in_selector_order() {
     let (code, v) = probe_under(&["vgem", "vkms"], true);
     assert_eq!(code, 0, "{v}");
     let dev_of = |name: &str| dri_dev(&v, name);
-    let card = |g: &ordering::Gpu| g.card().map(|n| format!("226:{}", n.dev.1));
-    let render = |g: &ordering::Gpu| g.render().map(|n| format!("226:{}", n.dev.1));
+    let card = |g: &gpu::Gpu| g.card().map(|n| format!("226:{}", n.dev.1));
+    let render = |g: &gpu::Gpu| g.render().map(|n| format!("226:{}", n.dev.1));
     assert_eq!(dev_of("card0"), card(vgem), "{v}");
     assert_eq!(dev_of("card1"), card(vkms), "{v}");
     // Render nodes in the same order, without a gap where a GPU has none (vkms).
@@ -369,14 +364,14 @@ fn renumber_presents_the_chosen_nodes_in_selector_order() {
 #[test]
 fn one_of_two_gpus_of_a_driver_by_bus_id() {
     let gpus = guest_gpus!();
-    let twins: Vec<&ordering::Gpu> = gpus
+    let twins: Vec<&gpu::Gpu> = gpus
         .iter()
         .filter(|g| g.driver.as_deref() == Some("virtio_gpu"))
         .collect();
     if twins.len() < 2 {
         skip!(
             "one virtio-gpu here (the guest's device set has two): {}",
-            ordering::summary(&gpus)
+            gpu::summary(&gpus)
         );
     }
     let (a, b) = (twins[0], twins[1]);
@@ -427,7 +422,7 @@ fn one_of_two_gpus_of_a_driver_by_bus_id() {
 fn the_commands_exit_status_comes_back() {
     let _gpus = guest_gpus!();
     let req = |argv: &[&str]| RunRequest {
-        gpus: vec![ordering::Selector::parse("vgem").unwrap()],
+        gpus: vec!["vgem".parse::<gpu::GpuSpec>().unwrap()],
         argv: argv.iter().map(OsString::from).collect(),
         as_root: true,
         caller: Some(ROOT),
@@ -447,17 +442,22 @@ fn the_commands_exit_status_comes_back() {
 }
 
 #[test]
-fn bad_selectors_are_usage_errors() {
+fn bad_specs_are_usage_errors_and_unmatched_ones_match_nothing() {
     let gpus = guest_gpus!();
-    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "99", "--", "true"]);
+    // A spec that names nothing here exits 3 as in every command; a malformed one 2.
+    let run =
+        |g: &str| drmtool::cli::run_captured(&["run", "--as-root", "--gpu", g, "--", "true"]).0;
+    assert_eq!(run("99"), std::process::ExitCode::from(3));
+    assert_eq!(run("nosuchdriver"), std::process::ExitCode::from(3));
+    assert_eq!(run("a b"), std::process::ExitCode::from(2));
+    // Who the job runs as is decided first: without it, a usage error whatever the GPU.
+    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "vgem", "--", "true"]);
     assert_eq!(c, std::process::ExitCode::from(2));
-    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "nosuchdriver", "--", "true"]);
-    assert_eq!(c, std::process::ExitCode::from(2));
-    let (c, _) = drmtool::cli::run_captured(&["run", "--gpu", "a b", "--", "true"]);
-    assert_eq!(c, std::process::ExitCode::from(2));
-    let e = ordering::select(&[ordering::Selector::parse("99").unwrap()], &gpus).unwrap_err();
+    let e = gpu::select(&["99".parse::<gpu::GpuSpec>().unwrap()], &gpus)
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.contains(&ordering::summary(&gpus)),
+        e.contains(&gpu::summary(&gpus)),
         "the error lists the GPUs: {e}"
     );
     // --env-only: the variables of a virtio-gpu (a PCI function) and nothing run.
@@ -547,7 +547,7 @@ fn devices_lists_the_one_ordering() {
                 .iter()
                 .any(|n| n.path.to_str() == r["path"].as_str()),
             "{r} belongs to GPU {index}: {}",
-            ordering::summary(&gpus)
+            gpu::summary(&gpus)
         );
         assert_eq!(r["bus_id"].as_str(), g.bus_id.as_deref(), "{r}");
         let platform = r["bus_id"].is_null();
@@ -569,7 +569,7 @@ fn devices_lists_the_one_ordering() {
     assert!(
         gpu_of(&gpus, "virtio_gpu").bus_id.is_some(),
         "{}",
-        ordering::summary(&gpus)
+        gpu::summary(&gpus)
     );
     assert!(gpu_of(&gpus, "vkms").bus_id.is_none());
 }
@@ -827,7 +827,7 @@ fn a_job_under_a_containers_program_gets_both() {
     argv.insert(3, format!("{PROBE_ENV}={}", out.display()).into());
     argv.insert(4, format!("{DIRFD_ENV}={}", dri.as_raw_fd()).into());
     let req = |parent: PathBuf, sel: &str| RunRequest {
-        gpus: vec![ordering::Selector::parse(sel).unwrap()],
+        gpus: vec![sel.parse::<gpu::GpuSpec>().unwrap()],
         argv: argv.clone(),
         as_root: true,
         keep_fds: vec![dri.as_raw_fd()],
@@ -915,7 +915,7 @@ fn pick_run_entry() {
     let req = RunRequest {
         gpus: sels
             .split(',')
-            .map(|s| ordering::Selector::parse(s).unwrap())
+            .map(|s| s.parse::<gpu::GpuSpec>().unwrap())
             .collect(),
         argv: f[4..].iter().map(OsString::from).collect(),
         as_root: true,
@@ -1095,7 +1095,7 @@ fn a_killed_holder_frees_its_lease() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
-        Some(i32::from(drmtool::cli::EXIT_NO_GPU)),
+        Some(i32::from(drmtool::cli::Exit::NoGpu as u8)),
         "{err}"
     );
     assert!(err.contains("leased by others"), "{err}");
@@ -1169,7 +1169,7 @@ fn pick_prefers_idle_gpus_and_names_what_it_excludes() {
     let (code, out) = drmtool::cli::run_captured(&["pick", "--gpu", "vgem", "--max-clients", "0"]);
     assert_eq!(
         code,
-        std::process::ExitCode::from(drmtool::cli::EXIT_NO_GPU),
+        std::process::ExitCode::from(drmtool::cli::Exit::NoGpu as u8),
         "{out}"
     );
     let (code, out) =
@@ -1183,7 +1183,7 @@ fn pick_prefers_idle_gpus_and_names_what_it_excludes() {
     let (code, _) = drmtool::cli::run_captured(&["pick", "--min-free", "1"]);
     assert_eq!(
         code,
-        std::process::ExitCode::from(drmtool::cli::EXIT_NO_GPU)
+        std::process::ExitCode::from(drmtool::cli::Exit::NoGpu as u8)
     );
     drop(busy);
 }

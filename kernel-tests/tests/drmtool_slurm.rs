@@ -11,7 +11,7 @@
 //! the configuration written there. The job's command is this test binary again
 //! (`probe_entry`, `sample_client_entry`).
 
-use drmtool::isolate::ordering;
+use drmtool::gpu;
 use kernel_tests::{in_guest, skip, which};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -97,7 +97,7 @@ fn failed(dir: &Path, what: &str, out: &std::process::Output) -> String {
 impl Cluster {
     /// Writes the configuration for `gpus` (gres.conf from `drmtool slurm gres-conf`) and
     /// starts the daemons; waits until the node is idle.
-    fn start(gres_conf: &str, gpus: &[ordering::Gpu]) -> Self {
+    fn start(gres_conf: &str, gpus: &[gpu::Gpu]) -> Self {
         let dir = PathBuf::from(format!("/tmp/drmtool-slurm-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("state")).unwrap();
@@ -328,7 +328,7 @@ macro_rules! slurm_guest {
                 skip!("{p} is not installed (scripts/setup installs slurmctld, slurmd, slurm-client and munge)");
             }
         }
-        ordering::gpus().expect("the guest has DRM devices")
+        gpu::gpus().expect("the guest has DRM devices")
     }};
 }
 
@@ -369,7 +369,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         })
         .collect();
     assert_eq!(files.len(), gpus.len(), "{gres_conf}");
-    assert!(gpus.len() >= 2, "{}", ordering::summary(&gpus));
+    assert!(gpus.len() >= 2, "{}", gpu::summary(&gpus));
     let cluster = Cluster::start(&gres_conf, &gpus);
     let mut job_ids = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
@@ -409,7 +409,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
     assert!(
         twins.len() >= 2,
         "the guest has two virtio-gpus: {}",
-        ordering::summary(&gpus)
+        gpu::summary(&gpus)
     );
     let v = cluster.probe("gpu:virtio_gpu:1", "probe-one-of-two");
     let given: usize = v["env"]["SLURM_STEP_GPUS"]

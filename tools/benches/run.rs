@@ -17,7 +17,7 @@
 mod paired;
 
 use criterion::Criterion;
-use drmtool::isolate::ordering::Selector;
+use drmtool::gpu::GpuSpec;
 use drmtool::isolate::run::{self, RunRequest};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     // A root job (--as-root): the whole start-up path, namespaces, clone3 into the cgroup,
     // capability drop, lease, without a user lookup.
     let req = RunRequest {
-        gpus: vec![Selector::Driver("vgem".into())],
+        gpus: vec![GpuSpec::Driver("vgem".into())],
         argv: vec!["true".into()],
         as_root: true,
         caller: Some(drmtool::isolate::who::Caller { uid: 0, sudo: None }),

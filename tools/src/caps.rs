@@ -1,8 +1,8 @@
 //! `drmtool caps`: which uapi families the running kernel and each driver support, each
 //! decided by a harmless probe (no modeset, nothing shown) whose errno is reported.
 
+use crate::errno::errno_name;
 use crate::probe::Probe;
-use crate::select::errno_name;
 use drm_gem::kms::FbSpec;
 use drm_gem::{
     ClientCap, Device, DmaBufSync, DumbBuffer, DumbSpec, NodeInfo, PrimeFlags, Syncobjs,

@@ -10,8 +10,8 @@
 //! the same time, their pages move back to system memory too, as when they exit).
 //! Requests the detected numbering does not have are not sent (`unsupported`).
 
+use crate::errno::error_class;
 use crate::probe::Probe;
-use crate::select::error_class;
 use drm_gem::{Mmap, MmapOptions, Prot, Sharing};
 use hmm::{Backend, Dmirror, HmmLayout, HostRegistration, PageRange, SealedMemfd, Udmabuf};
 use rustix::fd::AsFd;
@@ -752,7 +752,7 @@ pub fn render(r: &HmmReport) -> String {
 /// An `mmap` failure as the probe reports it: the errno's name where there is one.
 fn errno_text(e: &drm_gem::Error) -> String {
     match e.errno() {
-        Some(errno) => crate::select::errno_name(errno),
+        Some(errno) => crate::errno::errno_name(errno),
         None => e.to_string(),
     }
 }

@@ -1,8 +1,10 @@
 //! `drmtool info`: the driver, node identity, every `DRM_CAP_*`, the client caps the
 //! kernel accepts, and the whole KMS state of each device.
 
-use crate::select::error_class;
-use drm_gem::kms::{Snapshot, connector_kind_name, encoder_kind_name, format_name, modifier_name};
+use crate::errno::error_class;
+use drm_gem::kms::{
+    ConnectorStatus, Snapshot, connector_kind_name, encoder_kind_name, format_name, modifier_name,
+};
 use drm_gem::{ClientCap, Device, DriverCap, NodeInfo};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -73,6 +75,10 @@ pub struct DeviceInfo {
     pub kms_error: Option<String>,
     /// Why the node could not be read at all.
     pub error: Option<String>,
+    /// Whether the connectors were probed before the KMS state was read (not in the JSON:
+    /// it says how fresh the text's connector modes are).
+    #[serde(skip)]
+    pub probed: bool,
 }
 
 /// `drmtool info --json`.
@@ -103,6 +109,7 @@ pub fn device_info(n: &NodeInfo, probe: bool) -> DeviceInfo {
         kms: None,
         kms_error: None,
         error: None,
+        probed: probe,
     };
     let dev = match Device::open(&n.path) {
         Ok(d) => d,
@@ -184,7 +191,7 @@ pub fn render(d: &DeviceInfo) -> String {
         );
     }
     match (&d.kms, &d.kms_error) {
-        (Some(k), _) => s.push_str(&render_kms(k, "  ")),
+        (Some(k), _) => s.push_str(&render_kms(k, "  ", d.probed)),
         (None, Some(e)) => {
             let _ = writeln!(s, "  kms: none ({e})");
         }
@@ -211,7 +218,10 @@ fn prop_lines(s: &mut String, ind: &str, props: &[drm_gem::kms::ObjectProperty])
 }
 
 /// The modetest-style listing of a snapshot, each line indented by `ind`.
-pub fn render_kms(k: &Snapshot, ind: &str) -> String {
+///
+/// Connectors that list no modes without a probe (vkms on a fresh boot: "unknown, 0
+/// modes") get a line saying that a probe (`--probe`) finds them.
+pub fn render_kms(k: &Snapshot, ind: &str, probed: bool) -> String {
     let mut s = String::new();
     let r = &k.resources;
     let _ = writeln!(
@@ -228,16 +238,27 @@ pub fn render_kms(k: &Snapshot, ind: &str) -> String {
         let cc = &c.connector;
         let _ = writeln!(
             s,
-            "{ind}  {} {} ({}) {:?} {}x{} mm, encoder {}, {} modes",
+            "{ind}  {} {} ({}) {} {}x{} mm, encoder {}, {} modes",
             cc.id.get(),
             cc.name(),
             connector_kind_name(cc.kind),
-            cc.status,
+            match cc.status {
+                ConnectorStatus::Connected => "connected",
+                ConnectorStatus::Disconnected => "disconnected",
+                ConnectorStatus::Unknown => "unknown",
+            },
             cc.size_mm.0,
             cc.size_mm.1,
             cc.encoder.map_or("-".into(), |e| e.get().to_string()),
             cc.modes.len()
         );
+        if cc.modes.is_empty() && cc.status != ConnectorStatus::Disconnected && !probed {
+            let _ = writeln!(
+                s,
+                "{ind}    no modes until the connector is probed (hint: add --probe; needs DRM \
+                 master)"
+            );
+        }
         for m in &cc.modes {
             let _ = writeln!(
                 s,

@@ -9,8 +9,60 @@ use drm_gem::{ClientCap, Device, DumbBuffer, DumbSpec};
 use std::path::Path;
 use std::time::Duration;
 
-/// A failure with a one-line cause and hint.
-pub type KmsResult<T> = Result<T, String>;
+/// What `drmtool kms` returns.
+pub type KmsResult<T> = Result<T, KmsError>;
+
+/// Why a KMS command failed; each message is one line with the cause and a hint.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KmsError {
+    /// No DRM devices, or the spec names none.
+    #[error(transparent)]
+    Select(#[from] crate::gpu::SelectError),
+    /// None of the chosen nodes has KMS.
+    #[error(
+        "no KMS device{}: {why} (hint: pick one with --device, `drmtool devices` lists them;          vgem has no KMS)",
+        spec.as_ref().map(|s| format!(" matches {s}")).unwrap_or_default()
+    )]
+    NoKmsDevice {
+        /// The `--device` spec, if one was given.
+        spec: Option<String>,
+        /// What each node answered.
+        why: String,
+    },
+    /// A connector, mode or CRTC the caller named is not there.
+    #[error("no {what} {name:?}{place}; there are: {have} (hint: `drmtool kms list`)")]
+    NotFound {
+        /// `connector`, `mode` or `CRTC`.
+        what: &'static str,
+        /// The name or id given.
+        name: String,
+        /// Where it was looked for (` on that connector`), or nothing.
+        place: &'static str,
+        /// What is there.
+        have: String,
+    },
+    /// A DRM call failed.
+    #[error("{what}: {source}")]
+    Drm {
+        /// What was being done.
+        what: String,
+        /// The call's error.
+        #[source]
+        source: drm_gem::Error,
+    },
+    /// What was asked is well formed but this device, or its state, cannot do it (a
+    /// disconnected connector, no CRTC for it, not DRM master, a CRTC that is off, a
+    /// framebuffer format drmtool does not convert, a refused writeback).
+    #[error("{0}")]
+    Cannot(String),
+}
+
+/// A [`KmsError::Drm`] maker for `map_err`.
+fn drm(what: impl Into<String>) -> impl FnOnce(drm_gem::Error) -> KmsError {
+    let what = what.into();
+    move |source| KmsError::Drm { what, source }
+}
 
 /// `DRM_MODE_CONNECTOR_WRITEBACK`.
 const WRITEBACK: u32 = 18;
@@ -44,8 +96,12 @@ fn paint(buf: &mut DumbBuffer<&Device>, w: u32, h: u32) -> drm_gem::Result<()> {
 }
 
 /// Opens the KMS device `spec` selects (the first primary node with KMS without one).
-pub fn open_kms(spec: Option<&str>) -> KmsResult<(Device, String)> {
-    let nodes = crate::select::select(spec).map_err(|e| e.0)?;
+///
+/// # Errors
+/// [`KmsError::Select`] without devices or a match, [`KmsError::NoKmsDevice`] when no
+/// chosen node has KMS.
+pub fn open_kms(spec: Option<&crate::gpu::GpuSpec>) -> KmsResult<(Device, String)> {
+    let nodes = crate::gpu::nodes(spec)?;
     let mut why = Vec::new();
     for n in &nodes {
         if n.kind != drm_gem::NodeKind::Primary {
@@ -59,15 +115,14 @@ pub fn open_kms(spec: Option<&str>) -> KmsResult<(Device, String)> {
             Err(e) => why.push(format!("{}: {e}", n.path.display())),
         }
     }
-    Err(format!(
-        "no KMS device{}: {} (hint: pick one with --device, `drmtool devices` lists them; vgem has no KMS)",
-        spec.map(|s| format!(" matches {s:?}")).unwrap_or_default(),
-        if why.is_empty() {
+    Err(KmsError::NoKmsDevice {
+        spec: spec.map(ToString::to_string),
+        why: if why.is_empty() {
             "no primary node".into()
         } else {
             why.join("; ")
-        }
-    ))
+        },
+    })
 }
 
 /// What `modeset` lit, for the caller to report.
@@ -89,12 +144,11 @@ fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
             .iter()
             .find(|m| m.name() == w || format!("{}x{}", m.size().0, m.size().1) == w)
             .copied()
-            .ok_or_else(|| {
-                let names: Vec<String> = modes.iter().map(Mode::name).collect();
-                format!(
-                    "no mode {w:?} on that connector; it has: {} (hint: `drmtool kms list`)",
-                    names.join(", ")
-                )
+            .ok_or_else(|| KmsError::NotFound {
+                what: "mode",
+                name: w.into(),
+                place: " on that connector",
+                have: modes.iter().map(Mode::name).collect::<Vec<_>>().join(", "),
             });
     }
     modes
@@ -103,7 +157,10 @@ fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
         .or_else(|| modes.first())
         .copied()
         .ok_or_else(|| {
-            "the connector has no modes (hint: is anything attached? `drmtool kms list`)".into()
+            KmsError::Cannot(
+                "the connector has no modes (hint: is anything attached? `drmtool kms list`)"
+                    .into(),
+            )
         })
 }
 
@@ -117,33 +174,36 @@ pub fn modeset(
     mode: Option<&str>,
     hold: &mut dyn FnMut(&Lit),
 ) -> KmsResult<Lit> {
-    let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
     let _ = dev.set_client_cap(ClientCap::UniversalPlanes, 1);
     let atomic = dev.set_client_cap(ClientCap::Atomic, 1).is_ok();
-    let snap = Snapshot::take(dev).map_err(e("reading the KMS state"))?;
+    let snap = Snapshot::take(dev).map_err(drm("reading the KMS state"))?;
     let conn = snap
         .connectors
         .iter()
         .find(|c| c.connector.name() == connector || c.id.get().to_string() == connector)
-        .ok_or_else(|| {
-            let names: Vec<String> = snap.connectors.iter().map(|c| c.connector.name()).collect();
-            format!(
-                "no connector {connector:?}; there are: {} (hint: `drmtool kms list`)",
-                names.join(", ")
-            )
+        .ok_or_else(|| KmsError::NotFound {
+            what: "connector",
+            name: connector.into(),
+            place: "",
+            have: snap
+                .connectors
+                .iter()
+                .map(|c| c.connector.name())
+                .collect::<Vec<_>>()
+                .join(", "),
         })?;
     if let Err(err) = dev.set_master() {
-        return Err(format!(
+        return Err(KmsError::Cannot(format!(
             "cannot become DRM master: {err} (hint: stop the compositor or run as root on a free VT)"
-        ));
+        )));
     }
     let probed = dev
         .probe_connector(conn.id)
-        .map_err(e("probing the connector"))?;
+        .map_err(drm("probing the connector"))?;
     if probed.status == ConnectorStatus::Disconnected {
-        return Err(format!(
+        return Err(KmsError::Cannot(format!(
             "{connector} is disconnected (hint: pick a connected one from `drmtool kms list`)"
-        ));
+        )));
     }
     let m = pick_mode(&probed.modes, mode)?;
     let mask = probed
@@ -158,7 +218,7 @@ pub fn modeset(
     let idx = current
         .and_then(|c| snap.resources.crtcs.iter().position(|&x| x == c))
         .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
-        .ok_or("no CRTC can drive that connector")?;
+        .ok_or_else(|| KmsError::Cannot("no CRTC can drive that connector".into()))?;
     let crtc = &snap.crtcs[idx];
     let before_conns: Vec<_> = snap
         .connectors
@@ -182,11 +242,11 @@ pub fn modeset(
             bpp: 32,
         },
     )
-    .map_err(e("creating the pattern buffer"))?;
-    paint(&mut buf, w, h).map_err(e("drawing the pattern"))?;
+    .map_err(drm("creating the pattern buffer"))?;
+    paint(&mut buf, w, h).map_err(drm("drawing the pattern"))?;
     let fb = dev
         .add_framebuffer(&FbSpec::for_dumb(&buf, DrmFourcc::Xrgb8888))
-        .map_err(e("adding the framebuffer"))?;
+        .map_err(drm("adding the framebuffer"))?;
     let lit = Lit {
         connector: conn.connector.name(),
         crtc: crtc.id.get(),
@@ -200,10 +260,10 @@ pub fn modeset(
     if atomic {
         let plane = snap
             .plane_for(crtc.id, PlaneType::Primary)
-            .ok_or("no primary plane for that CRTC")?;
+            .ok_or_else(|| KmsError::Cannot("no primary plane for that CRTC".into()))?;
         let blob = dev
             .create_blob(&m.to_blob_bytes())
-            .map_err(e("creating the mode blob"))?;
+            .map_err(drm("creating the mode blob"))?;
         let out = Output {
             connector: conn.id,
             mode: m,
@@ -212,12 +272,12 @@ pub fn modeset(
         };
         let mut req = AtomicRequest::new();
         snap.light(&mut req, &out, blob.id(), fb.id())
-            .map_err(e("building the atomic request"))?;
+            .map_err(drm("building the atomic request"))?;
         dev.atomic_commit(&req, AtomicFlags::ALLOW_MODESET, 0)
-            .map_err(e("the atomic commit"))?;
+            .map_err(drm("the atomic commit"))?;
     } else {
         dev.set_crtc(crtc.id, fb.id(), (0, 0), &[conn.id], &m)
-            .map_err(e("DRM_IOCTL_MODE_SETCRTC"))?;
+            .map_err(drm("DRM_IOCTL_MODE_SETCRTC"))?;
     }
     // From here on the pattern shows; the guard (dropped before `fb`, declared after it)
     // puts back what was there however this function is left, a panic in `hold` included.
@@ -230,7 +290,9 @@ pub fn modeset(
         armed: true,
     };
     hold(&lit);
-    guard.finish().map_err(e("restoring the previous state"))?;
+    guard
+        .finish()
+        .map_err(drm("restoring the previous state"))?;
     drop(fb);
     Ok(lit)
 }
@@ -383,12 +445,16 @@ fn crtc_by_spec(snap: &Snapshot, spec: &str) -> KmsResult<usize> {
     snap.crtcs
         .iter()
         .position(|c| c.id.get().to_string() == spec)
-        .ok_or_else(|| {
-            let ids: Vec<String> = snap.crtcs.iter().map(|c| c.id.get().to_string()).collect();
-            format!(
-                "no CRTC {spec:?}; there are: {} (hint: `drmtool kms list`)",
-                ids.join(", ")
-            )
+        .ok_or_else(|| KmsError::NotFound {
+            what: "CRTC",
+            name: spec.into(),
+            place: "",
+            have: snap
+                .crtcs
+                .iter()
+                .map(|c| c.id.get().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
@@ -400,13 +466,13 @@ pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> 
         && dev
             .set_client_cap(ClientCap::WritebackConnectors, 1)
             .is_ok();
-    let snap = Snapshot::take(dev).map_err(|e| format!("reading the KMS state: {e}"))?;
+    let snap = Snapshot::take(dev).map_err(drm("reading the KMS state"))?;
     let idx = crtc_by_spec(&snap, crtc)?;
     let c = &snap.crtcs[idx];
     let Some(mode) = c.mode else {
-        return Err(format!(
+        return Err(KmsError::Cannot(format!(
             "CRTC {crtc} is off: it shows nothing (hint: `drmtool kms modeset CONNECTOR` lights one)"
-        ));
+        )));
     };
     let wb_conn = snap.connectors.iter().find(|k| {
         k.kind == WRITEBACK
@@ -417,17 +483,17 @@ pub fn screenshot(dev: &Device, crtc: &str, method: Method) -> KmsResult<Image> 
                 .any(|e| e.possible_crtcs & (1 << idx) != 0)
     });
     match (method, wb_conn) {
-        (Method::Writeback, None) => Err(format!(
+        (Method::Writeback, None) => Err(KmsError::Cannot(format!(
             "no writeback connector for CRTC {crtc}{} (hint: --method getfb)",
             if wb {
                 ""
             } else {
                 ": the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS"
             }
-        )),
+        ))),
         (Method::Writeback, Some(k)) => match writeback(dev, &snap, idx, k, &mode, true)? {
             Wb::Done(img) => Ok(img),
-            Wb::NotWithoutDisturbing(why) => Err(why),
+            Wb::NotWithoutDisturbing(why) => Err(KmsError::Cannot(why)),
         },
         (Method::Auto, Some(k)) if wb => match writeback(dev, &snap, idx, k, &mode, false)? {
             Wb::Done(img) => Ok(img),
@@ -442,10 +508,10 @@ fn to_rgb(px: &[u8], format: u32, w: u32, h: u32, pitch: usize) -> KmsResult<Vec
     let argb = [DrmFourcc::Xrgb8888 as u32, DrmFourcc::Argb8888 as u32];
     let abgr = [DrmFourcc::Xbgr8888 as u32, DrmFourcc::Abgr8888 as u32];
     if !argb.contains(&format) && !abgr.contains(&format) {
-        return Err(format!(
+        return Err(KmsError::Cannot(format!(
             "the framebuffer's format {} is not one drmtool converts (XR24, AR24, XB24, AB24)",
             drm_gem::kms::format_name(format)
-        ));
+        )));
     }
     for y in 0..h as usize {
         for x in 0..w as usize {
@@ -473,19 +539,20 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
         .find(|p| p.kind == Some(drm_gem::kms::PlaneType::Primary) && p.crtc == Some(c.id))
         .and_then(|p| p.framebuffer)
         .or(c.framebuffer)
-        .ok_or("the CRTC's primary plane shows no framebuffer")?;
-    let info = dev
-        .framebuffer_info(fb_id)
-        .map_err(|e| format!("DRM_IOCTL_MODE_GETFB2 on framebuffer {}: {e}", fb_id.get()))?;
+        .ok_or_else(|| KmsError::Cannot("the CRTC's primary plane shows no framebuffer".into()))?;
+    let info = dev.framebuffer_info(fb_id).map_err(drm(format!(
+        "DRM_IOCTL_MODE_GETFB2 on framebuffer {}",
+        fb_id.get()
+    )))?;
     let plane0 = info
         .planes
         .into_iter()
         .next()
-        .ok_or("GETFB2 reported no planes")?;
+        .ok_or_else(|| KmsError::Cannot("GETFB2 reported no planes".into()))?;
     let Some(mut obj) = plane0.object else {
-        return Err(
+        return Err(KmsError::Cannot(
             "GETFB2 withheld the buffer handle (hint: run as root, or as DRM master)".into(),
-        );
+        ));
     };
     let (x0, y0) = c.position;
     let w = u32::from(mode.size().0).min(info.width.saturating_sub(x0));
@@ -495,11 +562,11 @@ fn getfb(dev: &Device, snap: &Snapshot, idx: usize, mode: &Mode) -> KmsResult<Im
     let len = plane0.offset as usize + pitch * info.height as usize;
     let map = obj
         .map(len)
-        .map_err(|e| format!("mapping framebuffer {}'s buffer: {e}", fb_id.get()))?;
+        .map_err(drm(format!("mapping framebuffer {}'s buffer", fb_id.get())))?;
     let mut px = vec![0u8; pitch * h as usize];
     let n = px.len().min(len - start);
     map.read_at(start, &mut px[..n])
-        .map_err(|e| e.to_string())?;
+        .map_err(drm("reading the framebuffer"))?;
     Ok(Image {
         width: w,
         height: h,
@@ -585,10 +652,9 @@ fn writeback(
     mode: &Mode,
     may_swap: bool,
 ) -> KmsResult<Wb> {
-    let e = |what: &'static str| move |err: drm_gem::Error| format!("{what}: {err}");
     let refuse = |why: String| {
         if may_swap {
-            Err(why)
+            Err(KmsError::Cannot(why))
         } else {
             Ok(Wb::NotWithoutDisturbing(why))
         }
@@ -637,17 +703,19 @@ fn writeback(
             bpp: 32,
         },
     )
-    .map_err(e("creating the capture buffer"))?;
+    .map_err(drm("creating the capture buffer"))?;
     let fb = dev
         .add_framebuffer(&FbSpec::for_dumb(&buf, format))
-        .map_err(e("adding the capture framebuffer"))?;
-    let crtc_prop = k.property_id("CRTC_ID").map_err(|e| e.to_string())?;
+        .map_err(drm("adding the capture framebuffer"))?;
+    let crtc_prop = k
+        .property_id("CRTC_ID")
+        .map_err(drm("the writeback connector's CRTC_ID"))?;
     let fb_prop = k
         .property_id("WRITEBACK_FB_ID")
-        .map_err(|e| e.to_string())?;
+        .map_err(drm("the writeback connector's WRITEBACK_FB_ID"))?;
     let fence_prop = k
         .property_id("WRITEBACK_OUT_FENCE_PTR")
-        .map_err(|e| e.to_string())?;
+        .map_err(drm("the writeback connector's WRITEBACK_OUT_FENCE_PTR"))?;
     let flags = AtomicFlags::ALLOW_MODESET;
     let test = flags | AtomicFlags::TEST_ONLY;
     let mut clone = AtomicRequest::new();
@@ -676,7 +744,9 @@ fn writeback(
             }
             let mut swap = clone.clone();
             for x in outputs {
-                let p = x.property_id("CRTC_ID").map_err(|e| e.to_string())?;
+                let p = x
+                    .property_id("CRTC_ID")
+                    .map_err(drm("an output connector's CRTC_ID"))?;
                 swap.set(x.id, p, 0);
                 undo.set(x.id, p, crtc);
                 detached.push(x.connector.name());
@@ -686,19 +756,38 @@ fn writeback(
                     .explain_atomic(&swap, flags)
                     .ok()
                     .flatten()
-                    .map(|x| format!(" ({x:?})"))
+                    .map(|x| {
+                        let mut named: Vec<String> = x
+                            .culprits
+                            .iter()
+                            .map(|c| {
+                                format!(
+                                    "object {} {}={}",
+                                    c.object,
+                                    c.name.as_deref().unwrap_or("?"),
+                                    c.value
+                                )
+                            })
+                            .collect();
+                        named.extend(x.culprit_objects.iter().map(|o| format!("object {o}")));
+                        if named.is_empty() {
+                            format!(" ({})", x.error)
+                        } else {
+                            format!(" ({}; refused: {})", x.error, named.join(", "))
+                        }
+                    })
                     .unwrap_or_default();
-                return Err(format!(
+                return Err(KmsError::Cannot(format!(
                     "the kernel refuses the writeback connector beside the CRTC's outputs \
                      ({clone_err}) and instead of them ({err}){why} (hint: --method getfb)"
-                ));
+                )));
             }
             (swap, WritebackWay::Swap)
         }
     };
     let done = dev
         .atomic_commit(&req, flags, 0)
-        .map_err(e("the writeback commit"))?;
+        .map_err(drm("the writeback commit"))?;
     // From here on the routing is changed: the guard puts it back, also on errors.
     let routing = Routing {
         dev,
@@ -708,19 +797,23 @@ fn writeback(
     for (_, _, f) in &done.fences {
         match f.wait(Some(Duration::from_secs(10))) {
             Ok(true) => {}
-            Ok(false) => return Err("the writeback fence did not signal within 10 s".into()),
-            Err(err) => return Err(format!("waiting for the writeback fence: {err}")),
+            Ok(false) => {
+                return Err(KmsError::Cannot(
+                    "the writeback fence did not signal within 10 s".into(),
+                ));
+            }
+            Err(err) => return Err(drm("waiting for the writeback fence")(err)),
         }
     }
     routing
         .restore()
-        .map_err(e("putting the CRTC's outputs back after the capture"))?;
+        .map_err(drm("putting the CRTC's outputs back after the capture"))?;
     let pitch = buf.pitch() as usize;
     let mut px = vec![0u8; pitch * h as usize];
     buf.map()
-        .map_err(e("mapping the capture"))?
+        .map_err(drm("mapping the capture"))?
         .read_at(0, &mut px)
-        .map_err(|err| err.to_string())?;
+        .map_err(drm("reading the capture"))?;
     // The writeback job lets go of the framebuffer from a kernel work item after the fence
     // has signalled; vkms's clean-up also switches its composer off (a flag, not a count),
     // so a capture committed before it ran could lose its frame. Remove the framebuffer and
@@ -746,15 +839,19 @@ fn writeback(
 
 /// Writes `img` as an 8-bit RGB PNG, replacing `path` whole ([`crate::outfile::replace`]:
 /// a symlink there is refused, an interrupted run leaves no truncated file).
-pub fn write_png(img: &Image, path: &Path) -> KmsResult<()> {
+///
+/// # Errors
+/// [`crate::outfile::OutfileError`] (the PNG encoder's errors as its `Write`).
+pub fn write_png(img: &Image, path: &Path) -> Result<(), crate::outfile::OutfileError> {
     crate::outfile::replace(path, |f| encode_png(img, f))
 }
 
-fn encode_png(img: &Image, f: std::fs::File) -> KmsResult<()> {
+fn encode_png(img: &Image, f: std::fs::File) -> std::io::Result<()> {
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), img.width, img.height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().map_err(|e| e.to_string())?;
-    w.write_image_data(&img.rgb).map_err(|e| e.to_string())?;
-    w.finish().map_err(|e| e.to_string())
+    let mut w = enc.write_header().map_err(std::io::Error::other)?;
+    w.write_image_data(&img.rgb)
+        .map_err(std::io::Error::other)?;
+    w.finish().map_err(std::io::Error::other)
 }

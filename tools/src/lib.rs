@@ -1,19 +1,47 @@
-//! `drmtool` as a library: `info`, `caps`, `kms`, `hmm_probe` and `pmem` (the subcommands), the parsers behind `drmtool buffers` (fdinfo, dma-buf fdinfo,
-//! `/proc/<pid>/maps`, DRM debugfs files), the `/proc` scan that joins them into one
-//! report, its table and JSON views, the command line, and the sample client used by the
-//! guest tests.
+//! `drmtool` as a library: the work behind every `drmtool` command, callable without argv.
+//!
+//! - [`gpu`]: the one ordering of GPUs and the one grammar that names them ([`gpu::GpuSpec`]).
+//! - [`scan()`]: who holds which GPU memory (`drmtool buffers`), from the parsers of
+//!   [`fdinfo`], [`maps`] and [`debugfs`], joined into a [`Report`]; [`render`] draws it.
+//! - [`info`], [`caps`], [`kms`], [`hmm_probe`], [`pmem`]: a device's identity, capability
+//!   matrix and KMS state, the HMM and persistent-memory probes.
+//! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
+//!   device programs; [`export`]: the Prometheus exporter; [`trace`]: GPU work tracing.
+//! - [`cli`]: the command line, a thin layer that maps flags to these calls and their
+//!   errors to exit statuses ([`cli::Exit`]).
 //!
 //! Every parser takes text and never fails: lines it cannot read are returned as
 //! `malformed`, keys it does not know as `unknown`, so the fuzz targets in `tools/fuzz`
 //! and the fixtures in `tools/tests` can drive them directly.
+//!
+//! ```no_run
+//! // The GPUs vgem drives, and how many DRM files are open on each.
+//! let gpus = drmtool::gpu::gpus()?;
+//! let vgem = drmtool::gpu::select(&["vgem".parse()?], &gpus)?;
+//! let report = drmtool::scan(&drmtool::Options::default())?;
+//! for g in vgem {
+//!     let files: usize = report
+//!         .devices
+//!         .iter()
+//!         .filter(|d| d.nodes.iter().any(|n| g.nodes.iter().any(|m| m.path.display().to_string() == n.path)))
+//!         .map(|d| d.clients)
+//!         .sum();
+//!     println!("GPU {}: {files} open DRM files", g.index);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `tools/examples/library.rs` goes further: a pick, a lease and an isolated job.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod caps;
 pub mod cli;
 pub mod debugfs;
+pub mod errno;
 pub mod export;
 pub mod fdinfo;
+pub mod gpu;
 pub mod hmm_probe;
 pub mod info;
 pub mod isolate;
@@ -23,9 +51,10 @@ pub mod outfile;
 pub mod pmem;
 pub mod probe;
 pub mod render;
+#[doc(hidden)]
 pub mod sample;
 pub mod scan;
-pub mod select;
+
 mod sys_call;
 pub mod trace;
 pub mod untrusted;

@@ -3,36 +3,59 @@
 //! partial file, an interrupted run leaves none, and a symlink at the target (a root-run
 //! tool writing into a directory others can write) is refused rather than written through.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why [`replace`] wrote nothing; the target is as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutfileError {
+    /// A symlink is at the target.
+    #[error("{} is a symlink; refusing to write through it (hint: name the file itself)", .0.display())]
+    Symlink(PathBuf),
+    /// A directory is at the target.
+    #[error("{} is a directory (hint: name a file in it)", .0.display())]
+    Directory(PathBuf),
+    /// The path ends in `..` or `/`.
+    #[error("{} names no file", .0.display())]
+    NoFileName(PathBuf),
+    /// The fresh file could not be created.
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        /// The fresh file's path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the fresh file, or renaming it over the target, failed.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The target.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Writes `path` by `write` on a fresh file in the same directory, then renames it over
 /// `path`. A symlink or directory at `path` is refused; on any failure the fresh file is
 /// removed and `path` is as it was.
 ///
 /// # Errors
-/// One line naming the path and what failed.
+/// [`OutfileError`], naming the path and what failed.
 pub fn replace(
     path: &Path,
-    write: impl FnOnce(std::fs::File) -> Result<(), String>,
-) -> Result<(), String> {
+    write: impl FnOnce(std::fs::File) -> std::io::Result<()>,
+) -> Result<(), OutfileError> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!(
-                "{} is a symlink; refusing to write through it (hint: name the file itself)",
-                path.display()
-            ));
-        }
-        Ok(m) if m.is_dir() => {
-            return Err(format!(
-                "{} is a directory (hint: name a file in it)",
-                path.display()
-            ));
-        }
+        Ok(m) if m.file_type().is_symlink() => return Err(OutfileError::Symlink(path.into())),
+        Ok(m) if m.is_dir() => return Err(OutfileError::Directory(path.into())),
         _ => {}
     }
     let name = path
         .file_name()
-        .ok_or_else(|| format!("{} names no file", path.display()))?;
+        .ok_or_else(|| OutfileError::NoFileName(path.into()))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -47,13 +70,17 @@ pub fn replace(
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let written = write(f).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename to it: {e}"))
-    });
-    written.map_err(|e| {
+        .map_err(|source| OutfileError::Create {
+            path: tmp.clone(),
+            source,
+        })?;
+    let written = write(f).and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        format!("writing {}: {e}", path.display())
+        OutfileError::Write {
+            path: path.into(),
+            source,
+        }
     })
 }
 
@@ -70,12 +97,14 @@ mod tests {
         std::fs::write(&target, "old\n").unwrap();
         replace(&target, |mut f| {
             use std::io::Write;
-            f.write_all(b"new\n").map_err(|e| e.to_string())
+            f.write_all(b"new\n")
         })
         .unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new\n");
         // A failing writer leaves the old file and no temporary.
-        let e = replace(&target, |_| Err("disk full".into())).unwrap_err();
+        let e = replace(&target, |_| Err(std::io::Error::other("disk full")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("disk full") && e.contains("a.prom"), "{e}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new\n");
         let victim = dir.join("victim");
@@ -83,9 +112,12 @@ mod tests {
         let link = dir.join("link.prom");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let e = replace(&link, |_| Ok(())).unwrap_err();
-        assert!(e.contains("symlink"), "{e}");
+        assert!(matches!(e, OutfileError::Symlink(_)), "{e}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
-        assert!(replace(&dir, |_| Ok(())).unwrap_err().contains("directory"));
+        assert!(matches!(
+            replace(&dir, |_| Ok(())).unwrap_err(),
+            OutfileError::Directory(_)
+        ));
         let mut left: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -2,7 +2,7 @@
 //! errno class that decided it, the call, what else it learned), shared by `drmtool caps`
 //! and `drmtool hmm-probe`.
 
-use crate::select::error_class;
+use crate::errno::error_class;
 use serde::Serialize;
 
 /// The outcome of one probe.

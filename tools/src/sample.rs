@@ -1,5 +1,6 @@
 //! The sample client (`drm-sample-client`): a process that holds known GPU memory, for
-//! demonstrating and testing `drmtool buffers`.
+//! demonstrating and testing `drmtool buffers`. Not part of the library's API (hidden from
+//! its documentation): its flags and output change with the tests that use it.
 //!
 //! It opens one DRM node, creates the dumb buffers it is asked for, optionally maps them,
 //! flinks one, exports one as a dma-buf (and maps that), or takes a dma-buf or a DRM fd
@@ -142,8 +143,7 @@ fn node_path(spec: &str) -> Result<String, String> {
     if spec.starts_with('/') {
         return Ok(spec.to_string());
     }
-    let nodes = drm_gem::enumerate()
-        .map_err(|e| format!("no DRM nodes ({e:?}); hint: load a DRM driver or run in a guest"))?;
+    let nodes = drm_gem::enumerate().map_err(|e| crate::gpu::no_devices_message(&e).to_string())?;
     let pick = |kind| {
         nodes
             .iter()

@@ -1,8 +1,8 @@
 //! `drmtool run`: flags to a [`RunRequest`], [`run::run`]'s result to an exit status.
 
-use super::{EXIT_NO_DEVICES, EXIT_NO_GPU, seconds};
+use super::{Exit, seconds};
+use crate::gpu::GpuSpec;
 use crate::isolate::lease::Sharing;
-use crate::isolate::ordering::Selector;
 use crate::isolate::run::{self, RunError, RunRequest};
 use crate::isolate::who::UserSpec;
 use std::io::Write;
@@ -11,11 +11,11 @@ use std::process::ExitCode;
 /// `drmtool run` arguments.
 #[derive(clap::Args, Debug)]
 pub(super) struct RunArgs {
-    /// GPUs, comma-separated or repeated: an index of `drmtool devices`, a PCI bus id, a
-    /// node path, a /dev/dri/by-path name or a driver name (all its devices). With --pick:
-    /// the candidates (default: every GPU).
+    /// GPUs, comma-separated or repeated, as GPU specs: an index of `drmtool devices`, a
+    /// PCI bus id, a driver (all its devices), a node path or name, `226:N` or a by-path
+    /// name (the GPU of that node). With --pick: the candidates (default: every GPU).
     #[arg(long = "gpu", value_delimiter = ',', required_unless_present = "pick")]
-    gpus: Vec<String>,
+    gpus: Vec<GpuSpec>,
     /// Choose N GPUs as `drmtool pick` does and lease them for the job's lifetime.
     /// Exit 5 when none is free.
     #[arg(long, value_name = "N")]
@@ -55,25 +55,8 @@ pub(super) struct RunArgs {
     argv: Vec<std::ffi::OsString>,
 }
 
-/// The exit status of a `run`/`pick`/`slurm` error: 2 usage (and a refused identity), 4
-/// no devices, 5 no free GPU, 125 the isolation could not be set up (not root included).
-pub(super) fn exit_code(e: &RunError) -> u8 {
-    match e {
-        RunError::Who(crate::isolate::who::WhoError::NotRoot) => run::EXIT_SETUP,
-        RunError::Usage(_) | RunError::Who(_) => 2,
-        RunError::NoDevices(_) => EXIT_NO_DEVICES,
-        RunError::NoGpu(_) => EXIT_NO_GPU,
-        RunError::Setup(_) | RunError::Anchor(_) => run::EXIT_SETUP,
-    }
-}
-
 fn request(a: RunArgs) -> Result<RunRequest, RunError> {
-    let gpus = a
-        .gpus
-        .iter()
-        .map(|g| Selector::parse(g))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(RunError::Usage)?;
+    let gpus = a.gpus;
     let wait = seconds(a.wait).ok_or_else(|| {
         RunError::Usage("--wait needs a number of seconds >= 0 (hint: --wait 30)".into())
     })?;
@@ -110,7 +93,7 @@ pub(super) fn exec(a: RunArgs, out: &mut dyn Write) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("drmtool: run: {e}");
-            ExitCode::from(exit_code(&e))
+            Exit::of_run(&e).into()
         }
     }
 }

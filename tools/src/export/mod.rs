@@ -39,7 +39,7 @@ pub use http::{
 };
 pub use model::{Counters, Group, Per, build};
 
-use crate::isolate::ordering::Gpu;
+use crate::gpu::Gpu;
 use crate::scan::{self, Options};
 use prometheus_client::registry::Registry;
 use std::time::{Duration, Instant};
@@ -192,7 +192,7 @@ impl Exporter {
         self.stats.last_scan_seconds = took;
         // The GPU ordering (the index `drmtool devices` and `run --gpu` use) of the
         // machine's own nodes; a machine without /dev/dri has none.
-        let gpus: Vec<Gpu> = crate::isolate::ordering::gpus().unwrap_or_default();
+        let gpus: Vec<Gpu> = crate::gpu::gpus().unwrap_or_default();
         let mut reg = Registry::default();
         match &result {
             Ok(report) => build(

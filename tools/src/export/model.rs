@@ -2,7 +2,7 @@
 //! backwards.
 
 use super::SelfStats;
-use crate::isolate::ordering::Gpu;
+use crate::gpu::Gpu;
 use crate::scan::{ClientReport, ProcessReport, Report};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

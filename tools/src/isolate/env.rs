@@ -7,7 +7,7 @@
 //! GPUs in PCI bus order, set wherever the machine has such GPUs (empty when none is
 //! chosen, which hides them all).
 
-use super::ordering::Gpu;
+use crate::gpu::Gpu;
 
 /// PCI vendor ids.
 const NVIDIA: u16 = 0x10de;
@@ -67,7 +67,7 @@ pub fn vendor_env(chosen: &[&Gpu], all: &[Gpu]) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isolate::ordering::order;
+    use crate::gpu::order;
 
     fn gpu(bus: &str, vid: u16) -> Gpu {
         Gpu {

@@ -13,7 +13,7 @@
 //! `/proc/locks` (the kernel's table: the pid that took each lock), never from the files'
 //! contents; `since` is the lock file's modification time, which the holder sets.
 
-use crate::isolate::ordering::Gpu;
+use crate::gpu::Gpu;
 use rustix::fd::OwnedFd;
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde::Serialize;

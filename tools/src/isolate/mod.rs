@@ -12,7 +12,6 @@ pub mod env;
 pub mod inspect;
 pub mod job;
 pub mod lease;
-pub mod ordering;
 pub mod pick;
 pub mod run;
 pub mod slurm;

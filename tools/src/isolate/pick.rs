@@ -9,7 +9,7 @@
 //! (generic DRM has no free-memory query; amdgpu's sysfs `mem_info_vram_{total,used}` is read
 //! where present).
 
-use super::ordering::Gpu;
+use crate::gpu::Gpu;
 use crate::scan::Report;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! a command that can open only its GPUs, enforced by the kernel, as its user, contained.
 //!
 //! The supervisor (this process, root) resolves the selectors in the ordering
-//! ([`super::ordering`]), decides who the job runs as ([`super::who`]), takes the GPUs'
+//! ([`crate::gpu`]), decides who the job runs as ([`super::who`]), takes the GPUs'
 //! leases ([`super::lease`]; exclusive unless shared), makes the job's cgroup under a
 //! parent only root can write ([`super::anchor`]), attaches the device program (the chosen
 //! nodes allowed, every other node of the GPU majors denied) and checks that every
@@ -19,9 +19,9 @@ use super::devprog::{self, Policy};
 use super::env::vendor_env;
 use super::job::{self, Identity, JobPlan};
 use super::lease::{self, Lease, LeaseError, Sharing};
-use super::ordering::{self, Gpu, Selector};
 use super::pick::{self, Want};
 use super::who::{self, Caller, UserSpec};
+use crate::gpu::{self, Gpu, GpuSpec};
 use drm_gem::NodeKind;
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ pub use super::job::EXIT_SETUP;
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
     /// The selectors, in order.
-    pub gpus: Vec<Selector>,
+    pub gpus: Vec<GpuSpec>,
     /// Present the chosen nodes as card0.., renderD128.. in selector order.
     pub renumber: bool,
     /// Print the variables only.
@@ -70,9 +70,12 @@ pub enum RunError {
     /// The job's identity was refused.
     #[error(transparent)]
     Who(#[from] who::WhoError),
-    /// No DRM devices here.
-    #[error("{0}")]
-    NoDevices(String),
+    /// A `--gpu` spec that is none of the forms.
+    #[error(transparent)]
+    Spec(#[from] gpu::SpecError),
+    /// No DRM devices here, or a spec names none of them.
+    #[error(transparent)]
+    Select(#[from] gpu::SelectError),
     /// The isolation could not be set up.
     #[error("{0}")]
     Setup(String),
@@ -176,31 +179,24 @@ fn stat_node(p: &Path) -> (u32, (u32, u32)) {
 
 /// The machine's GPUs in the ordering and the indices the selectors chose, in selector
 /// order (each GPU once).
-pub fn resolve(gpus: &[Selector]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+pub fn resolve(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
     if gpus.is_empty() {
         return Err(RunError::Usage("--gpu needs at least one selector".into()));
     }
     let all = all_gpus()?;
-    let chosen = ordering::select(gpus, &all).map_err(RunError::Usage)?;
+    let chosen = gpu::select(gpus, &all)?;
     let idx = chosen.iter().map(|g| g.index).collect();
     Ok((all, idx))
 }
 
 /// The machine's GPUs in the ordering, or why there are none.
 pub fn all_gpus() -> Result<Vec<Gpu>, RunError> {
-    ordering::gpus().map_err(|e| {
-        RunError::NoDevices(match e {
-            drm_gem::NoNodes::NoDevDri => "no DRM devices: this machine has no /dev/dri".into(),
-            drm_gem::NoNodes::Empty => {
-                "no DRM devices: /dev/dri holds no card or render nodes".into()
-            }
-        })
-    })
+    Ok(gpu::gpus()?)
 }
 
 /// The GPUs `pick` and `run --pick` choose among: the selectors' (as [`resolve`]), or every
 /// GPU when there are none.
-pub fn candidates(gpus: &[Selector]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+pub fn candidates(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
     if gpus.is_empty() {
         let all = all_gpus()?;
         let cand = (0..all.len()).collect();
@@ -858,7 +854,7 @@ fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isolate::ordering::{Node, order};
+    use crate::gpu::{Node, order};
 
     fn gpu(name: &str, card: u32) -> Gpu {
         Gpu {

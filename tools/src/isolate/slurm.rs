@@ -8,7 +8,7 @@
 //! node; `Type=` the DRM driver; `Cores=` the GPU's local CPUs as Slurm's abstract core
 //! indices, left out where every CPU is local (no NUMA affinity to state).
 
-use super::ordering::Gpu;
+use crate::gpu::Gpu;
 
 /// Parses a kernel CPU list (`0-3,8,10-11`).
 pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
@@ -182,7 +182,7 @@ pub fn job_gpus(step: Option<&str>, job: Option<&str>, count: usize) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isolate::ordering::Node;
+    use crate::gpu::Node;
     use drm_gem::NodeKind;
 
     fn gpu(index: usize, driver: &str, nodes: &[(&str, NodeKind)], cpus: Option<&str>) -> Gpu {

@@ -86,6 +86,8 @@ impl std::fmt::Display for ScanError {
     }
 }
 
+impl std::error::Error for ScanError {}
+
 fn errno_of(e: &std::io::Error) -> Errno {
     Errno::from_io_error(e).unwrap_or(Errno::IO)
 }
@@ -106,7 +108,7 @@ pub fn describe(e: &std::io::Error) -> (String, String) {
 }
 
 fn errno_name(e: Errno) -> String {
-    crate::select::errno_name(e)
+    crate::errno::errno_name(e)
 }
 
 /// Scans the machine once.

@@ -1,0 +1,59 @@
+//! `drmtool slurm gres-conf` and `slurm task-env`.
+
+use super::*;
+
+/// `drmtool slurm ...`.
+#[derive(Subcommand, Debug)]
+pub(super) enum SlurmCmd {
+    /// gres.conf lines, one per GPU in the ordering (the n-th is GPU index n): Name=gpu,
+    /// Type=<driver>, File=<render node, else card node>, Cores=<local cores> where the GPU
+    /// has NUMA affinity.
+    #[command(after_help = "Examples:\n  drmtool slurm gres-conf >> /etc/slurm/gres.conf")]
+    GresConf,
+    /// For a TaskProlog: `export KEY=VALUE` lines of the vendor variables (and
+    /// DRMTOOL_GPUS) for the GPUs Slurm gave the step (SLURM_STEP_GPUS, else
+    /// SLURM_JOB_GPUS: indices in gres-conf order); nothing without them.
+    #[command(after_help = "Examples:\n  TaskProlog=/usr/local/sbin/drm-task-env  \
+                            (a script: exec drmtool slurm task-env)")]
+    TaskEnv,
+}
+
+pub(super) fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
+    use crate::isolate::{run, slurm};
+    let all = match run::all_gpus() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("drmtool: slurm: {e}");
+            return Exit::of_run(&e).into();
+        }
+    };
+    match c {
+        SlurmCmd::GresConf => emit_text(&slurm::gres_conf(&all, &slurm::topology()), out),
+        SlurmCmd::TaskEnv => {
+            let step = std::env::var("SLURM_STEP_GPUS").ok();
+            let job = std::env::var("SLURM_JOB_GPUS").ok();
+            let idx = match slurm::job_gpus(step.as_deref(), job.as_deref(), all.len()) {
+                Ok(i) => i,
+                Err(e) => {
+                    eprintln!("drmtool: slurm task-env: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if idx.is_empty() {
+                return ExitCode::SUCCESS;
+            }
+            let chosen: Vec<&crate::gpu::Gpu> = idx.iter().map(|&i| &all[i]).collect();
+            let mut text = format!(
+                "export DRMTOOL_GPUS={}\n",
+                idx.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            for (k, v) in crate::isolate::env::vendor_env(&chosen, &all) {
+                text.push_str(&format!("export {k}={v}\n"));
+            }
+            emit_text(&text, out)
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! The one way to name a GPU, and the one stable ordering of GPUs that every command uses.
+//!
+//! The ordering: DRM devices (a card node and its render node, grouped by their sysfs
+//! device) sorted by PCI bus id, then the devices that are not on PCI (vkms, vgem: platform
+//! devices) by name. An index in this list is what `drmtool run --gpu 1` and `drmtool info 1`
+//! mean; every command prints the bus id beside it.
+//!
+//! A device's bus id is the PCI function its sysfs device sits under: its own for a PCI
+//! GPU, the transport's for virtio-gpu (`.../0000:00:04.0/virtio2`).
+//!
+//! A [`GpuSpec`] is what every command takes where it names a GPU or a node:
+//!
+//! | spec | names |
+//! |---|---|
+//! | `1` | GPU index 1 in the ordering |
+//! | `0000:00:04.0`, `00:04.0` | the GPU at that PCI bus id |
+//! | `vgem`, `virtio-gpu`, `bochs` | every GPU of that driver (`-`/`_` alike, `-drm` optional) |
+//! | `/dev/dri/renderD129`, `card1` | that node (a path or a `/dev/dri` name) |
+//! | `pci-0000:00:04.0-render` | the node with that `/dev/dri/by-path` name |
+//! | `226:1` | the node with that device number |
+//!
+//! Commands that work on GPUs (`run`, `pick`) take the GPUs a spec names; commands that
+//! work on a node (`info`, `caps`, `kms`) take the named node, or each named GPU's card
+//! node (its render node where it has none); `buffers --device` keeps the named GPUs.
+//!
+//! ```no_run
+//! use drmtool::gpu::{self, GpuSpec};
+//! let spec: GpuSpec = "vgem".parse()?;
+//! let gpus = gpu::gpus()?;
+//! for g in gpu::select(&[spec], &gpus)? {
+//!     println!("{} {}", g.index, g.driver.as_deref().unwrap_or("?"));
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use drm_gem::{NodeInfo, NodeKind};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// One DRM node of a [`Gpu`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Node {
+    /// `/dev/dri/card0`, `/dev/dri/renderD128`.
+    pub path: PathBuf,
+    /// Primary or render.
+    #[serde(serialize_with = "ser_kind")]
+    pub kind: NodeKind,
+    /// Char-device major:minor.
+    pub dev: (u32, u32),
+    /// The `/dev/dri/by-path/` name that points at it (`pci-0000:00:04.0-render`), if any.
+    pub by_path: Option<String>,
+}
+
+fn ser_kind<S: serde::Serializer>(k: &NodeKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match k {
+        NodeKind::Primary => "primary",
+        NodeKind::Render => "render",
+    })
+}
+
+/// One DRM device: its nodes and where it sits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gpu {
+    /// Position in the ordering (0-based).
+    pub index: usize,
+    /// PCI bus id (`0000:00:04.0`) of the device or of the PCI function it sits under.
+    pub bus_id: Option<String>,
+    /// The sysfs device's name (`0000:00:02.0`, `virtio2`, `vkms`, `vgem`).
+    pub name: String,
+    /// DRM driver name.
+    pub driver: Option<String>,
+    /// PCI vendor and device id of the PCI function (`bus_id`'s).
+    pub pci_id: Option<(u16, u16)>,
+    /// Its nodes: the card node first.
+    pub nodes: Vec<Node>,
+    /// NUMA node of the PCI function (`numa_node`; `None` where the kernel says -1 or has
+    /// no such file).
+    pub numa_node: Option<u32>,
+    /// CPUs local to it (`local_cpulist`, as the kernel prints it).
+    pub local_cpulist: Option<String>,
+}
+
+impl Gpu {
+    /// Its render node, if it has one.
+    pub fn render(&self) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.kind == NodeKind::Render)
+    }
+
+    /// Its card (primary) node, if it has one.
+    pub fn card(&self) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.kind == NodeKind::Primary)
+    }
+}
+
+/// Whether `s` is a PCI bus id with its domain (`0000:00:04.0`).
+pub fn is_bus_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11])
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10 | 11) || c.is_ascii_hexdigit())
+}
+
+/// The nearest PCI function above (or at) a canonical sysfs device path.
+pub fn bus_id_of(device: &Path) -> Option<String> {
+    device
+        .components()
+        .rev()
+        .filter_map(|c| c.as_os_str().to_str())
+        .find(|c| is_bus_id(c))
+        .map(|c| c.to_ascii_lowercase())
+}
+
+/// Sorts GPUs into the ordering and numbers them: PCI bus id first, then by name.
+pub fn order(mut gpus: Vec<Gpu>) -> Vec<Gpu> {
+    gpus.sort_by(|a, b| {
+        (a.bus_id.is_none(), &a.bus_id, &a.name).cmp(&(b.bus_id.is_none(), &b.bus_id, &b.name))
+    });
+    for (i, g) in gpus.iter_mut().enumerate() {
+        g.index = i;
+        g.nodes
+            .sort_by_key(|n| (n.kind != NodeKind::Primary, n.dev));
+    }
+    gpus
+}
+
+/// At most this many bytes of a sysfs attribute.
+const ATTR_MAX: u64 = 4096;
+
+fn attr(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(ATTR_MAX)
+        .read_to_string(&mut s)
+        .ok()?;
+    Some(s.trim().to_string())
+}
+
+/// The `/dev/dri/by-path` names, by the node file name they point at (`card0`).
+fn by_path_names(dri: &Path) -> Vec<(String, String)> {
+    let Ok(rd) = std::fs::read_dir(dri.join("by-path")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(String, String)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            let node = target.file_name()?.to_str()?.to_string();
+            Some((node, e.file_name().to_str()?.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The machine's GPUs in the ordering, from the nodes `drm_gem::enumerate` found and sysfs.
+///
+/// # Errors
+/// [`SelectError::NoDevices`] when there is no `/dev/dri` or it holds no node.
+pub fn gpus() -> Result<Vec<Gpu>, SelectError> {
+    Ok(group(
+        drm_gem::enumerate().map_err(SelectError::NoDevices)?,
+        Path::new("/dev/dri"),
+    ))
+}
+
+/// Groups nodes by their sysfs device (canonical `<node>/device`) and orders them.
+pub fn group(nodes: Vec<NodeInfo>, dri: &Path) -> Vec<Gpu> {
+    let by_path = by_path_names(dri);
+    let mut gpus: Vec<(PathBuf, Gpu)> = Vec::new();
+    for n in nodes {
+        let device =
+            std::fs::canonicalize(n.sysfs.join("device")).unwrap_or_else(|_| n.sysfs.clone());
+        let file = n
+            .path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let node = Node {
+            by_path: by_path
+                .iter()
+                .find(|(t, _)| *t == file)
+                .map(|(_, l)| l.clone()),
+            path: n.path.clone(),
+            kind: n.kind,
+            dev: n.dev,
+        };
+        if let Some((_, g)) = gpus.iter_mut().find(|(d, _)| *d == device) {
+            g.nodes.push(node);
+            g.driver = g.driver.take().or(n.driver);
+            continue;
+        }
+        let bus_id = bus_id_of(&device);
+        let pci = bus_id
+            .as_ref()
+            .map(|b| PathBuf::from(format!("/sys/bus/pci/devices/{b}")));
+        let numa_node = pci
+            .as_ref()
+            .and_then(|p| attr(&p.join("numa_node")))
+            .and_then(|s| s.parse::<i64>().ok())
+            .and_then(|v| u32::try_from(v).ok());
+        let local_cpulist = pci.as_ref().and_then(|p| attr(&p.join("local_cpulist")));
+        let hex = |f: &str| {
+            pci.as_ref()
+                .and_then(|p| attr(&p.join(f)))
+                .and_then(|s| u16::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        };
+        // The PCI function's ids (virtio-gpu's transport: 1af4:1050) where the node's
+        // parent is not the PCI device itself.
+        let pci_id = n.pci_id.or_else(|| hex("vendor").zip(hex("device")));
+        let name = device
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or(&file)
+            .to_string();
+        gpus.push((
+            device,
+            Gpu {
+                index: 0,
+                bus_id,
+                name,
+                driver: n.driver,
+                pci_id,
+                nodes: vec![node],
+                numa_node,
+                local_cpulist,
+            },
+        ));
+    }
+    order(gpus.into_iter().map(|(_, g)| g).collect())
+}
+
+/// One way to name a GPU or one of its nodes: the grammar every command takes (see the
+/// table in the [module documentation](self)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSpec {
+    /// An index in the ordering (`1`).
+    Index(usize),
+    /// A PCI bus id with its domain (`0000:00:04.0`; read from `00:04.0` too).
+    BusId(String),
+    /// A node: a path (`/dev/dri/renderD129`, a `by-path` link), or a `/dev/dri` name
+    /// (`card1`, read as `/dev/dri/card1`).
+    Node(PathBuf),
+    /// The node with this `/dev/dri/by-path` name (`pci-0000:00:04.0-render`).
+    ByPath(String),
+    /// Every GPU of this DRM driver (`vgem`; `virtio-gpu` and `bochs` name `virtio_gpu` and
+    /// `bochs-drm`).
+    Driver(String),
+    /// The node with this device number (`226:1`).
+    Dev(u32, u32),
+}
+
+/// Why a text is no [`GpuSpec`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// Nothing (or only white space) was given.
+    #[error("an empty GPU spec (hint: {SPEC_HINT})")]
+    Empty,
+    /// A number too large to be an index or a device number.
+    #[error("GPU spec {0:?}: the number is out of range (hint: `drmtool devices` lists the GPUs)")]
+    OutOfRange(String),
+    /// None of the forms.
+    #[error("GPU spec {0:?} is none of the forms (hint: {SPEC_HINT})")]
+    Unknown(String),
+}
+
+/// The forms of a [`GpuSpec`], for hints.
+pub const SPEC_HINT: &str = "an index from `drmtool devices`, a PCI bus id (00:04.0), a driver \
+                             (vgem), a node (/dev/dri/card1, card1, 226:1) or a by-path name";
+
+impl std::str::FromStr for GpuSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<GpuSpec, SpecError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(SpecError::Empty);
+        }
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if digits(s) {
+            return s
+                .parse()
+                .map(GpuSpec::Index)
+                .map_err(|_| SpecError::OutOfRange(s.into()));
+        }
+        if let Some((maj, min)) = s.split_once(':')
+            && digits(maj)
+            && digits(min)
+        {
+            return match (maj.parse(), min.parse()) {
+                (Ok(a), Ok(b)) => Ok(GpuSpec::Dev(a, b)),
+                _ => Err(SpecError::OutOfRange(s.into())),
+            };
+        }
+        let full = if s.len() == 7 {
+            format!("0000:{s}")
+        } else {
+            s.to_string()
+        };
+        if is_bus_id(&full) {
+            return Ok(GpuSpec::BusId(full.to_ascii_lowercase()));
+        }
+        if s.starts_with('/') {
+            return Ok(GpuSpec::Node(PathBuf::from(s)));
+        }
+        if s.starts_with("pci-") || s.starts_with("platform-") {
+            return Ok(GpuSpec::ByPath(s.to_string()));
+        }
+        let node_name = |prefix: &str| s.strip_prefix(prefix).is_some_and(digits);
+        if node_name("card") || node_name("renderD") {
+            return Ok(GpuSpec::Node(Path::new("/dev/dri").join(s)));
+        }
+        if s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Ok(GpuSpec::Driver(s.to_string()));
+        }
+        Err(SpecError::Unknown(s.into()))
+    }
+}
+
+impl std::fmt::Display for GpuSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuSpec::Index(i) => write!(f, "{i}"),
+            GpuSpec::BusId(b) | GpuSpec::ByPath(b) | GpuSpec::Driver(b) => f.write_str(b),
+            GpuSpec::Node(p) => write!(f, "{}", p.display()),
+            GpuSpec::Dev(a, b) => write!(f, "{a}:{b}"),
+        }
+    }
+}
+
+/// Why no GPU or node could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SelectError {
+    /// This machine has no DRM devices at all.
+    #[error("{}", no_devices_message(.0))]
+    NoDevices(drm_gem::NoNodes),
+    /// The spec names none of the machine's GPUs.
+    #[error("no GPU matches {spec}; the GPUs here: {have} (hint: `drmtool devices` lists them)")]
+    NoMatch {
+        /// The spec as given.
+        spec: GpuSpec,
+        /// The machine's GPUs ([`summary`]).
+        have: String,
+    },
+}
+
+/// The one message for a machine without DRM devices, with its hint.
+pub fn no_devices_message(e: &drm_gem::NoNodes) -> &'static str {
+    match e {
+        drm_gem::NoNodes::NoDevDri => {
+            "no DRM devices: this machine has no /dev/dri (no DRM driver is loaded here); to \
+             try drmtool in a guest with real drivers, from this project's checkout: \
+             scripts/drmtool devices"
+        }
+        drm_gem::NoNodes::Empty => {
+            "no DRM devices: /dev/dri exists but holds no card or render nodes"
+        }
+    }
+}
+
+/// Whether driver name `driver` is what `spec` names: equal with `-` and `_` alike, and
+/// the `-drm` suffix optional (`virtio-gpu` for `virtio_gpu`, `bochs` for `bochs-drm`).
+pub fn driver_matches(driver: &str, spec: &str) -> bool {
+    let norm = |s: &str| s.replace('-', "_");
+    let d = norm(driver);
+    let w = norm(spec);
+    d == w || d.strip_suffix("_drm") == Some(w.as_str())
+}
+
+impl GpuSpec {
+    /// Whether it names one node rather than GPUs.
+    pub fn is_node(&self) -> bool {
+        matches!(
+            self,
+            GpuSpec::Node(_) | GpuSpec::ByPath(_) | GpuSpec::Dev(..)
+        )
+    }
+
+    /// Whether it names node `n`: by path (or what the path points at), by-path name or
+    /// device number. Never true for a spec that names GPUs.
+    pub fn names_node(&self, n: &Node) -> bool {
+        match self {
+            GpuSpec::Dev(a, b) => n.dev == (*a, *b),
+            GpuSpec::ByPath(name) => n.by_path.as_deref() == Some(name.as_str()),
+            GpuSpec::Node(p) => {
+                // A by-path link or another name of the node: compare what it points at.
+                let target = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                let rdev = rustix::fs::stat(&target)
+                    .ok()
+                    .filter(|st| st.st_mode & 0o170000 == 0o020000)
+                    .map(|st| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)));
+                n.path == *p || n.path == target || Some(n.dev) == rdev
+            }
+            _ => false,
+        }
+    }
+
+    /// The GPUs it names (in the ordering): the GPU of a named node, or the GPUs named.
+    pub fn pick<'g>(&self, gpus: &'g [Gpu]) -> Vec<&'g Gpu> {
+        gpus.iter()
+            .filter(|g| match self {
+                GpuSpec::Index(i) => g.index == *i,
+                GpuSpec::BusId(b) => g.bus_id.as_ref() == Some(b),
+                GpuSpec::Driver(d) => g.driver.as_deref().is_some_and(|x| driver_matches(x, d)),
+                _ => g.nodes.iter().any(|n| self.names_node(n)),
+            })
+            .collect()
+    }
+}
+
+/// The GPUs the specs name, in spec order, each once.
+///
+/// # Errors
+/// [`SelectError::NoMatch`] (listing the machine's GPUs) for the first spec that names none.
+pub fn select<'g>(specs: &[GpuSpec], gpus: &'g [Gpu]) -> Result<Vec<&'g Gpu>, SelectError> {
+    let mut out: Vec<&Gpu> = Vec::new();
+    for s in specs {
+        let found = s.pick(gpus);
+        if found.is_empty() {
+            return Err(SelectError::NoMatch {
+                spec: s.clone(),
+                have: summary(gpus),
+            });
+        }
+        for g in found {
+            if !out.iter().any(|o| o.index == g.index) {
+                out.push(g);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The nodes a command that works on one node at a time takes for `spec`, in the ordering:
+/// the node a node spec names; each named GPU's card node (its render node where it has
+/// none); without a spec, every card node.
+pub fn nodes_of<'g>(spec: Option<&GpuSpec>, gpus: &'g [Gpu]) -> Result<Vec<&'g Node>, SelectError> {
+    let Some(spec) = spec else {
+        return Ok(gpus.iter().filter_map(Gpu::card).collect());
+    };
+    let chosen = select(std::slice::from_ref(spec), gpus)?;
+    Ok(chosen
+        .into_iter()
+        .filter_map(|g| {
+            if spec.is_node() {
+                g.nodes.iter().find(|n| spec.names_node(n))
+            } else {
+                g.card().or_else(|| g.render())
+            }
+        })
+        .collect())
+}
+
+/// The machine's nodes ([`drm_gem::enumerate`]'s view) that `spec` selects, as
+/// [`nodes_of`] chooses them.
+///
+/// # Errors
+/// [`SelectError`]: no DRM devices, or nothing matches.
+pub fn nodes(spec: Option<&GpuSpec>) -> Result<Vec<NodeInfo>, SelectError> {
+    let infos = drm_gem::enumerate().map_err(SelectError::NoDevices)?;
+    let gpus = group(infos.clone(), Path::new("/dev/dri"));
+    Ok(nodes_of(spec, &gpus)?
+        .into_iter()
+        .filter_map(|n| infos.iter().find(|i| i.path == n.path).cloned())
+        .collect())
+}
+
+/// `0 0000:00:02.0 bochs-drm, 1 vkms vkms` for error messages.
+pub fn summary(gpus: &[Gpu]) -> String {
+    if gpus.is_empty() {
+        return "none".into();
+    }
+    gpus.iter()
+        .map(|g| {
+            format!(
+                "{} {} {}",
+                g.index,
+                g.bus_id.as_deref().unwrap_or(&g.name),
+                g.driver.as_deref().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(bus: Option<&str>, name: &str, driver: &str, minor: u32) -> Gpu {
+        Gpu {
+            index: 99,
+            bus_id: bus.map(str::to_string),
+            name: name.into(),
+            driver: Some(driver.into()),
+            pci_id: None,
+            nodes: vec![
+                Node {
+                    path: format!("/dev/dri/renderD{}", 128 + minor).into(),
+                    kind: NodeKind::Render,
+                    dev: (226, 128 + minor),
+                    by_path: bus.map(|b| format!("pci-{b}-render")),
+                },
+                Node {
+                    path: format!("/dev/dri/card{minor}").into(),
+                    kind: NodeKind::Primary,
+                    dev: (226, minor),
+                    by_path: bus.map(|b| format!("pci-{b}-card")),
+                },
+            ],
+            numa_node: None,
+            local_cpulist: None,
+        }
+    }
+
+    #[test]
+    fn pci_first_by_bus_id_then_platform_by_name() {
+        let g = order(vec![
+            gpu(None, "vkms", "vkms", 0),
+            gpu(Some("0000:00:05.0"), "virtio3", "virtio_gpu", 1),
+            gpu(None, "vgem", "vgem", 2),
+            gpu(Some("0000:00:02.0"), "0000:00:02.0", "bochs-drm", 3),
+        ]);
+        let names: Vec<(usize, &str)> = g.iter().map(|g| (g.index, g.name.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                (0, "0000:00:02.0"),
+                (1, "virtio3"),
+                (2, "vgem"),
+                (3, "vkms")
+            ]
+        );
+        assert_eq!(g[0].nodes[0].kind, NodeKind::Primary, "the card node first");
+    }
+
+    #[test]
+    fn bus_ids_are_found_above_the_device() {
+        assert_eq!(
+            bus_id_of(Path::new("/sys/devices/pci0000:00/0000:00:04.0/virtio2")).as_deref(),
+            Some("0000:00:04.0")
+        );
+        assert_eq!(bus_id_of(Path::new("/sys/devices/platform/vkms")), None);
+        assert!(is_bus_id("0000:03:00.1"));
+        assert!(!is_bus_id("0000:03:00.8"));
+        assert!(!is_bus_id("pci0000:00"));
+    }
+
+    #[test]
+    fn specs() {
+        let p = |s: &str| s.parse::<GpuSpec>();
+        assert_eq!(p("1"), Ok(GpuSpec::Index(1)));
+        assert_eq!(p("00:04.0"), Ok(GpuSpec::BusId("0000:00:04.0".into())));
+        assert_eq!(p("0000:00:04.0"), Ok(GpuSpec::BusId("0000:00:04.0".into())));
+        assert_eq!(
+            p("/dev/dri/card1"),
+            Ok(GpuSpec::Node("/dev/dri/card1".into()))
+        );
+        assert_eq!(p("card1"), Ok(GpuSpec::Node("/dev/dri/card1".into())));
+        assert_eq!(
+            p("renderD129"),
+            Ok(GpuSpec::Node("/dev/dri/renderD129".into()))
+        );
+        assert_eq!(p("226:129"), Ok(GpuSpec::Dev(226, 129)));
+        assert_eq!(
+            p("pci-0000:00:04.0-render"),
+            Ok(GpuSpec::ByPath("pci-0000:00:04.0-render".into()))
+        );
+        assert_eq!(p("vgem"), Ok(GpuSpec::Driver("vgem".into())));
+        assert_eq!(p("cardx"), Ok(GpuSpec::Driver("cardx".into())));
+        assert_eq!(p(""), Err(SpecError::Empty));
+        assert_eq!(p("a b"), Err(SpecError::Unknown("a b".into())));
+        assert_eq!(
+            p("99999999999999999999999"),
+            Err(SpecError::OutOfRange("99999999999999999999999".into()))
+        );
+        assert_eq!(
+            p("226:99999999999"),
+            Err(SpecError::OutOfRange("226:99999999999".into()))
+        );
+        assert_eq!(p(":1"), Err(SpecError::Unknown(":1".into())));
+        // What is printed reads back as the same spec.
+        for s in [
+            "1",
+            "0000:00:04.0",
+            "/dev/dri/card1",
+            "226:1",
+            "pci-0000:00:04.0-card",
+            "vgem",
+        ] {
+            assert_eq!(p(&p(s).unwrap().to_string()), p(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn drivers_are_named_with_dashes_or_underscores_and_without_drm() {
+        assert!(driver_matches("virtio_gpu", "virtio-gpu"));
+        assert!(driver_matches("virtio_gpu", "virtio_gpu"));
+        assert!(driver_matches("bochs-drm", "bochs"));
+        assert!(driver_matches("bochs-drm", "bochs-drm"));
+        assert!(!driver_matches("bochs-drm", "boch"));
+        assert!(!driver_matches("vkms", "vgem"));
+    }
+
+    #[test]
+    fn selection() {
+        let g = order(vec![
+            gpu(None, "vkms", "vkms", 0),
+            gpu(Some("0000:00:05.0"), "virtio3", "virtio_gpu", 1),
+        ]);
+        let pick = |s: &str| {
+            select(&[s.parse().unwrap()], &g).map(|v| v.iter().map(|g| g.index).collect::<Vec<_>>())
+        };
+        assert_eq!(pick("1"), Ok(vec![1]));
+        assert_eq!(pick("vkms"), Ok(vec![1]));
+        assert_eq!(pick("virtio-gpu"), Ok(vec![0]));
+        assert_eq!(pick("00:05.0"), Ok(vec![0]));
+        assert_eq!(pick("pci-0000:00:05.0-card"), Ok(vec![0]));
+        assert_eq!(pick("/dev/dri/renderD128"), Ok(vec![1]));
+        assert_eq!(pick("renderD128"), Ok(vec![1]));
+        assert_eq!(pick("226:1"), Ok(vec![0]));
+        let e = pick("7").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no GPU matches 7; the GPUs here: 0 0000:00:05.0 virtio_gpu, 1 vkms vkms (hint: \
+             `drmtool devices` lists them)"
+        );
+        // Each GPU once, in spec order.
+        let both = select(
+            &[
+                "1".parse().unwrap(),
+                "0".parse().unwrap(),
+                "vkms".parse().unwrap(),
+            ],
+            &g,
+        )
+        .unwrap();
+        assert_eq!(both.iter().map(|g| g.index).collect::<Vec<_>>(), [1, 0]);
+        // Node commands: the named node, else each GPU's card node.
+        let nodes = |s: Option<&str>| {
+            let spec = s.map(|s| s.parse::<GpuSpec>().unwrap());
+            nodes_of(spec.as_ref(), &g).map(|v| {
+                v.iter()
+                    .map(|n| n.path.display().to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            nodes(None),
+            Ok(vec!["/dev/dri/card1".into(), "/dev/dri/card0".into()])
+        );
+        assert_eq!(nodes(Some("0")), Ok(vec!["/dev/dri/card1".into()]));
+        assert_eq!(
+            nodes(Some("226:129")),
+            Ok(vec!["/dev/dri/renderD129".into()])
+        );
+        assert_eq!(
+            nodes(Some("pci-0000:00:05.0-render")),
+            Ok(vec!["/dev/dri/renderD129".into()])
+        );
+        assert!(matches!(
+            nodes(Some("226:7")),
+            Err(SelectError::NoMatch { .. })
+        ));
+    }
+}
