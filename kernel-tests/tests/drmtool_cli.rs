@@ -16,6 +16,9 @@ const KMS_DRIVERS: [&str; 3] = ["vkms", "virtio_gpu", "bochs-drm"];
 
 use drmtool::cli::run_captured as run;
 
+#[path = "../../tools/tests/common/gpu_commands.rs"]
+mod gpu_commands;
+
 fn run_json(args: &[&str], schema: &str) -> Value {
     let (code, out) = run(args);
     assert_eq!(code, ExitCode::SUCCESS, "drmtool {args:?} failed:\n{out}");
@@ -1056,36 +1059,12 @@ fn every_command_takes_the_same_gpu_specs() {
         "pci-0000:7f:00.0-card",
     ];
     for s in nothing {
-        for cmd in [
-            &["info", s][..],
-            &["caps", s],
-            &["kms", "list", s],
-            &[
-                "kms",
-                "modeset",
-                "Virtual-1",
-                "--seconds",
-                "0",
-                "--device",
-                s,
-            ],
-            &[
-                "kms",
-                "screenshot",
-                "1",
-                "-o",
-                "/tmp/never.png",
-                "--device",
-                s,
-            ],
-            &["buffers", "--device", s],
-            &["run", "--env-only", "--gpu", s],
-            &["pick", "--gpu", s],
-        ] {
-            let (code, out) = run(cmd);
-            assert_eq!(code, ExitCode::from(3), "{cmd:?}: {out}");
-            assert!(out.is_empty(), "{cmd:?} printed {out}");
+        for (name, argv) in gpu_commands::GPU_COMMANDS {
+            let cmd = gpu_commands::with_spec(argv, s);
+            let (code, out) = run(&cmd);
+            assert_eq!(code, ExitCode::from(3), "{name} {s}: {out}");
+            assert!(out.is_empty(), "{name} {s} printed {out}");
         }
     }
-    assert!(!std::path::Path::new("/tmp/never.png").exists());
+    assert!(!std::path::Path::new("/nonexistent/x.png").exists());
 }

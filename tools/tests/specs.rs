@@ -6,39 +6,9 @@
 
 use std::process::Command;
 
-/// Each command with a GPU argument: its argv with `{}` where the spec goes.
-const COMMANDS: &[(&str, &[&str])] = &[
-    ("info", &["info", "{}"]),
-    ("caps", &["caps", "{}"]),
-    ("kms list", &["kms", "list", "{}"]),
-    (
-        "kms modeset",
-        &[
-            "kms",
-            "modeset",
-            "Virtual-1",
-            "--seconds",
-            "0",
-            "--device",
-            "{}",
-        ],
-    ),
-    (
-        "kms screenshot",
-        &[
-            "kms",
-            "screenshot",
-            "1",
-            "-o",
-            "/nonexistent/x.png",
-            "--device",
-            "{}",
-        ],
-    ),
-    ("buffers", &["buffers", "--device", "{}"]),
-    ("run", &["run", "--env-only", "--gpu", "{}"]),
-    ("pick", &["pick", "--gpu", "{}"]),
-];
+#[path = "common/gpu_commands.rs"]
+mod gpu_commands;
+use gpu_commands::{GPU_COMMANDS as COMMANDS, with_spec};
 
 /// Specs of every form, all well formed.
 const GOOD: &[&str] = &[
@@ -68,12 +38,8 @@ fn has_dri() -> bool {
 }
 
 fn drmtool(argv: &[&str], spec: &str) -> (Option<i32>, String, String) {
-    let args: Vec<&str> = argv
-        .iter()
-        .map(|a| if *a == "{}" { spec } else { a })
-        .collect();
     let out = Command::new(env!("CARGO_BIN_EXE_drmtool"))
-        .args(&args)
+        .args(with_spec(argv, spec))
         .output()
         .expect("run drmtool");
     (
