@@ -390,17 +390,29 @@ impl GpuSpec {
     /// Whether it names node `n`: by path (or what the path points at), by-path name or
     /// device number. Never true for a spec that names GPUs.
     pub fn names_node(&self, n: &Node) -> bool {
-        match self {
-            GpuSpec::Dev(a, b) => n.dev == (*a, *b),
-            GpuSpec::ByPath(name) => n.by_path.as_deref() == Some(name.as_str()),
+        self.node_matcher()(n)
+    }
+
+    /// [`GpuSpec::names_node`] with a node path resolved once (`canonicalize` and `stat`),
+    /// for testing many nodes.
+    fn node_matcher(&self) -> impl Fn(&Node) -> bool + '_ {
+        // A by-path link or another name of the node: compare what it points at.
+        let resolved = match self {
             GpuSpec::Node(p) => {
-                // A by-path link or another name of the node: compare what it points at.
                 let target = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
                 let rdev = rustix::fs::stat(&target)
                     .ok()
                     .filter(|st| st.st_mode & 0o170000 == 0o020000)
                     .map(|st| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)));
-                n.path == *p || n.path == target || Some(n.dev) == rdev
+                Some((target, rdev))
+            }
+            _ => None,
+        };
+        move |n: &Node| match (self, &resolved) {
+            (GpuSpec::Dev(a, b), _) => n.dev == (*a, *b),
+            (GpuSpec::ByPath(name), _) => n.by_path.as_deref() == Some(name.as_str()),
+            (GpuSpec::Node(p), Some((target, rdev))) => {
+                n.path == *p || n.path == *target || Some(n.dev) == *rdev
             }
             _ => false,
         }
@@ -408,12 +420,13 @@ impl GpuSpec {
 
     /// The GPUs it names (in the ordering): the GPU of a named node, or the GPUs named.
     pub fn pick<'g>(&self, gpus: &'g [Gpu]) -> Vec<&'g Gpu> {
+        let names = self.node_matcher();
         gpus.iter()
             .filter(|g| match self {
                 GpuSpec::Index(i) => g.index == *i,
                 GpuSpec::BusId(b) => g.bus_id.as_ref() == Some(b),
                 GpuSpec::Driver(d) => g.driver.as_deref().is_some_and(|x| driver_matches(x, d)),
-                _ => g.nodes.iter().any(|n| self.names_node(n)),
+                _ => g.nodes.iter().any(&names),
             })
             .collect()
     }
@@ -450,11 +463,12 @@ pub fn nodes_of<'g>(spec: Option<&GpuSpec>, gpus: &'g [Gpu]) -> Result<Vec<&'g N
         return Ok(gpus.iter().filter_map(Gpu::card).collect());
     };
     let chosen = select(std::slice::from_ref(spec), gpus)?;
+    let names = spec.node_matcher();
     Ok(chosen
         .into_iter()
         .filter_map(|g| {
             if spec.is_node() {
-                g.nodes.iter().find(|n| spec.names_node(n))
+                g.nodes.iter().find(|n| names(n))
             } else {
                 g.card().or_else(|| g.render())
             }

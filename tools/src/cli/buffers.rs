@@ -45,45 +45,6 @@ pub(super) enum SkipSource {
     Kcmp,
 }
 
-/// Keeps only what concerns the GPUs `spec` names (every node of each); false when it
-/// names none of the report's devices.
-pub(super) fn filter_device(r: &mut scan::Report, spec: &GpuSpec) -> bool {
-    let Ok(gpus) = crate::gpu::gpus() else {
-        return false;
-    };
-    let Ok(chosen) = crate::gpu::select(std::slice::from_ref(spec), &gpus) else {
-        return false;
-    };
-    let paths: Vec<String> = chosen
-        .iter()
-        .flat_map(|g| g.nodes.iter().map(|n| n.path.display().to_string()))
-        .collect();
-    let wanted: Vec<usize> = r
-        .devices
-        .iter()
-        .filter(|d| d.nodes.iter().any(|n| paths.contains(&n.path)))
-        .map(|d| d.index)
-        .collect();
-    if wanted.is_empty() {
-        return false;
-    }
-    r.devices.retain(|d| wanted.contains(&d.index));
-    let keep: Vec<usize> = r
-        .clients
-        .iter()
-        .filter(|c| wanted.contains(&c.device))
-        .map(|c| c.index)
-        .collect();
-    r.clients.retain(|c| keep.contains(&c.index));
-    for p in &mut r.processes {
-        p.drm_fds.retain(|f| keep.contains(&f.client));
-        p.drm_mappings.retain(|m| wanted.contains(&m.device));
-    }
-    r.processes
-        .retain(|p| !p.drm_fds.is_empty() || !p.drm_mappings.is_empty());
-    true
-}
-
 pub(super) fn skip_of(skip: &[SkipSource]) -> scan::Skip {
     scan::Skip {
         maps: skip.contains(&SkipSource::Maps),
@@ -116,18 +77,22 @@ pub(super) fn one_scan(a: &BuffersArgs) -> Result<scan::Report, ExitCode> {
         );
         return Err(Exit::NoMatch.into());
     }
-    if let Some(d) = &a.device
-        && !filter_device(&mut r, d)
-    {
-        let e = match crate::gpu::gpus() {
-            Ok(gpus) => crate::gpu::SelectError::NoMatch {
-                spec: d.clone(),
-                have: crate::gpu::summary(&gpus),
-            },
-            Err(e) => e,
-        };
-        eprintln!("drmtool: {e}");
-        return Err(Exit::of_select(&e).into());
+    if let Some(d) = &a.device {
+        let kept = crate::gpu::gpus().and_then(|gpus| {
+            let chosen = crate::gpu::select(std::slice::from_ref(d), &gpus)?;
+            if r.keep_gpus(&chosen) {
+                Ok(())
+            } else {
+                Err(crate::gpu::SelectError::NoMatch {
+                    spec: d.clone(),
+                    have: crate::gpu::summary(&gpus),
+                })
+            }
+        });
+        if let Err(e) = kept {
+            eprintln!("drmtool: {e}");
+            return Err(Exit::of_select(&e).into());
+        }
     }
     Ok(r)
 }

@@ -365,6 +365,42 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
+impl Report {
+    /// Keeps only what concerns `gpus` (every node of each: their devices, the clients of
+    /// those devices, the processes holding those clients or mappings of them); false, and
+    /// the report unchanged, when none of the report's devices is theirs.
+    pub fn keep_gpus(&mut self, gpus: &[&crate::gpu::Gpu]) -> bool {
+        let paths: Vec<String> = gpus
+            .iter()
+            .flat_map(|g| g.nodes.iter().map(|n| n.path.display().to_string()))
+            .collect();
+        let wanted: Vec<usize> = self
+            .devices
+            .iter()
+            .filter(|d| d.nodes.iter().any(|n| paths.contains(&n.path)))
+            .map(|d| d.index)
+            .collect();
+        if wanted.is_empty() {
+            return false;
+        }
+        self.devices.retain(|d| wanted.contains(&d.index));
+        let keep: Vec<usize> = self
+            .clients
+            .iter()
+            .filter(|c| wanted.contains(&c.device))
+            .map(|c| c.index)
+            .collect();
+        self.clients.retain(|c| keep.contains(&c.index));
+        for p in &mut self.processes {
+            p.drm_fds.retain(|f| keep.contains(&f.client));
+            p.drm_mappings.retain(|m| wanted.contains(&m.device));
+        }
+        self.processes
+            .retain(|p| !p.drm_fds.is_empty() || !p.drm_mappings.is_empty());
+        true
+    }
+}
+
 /// A figure from `maps`, or unknown when the scan skipped them.
 pub(super) fn maps_figure(skip: Skip, bytes: u64) -> Figure {
     if skip.maps {
