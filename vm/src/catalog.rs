@@ -154,6 +154,8 @@ pub const CATALOG: &[CatalogKernel] = &[
             "dmabuf",
             "drmtool_buffers",
             "drmtool_export",
+            "drmtool_export_engine",
+            "drmtool_export_tls",
             "drmtool_hostile",
         ]),
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \

@@ -149,7 +149,7 @@ enum Cmd {
         /// Make skips fail (KERNEL_TESTS_STRICT=1).
         #[arg(long)]
         strict: bool,
-        /// Per-test limit in seconds. drmtool_cli's screenshot test (every KMS driver, every
+        /// Per-test limit in seconds. drmtool_kms's screenshot test (every KMS driver, every
         /// method, PNGs compared pixel for pixel by a debug build under TCG) takes about 40 s
         /// on an idle host and 190-210 s while a kernel build shares the two cores.
         #[arg(long, default_value_t = 300)]
