@@ -506,17 +506,8 @@ pub fn render(r: &CapsReport) -> String {
             let _ = writeln!(s, "{}: cannot open: {e}", d.path);
         }
     }
-    let cols = rows.first().map_or(0, Vec::len);
-    let width: Vec<usize> = (0..cols)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&width)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    for line in crate::render::align(&rows) {
+        let _ = writeln!(s, "{line}");
     }
     let _ = writeln!(s, "\nsystem:");
     for (k, p) in &r.system {

@@ -388,7 +388,8 @@ fn restore_off(dev: &Device, snap: &Snapshot, idx: usize, atomic: bool) -> drm_g
 }
 
 /// How a screenshot is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Method {
     /// Writeback where it disturbs nothing: a writeback connector for the CRTC exists, DRM
     /// master can be had, and the commit that adds it beside the CRTC's outputs (a clone)

@@ -3,12 +3,14 @@
 //! - [`gpu`]: the one ordering of GPUs and the one grammar that names them ([`gpu::GpuSpec`]).
 //! - [`scan()`]: who holds which GPU memory (`drmtool buffers`), from the parsers of
 //!   [`fdinfo`], [`maps`] and [`debugfs`], joined into a [`Report`]; [`render`] draws it.
+//! - [`devices`]: every node in the ordering (`drmtool devices`).
 //! - [`info`], [`caps`], [`kms`], [`hmm_probe`], [`pmem`]: a device's identity, capability
 //!   matrix and KMS state, the HMM and persistent-memory probes.
 //! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
 //!   device programs; [`export`]: the Prometheus exporter; [`trace`]: GPU work tracing.
-//! - [`cli`]: the command line, a thin layer that maps flags to these calls and their
-//!   errors to exit statuses ([`cli::Exit`]).
+//! - `cli` (feature `cli`, on by default): the command line, a thin layer that maps flags
+//!   to these calls and their errors to exit statuses (`cli::Exit`). Without the feature
+//!   the library has no clap in it.
 //!
 //! Every parser takes text and never fails: lines it cannot read are returned as
 //! `malformed`, keys it does not know as `unknown`, so the fuzz targets in `tools/fuzz`
@@ -36,8 +38,10 @@
 #![deny(missing_docs)]
 
 pub mod caps;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod debugfs;
+pub mod devices;
 pub mod errno;
 pub mod export;
 pub mod fdinfo;
@@ -51,6 +55,7 @@ pub mod outfile;
 pub mod pmem;
 pub mod probe;
 pub mod render;
+#[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod sample;
 pub mod scan;

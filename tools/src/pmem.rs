@@ -302,17 +302,8 @@ fn size(v: u64) -> String {
 
 fn table(rows: &[Vec<String>], indent: &str, s: &mut String) {
     use std::fmt::Write;
-    let cols = rows.first().map_or(0, Vec::len);
-    let width: Vec<usize> = (0..cols)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&width)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(s, "{indent}{}", line.join("  ").trim_end());
+    for line in crate::render::align(rows) {
+        let _ = writeln!(s, "{indent}{line}");
     }
 }
 

@@ -12,7 +12,8 @@ fn esc(s: &str) -> String {
 }
 
 /// How to group the main table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum By {
     /// One row per process.
     Process,
@@ -29,7 +30,8 @@ pub enum By {
 }
 
 /// Sort key of the main table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum SortKey {
     /// Largest first.
     Size,
@@ -104,31 +106,37 @@ impl Style {
     }
 }
 
-fn table(out: &mut String, st: &Style, header: &[&str], rows: &[Vec<String>]) {
-    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// The one table writer: rows as lines, each column padded to its widest cell (counted in
+/// characters), two spaces between columns, no trailing space. Rows may be shorter than
+/// others (their missing cells are empty).
+pub fn align(rows: &[Vec<String>]) -> Vec<String> {
+    let mut w: Vec<usize> = Vec::new();
     for r in rows {
+        if w.len() < r.len() {
+            w.resize(r.len(), 0);
+        }
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: Vec<String>| -> String {
-        let s: Vec<String> = cells
-            .iter()
-            .zip(&w)
-            .map(|(c, w)| {
-                let pad = w.saturating_sub(c.chars().count());
-                format!("{c}{}", " ".repeat(pad))
-            })
-            .collect();
-        s.join("  ").trim_end().to_string()
-    };
-    let _ = writeln!(
-        out,
-        "{}",
-        st.bold(&line(header.iter().map(|s| s.to_string()).collect()))
-    );
-    for r in rows {
-        let _ = writeln!(out, "{}", st.dim_unknown(line(r.clone())));
+    rows.iter()
+        .map(|r| {
+            let s: Vec<String> = r
+                .iter()
+                .zip(&w)
+                .map(|(c, w)| format!("{c}{}", " ".repeat(w.saturating_sub(c.chars().count()))))
+                .collect();
+            s.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
+fn table(out: &mut String, st: &Style, header: &[&str], rows: &[Vec<String>]) {
+    let mut all: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    all.extend(rows.iter().cloned());
+    for (i, l) in align(&all).into_iter().enumerate() {
+        let l = if i == 0 { st.bold(&l) } else { st.dim_unknown(l) };
+        let _ = writeln!(out, "{l}");
     }
 }
 
@@ -540,6 +548,17 @@ pub fn since(secs: u64, now: u64) -> String {
 
 #[cfg(test)]
 mod since_tests {
+    #[test]
+    fn align_pads_by_characters_and_trims() {
+        use super::align;
+        let rows = vec![
+            vec!["A".to_string(), "BB".into(), "C".into()],
+            vec!["ééé".to_string(), "x".into(), String::new()],
+            vec!["d".to_string()],
+        ];
+        assert_eq!(align(&rows), ["A    BB  C", "ééé  x", "d"]);
+    }
+
     #[test]
     fn dates_and_ages() {
         assert_eq!(super::since(0, 59), "1970-01-01 00:00:00Z (59s ago)");

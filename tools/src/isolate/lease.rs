@@ -403,6 +403,60 @@ pub fn parse_proc_locks(text: &str) -> Vec<ProcLock> {
     out
 }
 
+/// `drmtool leases --json` (`tools/schema/leases.schema.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LeasesReport {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The lease directory read.
+    pub directory: String,
+    /// Who holds what, with cgroups ([`with_cgroups`]).
+    pub leases: Vec<Holder>,
+}
+
+/// The holders of every lease in [`dir`], from it and `/proc/locks`.
+pub fn report() -> LeasesReport {
+    let d = dir();
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    LeasesReport {
+        schema_version: crate::SCHEMA_VERSION,
+        directory: d.display().to_string(),
+        leases: with_cgroups(&d, holders(&d, &locks)),
+    }
+}
+
+/// The table `drmtool leases` prints, SINCE relative to `now` (seconds since the epoch);
+/// every text a user controls escaped.
+pub fn render(r: &LeasesReport, now: u64) -> String {
+    let mut rows: Vec<Vec<String>> = vec![
+        ["DEVICE", "MODE", "SLOT", "PID", "USER", "SINCE", "CGROUP", "COMMAND"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    rows.extend(r.leases.iter().map(|h| {
+        vec![
+            h.device.clone(),
+            h.mode.to_string(),
+            h.slot.map_or("-".into(), |s| s.to_string()),
+            h.pid.to_string(),
+            h.user
+                .as_deref()
+                .map_or("-".into(), |u| crate::Untrusted::from(u).escaped()),
+            h.since.map_or("-".into(), |s| crate::render::since(s, now)),
+            h.cgroup.as_ref().map_or("-".into(), |c| c.escaped()),
+            h.command.as_ref().map_or("-".into(), |c| c.escaped()),
+        ]
+    }));
+    let mut t: String = crate::render::align(&rows)
+        .into_iter()
+        .map(|l| l + "\n")
+        .collect();
+    if r.leases.is_empty() {
+        t.push_str(&format!("(no leases held in {})\n", r.directory));
+    }
+    t
+}
+
 /// One holder of a lease, as `drmtool leases` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Holder {

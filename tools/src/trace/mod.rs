@@ -28,7 +28,8 @@ pub mod summary;
 use rustix::io::Errno;
 
 /// A group of tracepoints (`--events`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Category {
     /// `dma_fence:*` (init, emit, signaled, enable_signal, wait_start, wait_end, destroy).
     Fence,
