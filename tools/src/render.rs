@@ -135,7 +135,11 @@ fn table(out: &mut String, st: &Style, header: &[&str], rows: &[Vec<String>]) {
     let mut all: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     all.extend(rows.iter().cloned());
     for (i, l) in align(&all).into_iter().enumerate() {
-        let l = if i == 0 { st.bold(&l) } else { st.dim_unknown(l) };
+        let l = if i == 0 {
+            st.bold(&l)
+        } else {
+            st.dim_unknown(l)
+        };
         let _ = writeln!(out, "{l}");
     }
 }

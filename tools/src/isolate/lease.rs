@@ -429,9 +429,11 @@ pub fn report() -> LeasesReport {
 /// every text a user controls escaped.
 pub fn render(r: &LeasesReport, now: u64) -> String {
     let mut rows: Vec<Vec<String>> = vec![
-        ["DEVICE", "MODE", "SLOT", "PID", "USER", "SINCE", "CGROUP", "COMMAND"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "DEVICE", "MODE", "SLOT", "PID", "USER", "SINCE", "CGROUP", "COMMAND",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
     rows.extend(r.leases.iter().map(|h| {
         vec![
