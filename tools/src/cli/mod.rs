@@ -46,7 +46,7 @@ use crate::gpu::GpuSpec;
 pub use exit::Exit;
 
 use crate::render::{By, SortKey};
-use crate::scan::{self, Options, SCHEMA_VERSION};
+use crate::scan::{self, Options};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};

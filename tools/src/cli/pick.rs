@@ -28,7 +28,7 @@ pub(super) struct PickArgs {
 }
 
 pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCode {
-    use crate::isolate::{lease, pick, run};
+    use crate::isolate::{pick, run};
     let fail = |e: run::RunError| -> ExitCode {
         eprintln!("drmtool: pick: {e}");
         Exit::of_run(&e).into()
@@ -42,41 +42,20 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
             "-n needs a number of GPUs >= 1".into(),
         ));
     }
-    let report = scan::scan(&Options::default()).ok();
-    let held = run::held_by_index(&all, &cand, &lease::dir());
-    let gs: Vec<&crate::gpu::Gpu> = cand.iter().map(|&i| &all[i]).collect();
     let want = pick::Want {
         driver: a.driver.clone(),
         max_clients: a.max_clients,
         min_free: a.min_free,
     };
-    let ranked = pick::rank(&gs, report.as_ref(), &held, &pick::sysfs_free, &want);
-    let chosen: Vec<&pick::Candidate> = ranked
-        .iter()
-        .filter(|c| c.excluded.is_none())
-        .take(a.n)
-        .collect();
+    let r = run::choose(&all, &cand, &want, a.n);
     if json || a.format == "json" {
-        #[derive(Serialize)]
-        struct Doc<'a> {
-            schema_version: u32,
-            chosen: Vec<usize>,
-            candidates: &'a [pick::Candidate],
-        }
-        let code = emit_json(
-            &Doc {
-                schema_version: SCHEMA_VERSION,
-                chosen: chosen.iter().map(|c| c.index).collect(),
-                candidates: &ranked,
-            },
-            out,
-        );
-        if chosen.len() < a.n {
+        let code = emit_json(&r, out);
+        if r.chosen.len() < a.n {
             return Exit::NoGpu.into();
         }
         return code;
     }
-    for c in &ranked {
+    for c in &r.candidates {
         if c.memory.value.is_none() {
             eprintln!(
                 "drmtool: pick: {}: memory held unknown ({})",
@@ -87,23 +66,25 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
             eprintln!("drmtool: pick: {}: excluded: {e}", c.name);
         }
     }
-    if chosen.len() < a.n {
+    if r.chosen.len() < a.n {
         eprintln!(
             "drmtool: pick: -n {}: only {} eligible GPU(s) of {}",
             a.n,
-            chosen.len(),
-            ranked.len()
+            r.chosen.len(),
+            r.candidates.len()
         );
         return Exit::NoGpu.into();
     }
-    let text = if a.format == "env" {
-        let gpus: Vec<&crate::gpu::Gpu> = chosen.iter().map(|c| &all[c.index]).collect();
+    let gpus: Vec<&crate::gpu::Gpu> = r.chosen.iter().map(|&i| &all[i]).collect();
+    let text: String = if a.format == "env" {
         crate::isolate::env::vendor_env(&gpus, &all)
             .iter()
             .map(|(k, v)| format!("{k}={v}\n"))
-            .collect::<String>()
+            .collect()
     } else {
-        chosen.iter().map(|c| format!("{}\n", c.name)).collect()
+        gpus.iter()
+            .map(|g| format!("{}\n", g.bus_id.as_ref().unwrap_or(&g.name)))
+            .collect()
     };
     emit_text(&text, out)
 }

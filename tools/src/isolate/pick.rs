@@ -122,7 +122,10 @@ pub fn rank(
             let (clients, memory) = usage(g, report);
             let free = free(g);
             let excluded = if let Some(d) = &want.driver
-                && g.driver.as_deref() != Some(d.as_str())
+                && !g
+                    .driver
+                    .as_deref()
+                    .is_some_and(|x| crate::gpu::driver_matches(x, d))
             {
                 Some(format!(
                     "driver {} is not {d}",

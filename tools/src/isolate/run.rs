@@ -206,6 +206,49 @@ pub fn candidates(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> 
     }
 }
 
+/// The candidates (indices into `all`) ranked now: `report`'s figures, the leases held in
+/// `d` at this moment.
+fn rank_now(
+    all: &[Gpu],
+    cand: &[usize],
+    report: Option<&crate::scan::Report>,
+    want: &Want,
+    d: &Path,
+) -> Vec<pick::Candidate> {
+    let held = held_by_index(all, cand, d);
+    let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
+    pick::rank(&gs, report, &held, &pick::sysfs_free, want)
+}
+
+/// `drmtool pick --json` (`tools/schema/pick.schema.json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PickReport {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The indices chosen, in rank order (fewer than asked when fewer are eligible).
+    pub chosen: Vec<usize>,
+    /// Every candidate in rank order, with its figures and why it is excluded.
+    pub candidates: Vec<pick::Candidate>,
+}
+
+/// What `drmtool pick -n N` chooses among `cand` (indices into `all`): one scan, the
+/// leases held now, the first `n` eligible candidates in rank order. Leases nothing
+/// (`run --pick` does: [`pick_and_lease`]).
+pub fn choose(all: &[Gpu], cand: &[usize], want: &Want, n: usize) -> PickReport {
+    let report = crate::scan::scan(&crate::scan::Options::default()).ok();
+    let candidates = rank_now(all, cand, report.as_ref(), want, &lease::dir());
+    PickReport {
+        schema_version: crate::SCHEMA_VERSION,
+        chosen: candidates
+            .iter()
+            .filter(|c| c.excluded.is_none())
+            .take(n)
+            .map(|c| c.index)
+            .collect(),
+        candidates,
+    }
+}
+
 /// Holders per GPU index among `cand`, from the lease directory and `/proc/locks`.
 pub fn held_by_index(all: &[Gpu], cand: &[usize], d: &Path) -> BTreeMap<usize, usize> {
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
@@ -231,10 +274,8 @@ pub fn pick_and_lease(
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     // None: a wait longer than the clock can count (--wait 1e19) waits for ever.
     let deadline = std::time::Instant::now().checked_add(p.wait);
-    let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
     loop {
-        let held = held_by_index(all, cand, &d);
-        let ranked = pick::rank(&gs, report.as_ref(), &held, &pick::sysfs_free, &p.want);
+        let ranked = rank_now(all, cand, report.as_ref(), &p.want, &d);
         let eligible: Vec<&pick::Candidate> =
             ranked.iter().filter(|c| c.excluded.is_none()).collect();
         if eligible.len() < p.n {
@@ -269,13 +310,7 @@ pub fn pick_and_lease(
         if !wait_turn(deadline) {
             let busy: Vec<String> = eligible
                 .iter()
-                .map(|c| {
-                    format!(
-                        "{} ({} holder(s))",
-                        c.name,
-                        held.get(&c.index).unwrap_or(&0)
-                    )
-                })
+                .map(|c| format!("{} ({} holder(s))", c.name, c.leases))
                 .collect();
             return Err(RunError::NoGpu(format!(
                 "--pick {}: every eligible GPU is leased by others: {} (hint: --wait SECS, \
