@@ -268,6 +268,20 @@ fn grouped(out: &mut String, st: &Style, r: &Report, by: By, sort: SortKey) {
 pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
     let st = Style { color };
     let mut out = String::new();
+    devices_table(&mut out, &st, r);
+    let _ = writeln!(out);
+    match by {
+        By::Process => processes_table(&mut out, &st, r, sort),
+        By::Client => clients_table(&mut out, &st, r, sort),
+        By::Cgroup | By::Unit | By::Job => grouped(&mut out, &st, r, by, sort),
+        By::Buffer => buffers_table(&mut out, &st, r, sort),
+    }
+    sharing(&mut out, &st, r);
+    footer(&mut out, r);
+    out
+}
+
+fn devices_table(out: &mut String, st: &Style, r: &Report) {
     let _ = writeln!(out, "{}", st.bold("DEVICES"));
     let rows: Vec<Vec<String>> = r
         .devices
@@ -291,8 +305,8 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
         })
         .collect();
     table(
-        &mut out,
-        &st,
+        out,
+        st,
         &[
             "NODES",
             "DRIVER",
@@ -305,169 +319,171 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
         ],
         &rows,
     );
-    let _ = writeln!(out);
+}
+
+fn processes_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
     let size_of = |f: &Figure| f.value.unwrap_or(0);
-    match by {
-        By::Process => {
-            let _ = writeln!(out, "{}", st.bold("PROCESSES"));
-            let mut ps: Vec<_> = r.processes.iter().collect();
-            match sort {
-                SortKey::Size => ps.sort_by_key(|p| {
-                    std::cmp::Reverse(
-                        size_of(&p.mapped_drm)
-                            .saturating_add(size_of(&p.dmabuf_bytes))
-                            .saturating_add(size_of(&p.memory_total)),
-                    )
-                }),
-                SortKey::Pid => ps.sort_by_key(|p| p.pid),
-                SortKey::Name => ps.sort_by(|a, b| a.comm.cmp(&b.comm)),
-            }
-            let rows: Vec<Vec<String>> = ps
+    let _ = writeln!(out, "{}", st.bold("PROCESSES"));
+    let mut ps: Vec<_> = r.processes.iter().collect();
+    match sort {
+        SortKey::Size => ps.sort_by_key(|p| {
+            std::cmp::Reverse(
+                size_of(&p.mapped_drm)
+                    .saturating_add(size_of(&p.dmabuf_bytes))
+                    .saturating_add(size_of(&p.memory_total)),
+            )
+        }),
+        SortKey::Pid => ps.sort_by_key(|p| p.pid),
+        SortKey::Name => ps.sort_by(|a, b| a.comm.cmp(&b.comm)),
+    }
+    let rows: Vec<Vec<String>> = ps
+        .iter()
+        .map(|p| {
+            vec![
+                pid_cell(p),
+                p.comm
+                    .as_ref()
+                    .map_or_else(|| "?".into(), Untrusted::escaped),
+                p.uid.map_or_else(|| "?".into(), |u| u.to_string()),
+                p.drm_fds.len().to_string(),
+                p.dmabuf_fds.len().to_string(),
+                fig(&p.memory_total),
+                fig(&p.mapped_drm),
+                fig(&p.dmabuf_bytes),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        st,
+        &[
+            "PID",
+            "COMMAND",
+            "UID",
+            "DRM FDS",
+            "DMABUF FDS",
+            "FDINFO TOTAL",
+            "MAPPED",
+            "DMABUF",
+        ],
+        &rows,
+    );
+}
+
+fn clients_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
+    let size_of = |f: &Figure| f.value.unwrap_or(0);
+    let _ = writeln!(out, "{}", st.bold("CLIENTS (open DRM files)"));
+    let mut cs: Vec<_> = r.clients.iter().collect();
+    match sort {
+        SortKey::Size => cs.sort_by_key(|c| std::cmp::Reverse(size_of(&c.memory_total))),
+        SortKey::Pid | SortKey::Name => cs.sort_by_key(|c| c.holders.first().map(|h| h.pid)),
+    }
+    let rows: Vec<Vec<String>> = cs
+        .iter()
+        .map(|c| {
+            let engines = c
+                .engines
                 .iter()
-                .map(|p| {
-                    vec![
-                        pid_cell(p),
-                        p.comm
-                            .as_ref()
-                            .map_or_else(|| "?".into(), Untrusted::escaped),
-                        p.uid.map_or_else(|| "?".into(), |u| u.to_string()),
-                        p.drm_fds.len().to_string(),
-                        p.dmabuf_fds.len().to_string(),
-                        fig(&p.memory_total),
-                        fig(&p.mapped_drm),
-                        fig(&p.dmabuf_bytes),
-                    ]
+                .map(|(n, e)| match e.busy_percent {
+                    Some(p) => format!("{} {p:.1}%", esc(n)),
+                    None => format!("{} n/a", esc(n)),
                 })
-                .collect();
-            table(
-                &mut out,
-                &st,
-                &[
-                    "PID",
-                    "COMMAND",
-                    "UID",
-                    "DRM FDS",
-                    "DMABUF FDS",
-                    "FDINFO TOTAL",
-                    "MAPPED",
-                    "DMABUF",
+                .collect::<Vec<_>>()
+                .join(" ");
+            vec![
+                esc(&c.node),
+                c.client_id.map_or_else(|| "-".into(), |i| i.to_string()),
+                c.holders
+                    .iter()
+                    .map(|h| format!("{}:{}", h.pid, h.fd))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                c.dedupe.to_string(),
+                fig(&c.memory_total),
+                fig(&c.memory_shared),
+                if engines.is_empty() {
+                    "-".into()
+                } else {
+                    engines
+                },
+            ]
+        })
+        .collect();
+    table(
+        out,
+        st,
+        &[
+            "NODE",
+            "CLIENT ID",
+            "HELD BY (pid:fd)",
+            "SAME FILE BY",
+            "TOTAL",
+            "SHARED",
+            "ENGINES",
+        ],
+        &rows,
+    );
+}
+
+fn buffers_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
+    let _ = writeln!(out, "{}", st.bold("BUFFERS"));
+    let mut rows: Vec<(u64, Vec<String>)> = Vec::new();
+    for p in &r.processes {
+        for m in &p.drm_mappings {
+            rows.push((
+                m.bytes.value.unwrap_or(0),
+                vec![
+                    "drm mmap".into(),
+                    esc(&m.node),
+                    format!("{} buffer(s)", m.buffers),
+                    fig(&m.bytes),
+                    format!(
+                        "{} ({})",
+                        p.pid,
+                        p.comm.as_ref().map(Untrusted::escaped).unwrap_or_default()
+                    ),
                 ],
-                &rows,
-            );
-        }
-        By::Client => {
-            let _ = writeln!(out, "{}", st.bold("CLIENTS (open DRM files)"));
-            let mut cs: Vec<_> = r.clients.iter().collect();
-            match sort {
-                SortKey::Size => cs.sort_by_key(|c| std::cmp::Reverse(size_of(&c.memory_total))),
-                SortKey::Pid | SortKey::Name => {
-                    cs.sort_by_key(|c| c.holders.first().map(|h| h.pid))
-                }
-            }
-            let rows: Vec<Vec<String>> = cs
-                .iter()
-                .map(|c| {
-                    let engines = c
-                        .engines
-                        .iter()
-                        .map(|(n, e)| match e.busy_percent {
-                            Some(p) => format!("{} {p:.1}%", esc(n)),
-                            None => format!("{} n/a", esc(n)),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    vec![
-                        esc(&c.node),
-                        c.client_id.map_or_else(|| "-".into(), |i| i.to_string()),
-                        c.holders
-                            .iter()
-                            .map(|h| format!("{}:{}", h.pid, h.fd))
-                            .collect::<Vec<_>>()
-                            .join(","),
-                        c.dedupe.to_string(),
-                        fig(&c.memory_total),
-                        fig(&c.memory_shared),
-                        if engines.is_empty() {
-                            "-".into()
-                        } else {
-                            engines
-                        },
-                    ]
-                })
-                .collect();
-            table(
-                &mut out,
-                &st,
-                &[
-                    "NODE",
-                    "CLIENT ID",
-                    "HELD BY (pid:fd)",
-                    "SAME FILE BY",
-                    "TOTAL",
-                    "SHARED",
-                    "ENGINES",
-                ],
-                &rows,
-            );
-        }
-        By::Cgroup | By::Unit | By::Job => grouped(&mut out, &st, r, by, sort),
-        By::Buffer => {
-            let _ = writeln!(out, "{}", st.bold("BUFFERS"));
-            let mut rows: Vec<(u64, Vec<String>)> = Vec::new();
-            for p in &r.processes {
-                for m in &p.drm_mappings {
-                    rows.push((
-                        m.bytes.value.unwrap_or(0),
-                        vec![
-                            "drm mmap".into(),
-                            esc(&m.node),
-                            format!("{} buffer(s)", m.buffers),
-                            fig(&m.bytes),
-                            format!(
-                                "{} ({})",
-                                p.pid,
-                                p.comm.as_ref().map(Untrusted::escaped).unwrap_or_default()
-                            ),
-                        ],
-                    ));
-                }
-            }
-            for b in &r.dmabufs {
-                rows.push((
-                    b.size.value.unwrap_or(0),
-                    vec![
-                        "dma-buf".into(),
-                        format!(
-                            "ino {} {}{}",
-                            b.inode,
-                            esc(b.exp_name.as_deref().unwrap_or_default()),
-                            b.name
-                                .as_ref()
-                                .map(|n| format!(" \"{n}\""))
-                                .unwrap_or_default()
-                        ),
-                        format!("{} holder(s)", b.holders.len()),
-                        fig(&b.size),
-                        b.processes
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    ],
-                ));
-            }
-            if sort == SortKey::Size {
-                rows.sort_by_key(|r| std::cmp::Reverse(r.0));
-            }
-            let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.1).collect();
-            table(
-                &mut out,
-                &st,
-                &["KIND", "WHAT", "COUNT", "SIZE", "PROCESSES"],
-                &rows,
-            );
+            ));
         }
     }
+    for b in &r.dmabufs {
+        rows.push((
+            b.size.value.unwrap_or(0),
+            vec![
+                "dma-buf".into(),
+                format!(
+                    "ino {} {}{}",
+                    b.inode,
+                    esc(b.exp_name.as_deref().unwrap_or_default()),
+                    b.name
+                        .as_ref()
+                        .map(|n| format!(" \"{n}\""))
+                        .unwrap_or_default()
+                ),
+                format!("{} holder(s)", b.holders.len()),
+                fig(&b.size),
+                b.processes
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ],
+        ));
+    }
+    if sort == SortKey::Size {
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    }
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.1).collect();
+    table(
+        out,
+        st,
+        &["KIND", "WHAT", "COUNT", "SIZE", "PROCESSES"],
+        &rows,
+    );
+}
+
+/// The dma-bufs shared between processes, if any.
+fn sharing(out: &mut String, st: &Style, r: &Report) {
     if !r.sharing.is_empty() {
         let _ = writeln!(out, "\n{}", st.bold("SHARED DMA-BUFS"));
         for s in &r.sharing {
@@ -488,6 +504,10 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
             let _ = writeln!(out, "  ino {} [{size}]: {}", s.inode, who.join(" <-> "));
         }
     }
+}
+
+/// What the scan covered, what it could not read, and its notes.
+fn footer(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "\nscanned {} processes: {} read, {} unreadable, {} exited during the scan, {} hold GPU memory",
@@ -508,7 +528,6 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
     for w in &r.warnings {
         let _ = writeln!(out, "note: {w}");
     }
-    out
 }
 
 /// A process's pid for tables: `812`, or `812 (1)` with its pid in its own pid namespace
