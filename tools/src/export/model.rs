@@ -237,6 +237,38 @@ fn device_names(report: &Report, gpus: &[Gpu]) -> Vec<(String, Option<usize>)> {
         .collect()
 }
 
+/// What the metric families of one scan are built from.
+struct Ctx<'a> {
+    report: &'a Report,
+    /// Each report device's label and GPU index ([`device_names`]).
+    devs: Vec<(String, Option<usize>)>,
+    procs: BTreeMap<u32, &'a ProcessReport>,
+    per: Per,
+    names: bool,
+}
+
+impl Ctx<'_> {
+    fn dev_name(&self, i: usize) -> &str {
+        self.devs.get(i).map_or("unknown", |(n, _)| n.as_str())
+    }
+
+    /// The group of a client: its owner's process group, and for [`Per::Client`] the
+    /// client itself.
+    fn client_group(&self, c: &ClientReport) -> Group {
+        let p = owner(c).and_then(|pid| self.procs.get(&pid).copied());
+        let mut l = process_group(p, self.per, self.names);
+        if self.per == Per::Client {
+            l.push(("client".into(), client_label(c)));
+            if self.names
+                && let Some(n) = &c.client_name
+            {
+                l.push(("client_name".into(), hostile(n)));
+            }
+        }
+        Group(l)
+    }
+}
+
 /// Registers every GPU metric of `report` on `reg`, grouped `per`.
 pub fn build(
     reg: &mut Registry,
@@ -246,14 +278,26 @@ pub fn build(
     names: bool,
     counters: &mut Counters,
 ) {
-    let devs = device_names(report, gpus);
-    let procs: BTreeMap<u32, &ProcessReport> =
-        report.processes.iter().map(|p| (p.pid, p)).collect();
-    let dev_name = |i: usize| devs.get(i).map_or("unknown", |(n, _)| n.as_str());
+    let cx = Ctx {
+        report,
+        devs: device_names(report, gpus),
+        procs: report.processes.iter().map(|p| (p.pid, p)).collect(),
+        per,
+        names,
+    };
+    device_info(reg, &cx);
+    let live = client_metrics(reg, &cx);
+    engine_counters(reg, counters.update(live));
+    debugfs_metrics(reg, &cx);
+    mapped_metrics(reg, &cx);
+    dmabuf_metrics(reg, &cx);
+}
 
+/// `drm_device_info`.
+fn device_info(reg: &mut Registry, cx: &Ctx) {
     // drm_device_info
     let info = Family::<Labels, Gauge>::default();
-    for (d, (name, index)) in report.devices.iter().zip(&devs) {
+    for (d, (name, index)) in cx.report.devices.iter().zip(&cx.devs) {
         let nodes: Vec<&str> = d.nodes.iter().map(|n| n.path.as_str()).collect();
         let mut l: Labels = vec![("device".into(), name.clone())];
         if let Some(i) = index {
@@ -271,27 +315,22 @@ pub fn build(
         "A DRM device: driver, GPU index (the ordering of drmtool devices), nodes, sysfs path",
         info,
     );
+}
 
-    let client_group = |c: &ClientReport| -> Group {
-        let p = owner(c).and_then(|pid| procs.get(&pid).copied());
-        let mut l = process_group(p, per, names);
-        if per == Per::Client {
-            l.push(("client".into(), client_label(c)));
-            if names && let Some(n) = &c.client_name {
-                l.push(("client_name".into(), hostile(n)));
-            }
-        }
-        Group(l)
-    };
-
+/// The clients' families (`drm_clients`, `drm_memory`, `drm_engine_capacity`,
+/// `drm_engine_max_frequency`); returns each live client's engine values for the counters.
+fn client_metrics(
+    reg: &mut Registry,
+    cx: &Ctx,
+) -> BTreeMap<(String, String), (SeriesBase, EngineValues)> {
     let mut clients = Sums::new();
     let mut memory = Sums::new();
     let mut capacity = Sums::new();
     let mut maxfreq = Sums::new();
     let mut live = BTreeMap::new();
-    for c in &report.clients {
-        let dev = dev_name(c.device);
-        let g = client_group(c);
+    for c in &cx.report.clients {
+        let dev = cx.dev_name(c.device);
+        let g = cx.client_group(c);
         add(&mut clients, labels(dev, &g, &[]), 1);
         for (region, r) in &c.regions {
             let resident = r.resident.or(r.memory);
@@ -384,8 +423,12 @@ pub fn build(
         Some(Unit::Other("hertz".into())),
         &maxfreq,
     );
+    live
+}
 
-    let totals = counters.update(live);
+/// `drm_engine_busy`, `drm_engine_cycles`, `drm_engine_total_cycles` from the counters'
+/// `totals`; a family without series is not registered.
+fn engine_counters(reg: &mut Registry, totals: BTreeMap<(SeriesBase, &'static str, String), u64>) {
     let mut busy = Family::<Labels, Counter<f64, AtomicU64>>::default();
     let mut cycles = Family::<Labels, Counter<u64>>::default();
     let mut total_cycles = Family::<Labels, Counter<u64>>::default();
@@ -430,13 +473,16 @@ pub fn build(
             std::mem::take(&mut total_cycles),
         );
     }
+}
 
+/// The device's debugfs figures (`drm_device_framebuffer`, `drm_device_flink_named`).
+fn debugfs_metrics(reg: &mut Registry, cx: &Ctx) {
     // What the device's debugfs knows (root, debugfs mounted): per device only, no series
     // where it could not be read.
     let mut fb = Sums::new();
     let mut named = Sums::new();
-    for (i, d) in report.devices.iter().enumerate() {
-        let dev = dev_name(i);
+    for (i, d) in cx.report.devices.iter().enumerate() {
+        let dev = cx.dev_name(i);
         for (figure, sums, source) in [
             (&d.framebuffer_bytes, &mut fb, "debugfs-framebuffer"),
             (&d.named_bytes, &mut named, "debugfs-gem_names"),
@@ -465,16 +511,19 @@ pub fn build(
         Some(Unit::Bytes),
         &named,
     );
+}
 
+/// `drm_mapped`.
+fn mapped_metrics(reg: &mut Registry, cx: &Ctx) {
     // Mapped DRM buffers, by the mapping process's group.
     let mut mapped = Sums::new();
-    for p in &report.processes {
-        let g = Group(process_group(Some(p), per, names));
+    for p in &cx.report.processes {
+        let g = Group(process_group(Some(p), cx.per, cx.names));
         for m in &p.drm_mappings {
             if let Some(v) = m.bytes.value {
                 add(
                     &mut mapped,
-                    labels(dev_name(m.device), &g, &[("source", "maps")]),
+                    labels(cx.dev_name(m.device), &g, &[("source", "maps")]),
                     v,
                 );
             }
@@ -487,18 +536,21 @@ pub fn build(
         Some(Unit::Bytes),
         &mapped,
     );
+}
 
+/// `drm_dmabuf` and `drm_dmabuf_distinct`.
+fn dmabuf_metrics(reg: &mut Registry, cx: &Ctx) {
     // dma-bufs: each counted once per group that holds or maps it, and once overall.
     let mut holders_of: BTreeMap<u64, BTreeSet<Group>> = BTreeMap::new();
-    for b in &report.dmabufs {
+    for b in &cx.report.dmabufs {
         for pid in &b.processes {
-            let g = Group(process_group(procs.get(pid).copied(), per, names));
+            let g = Group(process_group(cx.procs.get(pid).copied(), cx.per, cx.names));
             holders_of.entry(b.inode).or_default().insert(g);
         }
     }
     let mut dmabuf = Sums::new();
     let mut distinct = Sums::new();
-    for b in &report.dmabufs {
+    for b in &cx.report.dmabufs {
         let Some(size) = b.size.value else { continue };
         let groups = holders_of.get(&b.inode).cloned().unwrap_or_default();
         let sharing = if groups.len() > 1 {
