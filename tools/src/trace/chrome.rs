@@ -101,209 +101,259 @@ struct Fence {
     timeline: String,
 }
 
-/// Builds the trace.
-pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
-    let mut out: Vec<Value> = Vec::with_capacity(rec.events.len() * 2 + 16);
-    let mut counts: BTreeMap<String, u64> = rec
-        .formats
-        .values()
-        .map(|f| (format!("{}:{}", f.system, f.name), 0))
-        .collect();
-    let mut fences: BTreeMap<FenceKey, Fence> = BTreeMap::new();
-    let mut waits: BTreeMap<(u32, FenceKey), u64> = BTreeMap::new();
-    let mut crtcs: BTreeSet<i64> = BTreeSet::new();
-    let mut rings: BTreeMap<String, u64> = BTreeMap::new();
-    let mut jobs: BTreeMap<i64, Job> = BTreeMap::new();
-    let mut finished: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
-    for e in &rec.events {
+/// The trace being built from a recording's events, in one pass.
+#[derive(Default)]
+struct Builder {
+    out: Vec<Value>,
+    counts: BTreeMap<String, u64>,
+    fences: BTreeMap<FenceKey, Fence>,
+    waits: BTreeMap<(u32, FenceKey), u64>,
+    crtcs: BTreeSet<i64>,
+    rings: BTreeMap<String, u64>,
+    jobs: BTreeMap<i64, Job>,
+    finished: BTreeMap<i64, Vec<u64>>,
+}
+
+impl Builder {
+    /// One event: its instant, and what it adds to the fence, vblank, scheduler and
+    /// gpu_mem tracks.
+    fn event(&mut self, e: &Event) {
         let full = format!("{}:{}", e.system, e.name);
-        *counts.entry(full.clone()).or_default() += 1;
-        out.push(json!({
+        *self.counts.entry(full.clone()).or_default() += 1;
+        self.out.push(json!({
             "ph": "i", "s": "t", "name": full, "cat": e.system,
             "ts": ts(e.time), "pid": e.pid, "tid": e.tid, "args": args(e),
         }));
         match (e.system.as_str(), e.name.as_str()) {
-            ("dma_fence", name) => {
-                let (Some(c), Some(s)) = (e.int("context"), e.int("seqno")) else {
-                    continue;
-                };
-                let key = (c, s);
-                match name {
-                    "dma_fence_wait_start" => {
-                        waits.insert((e.tid, key), e.time);
-                    }
-                    "dma_fence_wait_end" => {
-                        if let Some(t0) = waits.remove(&(e.tid, key)) {
-                            out.push(json!({
-                                "ph": "X", "name": WAIT, "cat": "fence",
-                                "ts": ts(t0), "dur": ts(e.time - t0),
-                                "pid": e.pid, "tid": e.tid,
-                                "args": {"context": c, "seqno": s,
-                                         "timeline": e.str("timeline").unwrap_or("")},
-                            }));
-                        }
-                    }
-                    _ => {}
-                }
-                let f = fences.entry(key).or_default();
-                if f.driver.is_empty() {
-                    f.driver = e.str("driver").unwrap_or("").to_string();
-                    f.timeline = e.str("timeline").unwrap_or("").to_string();
-                }
-                match name {
-                    // A second init of the same (context, seqno) (a driver reusing a seqno)
-                    // moves the start to it; the first signal is kept.
-                    "dma_fence_init" => f.init = Some(e.time),
-                    "dma_fence_emit" => f.emit = Some(e.time),
-                    "dma_fence_signaled" => f.signaled = f.signaled.or(Some(e.time)),
-                    _ => {}
+            ("dma_fence", name) => self.fence_event(e, name),
+            ("drm", "drm_vblank_event") => self.vblank_event(e),
+            ("gpu_scheduler", name) => self.sched_event(e, name),
+            ("gpu_mem", "gpu_mem_total") => self.gpu_mem_event(e),
+            _ => {}
+        }
+    }
+
+    fn fence_event(&mut self, e: &Event, name: &str) {
+        let (Some(c), Some(s)) = (e.int("context"), e.int("seqno")) else {
+            return;
+        };
+        let key = (c, s);
+        match name {
+            "dma_fence_wait_start" => {
+                self.waits.insert((e.tid, key), e.time);
+            }
+            "dma_fence_wait_end" => {
+                if let Some(t0) = self.waits.remove(&(e.tid, key)) {
+                    self.out.push(json!({
+                        "ph": "X", "name": WAIT, "cat": "fence",
+                        "ts": ts(t0), "dur": ts(e.time - t0),
+                        "pid": e.pid, "tid": e.tid,
+                        "args": {"context": c, "seqno": s,
+                                 "timeline": e.str("timeline").unwrap_or("")},
+                    }));
                 }
             }
-            ("drm", "drm_vblank_event") => {
-                let crtc = e.int("crtc").unwrap_or(-1);
-                crtcs.insert(crtc);
-                let mut a = args(e);
-                a.insert("crtc".into(), json!(crtc));
-                out.push(json!({
-                    "ph": "i", "s": "t", "name": VBLANK, "cat": "vblank",
-                    "ts": ts(e.time), "pid": DISPLAY_PID, "tid": crtc + 1, "args": a,
-                }));
+            _ => {}
+        }
+        let f = self.fences.entry(key).or_default();
+        if f.driver.is_empty() {
+            f.driver = e.str("driver").unwrap_or("").to_string();
+            f.timeline = e.str("timeline").unwrap_or("").to_string();
+        }
+        match name {
+            // A second init of the same (context, seqno) (a driver reusing a seqno)
+            // moves the start to it; the first signal is kept.
+            "dma_fence_init" => f.init = Some(e.time),
+            "dma_fence_emit" => f.emit = Some(e.time),
+            "dma_fence_signaled" => f.signaled = f.signaled.or(Some(e.time)),
+            _ => {}
+        }
+    }
+
+    fn vblank_event(&mut self, e: &Event) {
+        let crtc = e.int("crtc").unwrap_or(-1);
+        self.crtcs.insert(crtc);
+        let mut a = args(e);
+        a.insert("crtc".into(), json!(crtc));
+        self.out.push(json!({
+            "ph": "i", "s": "t", "name": VBLANK, "cat": "vblank",
+            "ts": ts(e.time), "pid": DISPLAY_PID, "tid": crtc + 1, "args": a,
+        }));
+    }
+
+    fn sched_event(&mut self, e: &Event, name: &str) {
+        let ring = e
+            .str("name")
+            .or_else(|| e.str("ring"))
+            .unwrap_or("scheduler")
+            .to_string();
+        let n = self.rings.len() as u64 + 1;
+        let tid = *self.rings.entry(ring.clone()).or_insert(n);
+        self.out.push(json!({
+            "ph": "i", "s": "t", "name": name, "cat": "sched",
+            "ts": ts(e.time), "pid": SCHED_PID, "tid": tid, "args": args(e),
+        }));
+        match (name, e.int("id")) {
+            ("drm_sched_job", Some(id)) => {
+                let j = self.jobs.entry(id).or_default();
+                j.queued = j.queued.or(Some((e.time, e.pid, e.tid)));
             }
-            ("gpu_scheduler", name) => {
-                let ring = e
-                    .str("name")
-                    .or_else(|| e.str("ring"))
-                    .unwrap_or("scheduler")
-                    .to_string();
-                let n = rings.len() as u64 + 1;
-                let tid = *rings.entry(ring.clone()).or_insert(n);
-                out.push(json!({
-                    "ph": "i", "s": "t", "name": name, "cat": "sched",
-                    "ts": ts(e.time), "pid": SCHED_PID, "tid": tid, "args": args(e),
-                }));
-                match (name, e.int("id")) {
-                    ("drm_sched_job", Some(id)) => {
-                        let j = jobs.entry(id).or_default();
-                        j.queued = j.queued.or(Some((e.time, e.pid, e.tid)));
-                    }
-                    ("drm_run_job", Some(id)) => {
-                        let j = jobs.entry(id).or_default();
-                        if j.run.is_none() {
-                            j.run = Some((e.time, tid));
-                            j.ring = ring;
-                            j.fence = e.int("fence");
-                        }
-                    }
-                    ("drm_sched_process_job", _) => {
-                        if let Some(f) = e.int("fence") {
-                            finished.entry(f).or_default().push(e.time);
-                        }
-                    }
-                    _ => {}
+            ("drm_run_job", Some(id)) => {
+                let j = self.jobs.entry(id).or_default();
+                if j.run.is_none() {
+                    j.run = Some((e.time, tid));
+                    j.ring = ring;
+                    j.fence = e.int("fence");
                 }
             }
-            ("gpu_mem", "gpu_mem_total") => {
-                let gpu = e.int("gpu_id").unwrap_or(0);
-                let pid = e.int("pid").unwrap_or(0);
-                let name = if pid == 0 {
-                    format!("gpu_mem_total gpu {gpu}")
-                } else {
-                    format!("gpu_mem_total gpu {gpu} pid {pid}")
-                };
-                out.push(json!({
-                    "ph": "C", "name": name, "ts": ts(e.time), "pid": GPUMEM_PID,
-                    "args": {"bytes": e.int("size").unwrap_or(0)},
-                }));
+            ("drm_sched_process_job", _) => {
+                if let Some(f) = e.int("fence") {
+                    self.finished.entry(f).or_default().push(e.time);
+                }
             }
             _ => {}
         }
     }
-    // Fence timelines: one async track per context. On a context whose fences are emitted,
-    // a (context, seqno) seen at init alone is no fence of the timeline: drivers that number
-    // a fence when they emit it (virtio-gpu) init every fence with seqno 0. Its instants stay.
-    let emitting: BTreeSet<i64> = fences
-        .iter()
-        .filter(|(_, f)| f.emit.is_some())
-        .map(|(&(c, _), _)| c)
-        .collect();
-    let mut contexts: BTreeMap<i64, String> = BTreeMap::new();
-    for (&(c, s), f) in &fences {
-        if f.emit.is_none() && f.signaled.is_none() && emitting.contains(&c) {
-            continue;
-        }
-        let label = contexts
-            .entry(c)
-            .or_insert_with(|| timeline_label(&f.driver, &f.timeline, c))
-            .clone();
-        let Some(begin) = f.emit.or(f.init) else {
-            continue;
+
+    fn gpu_mem_event(&mut self, e: &Event) {
+        let gpu = e.int("gpu_id").unwrap_or(0);
+        let pid = e.int("pid").unwrap_or(0);
+        let name = if pid == 0 {
+            format!("gpu_mem_total gpu {gpu}")
+        } else {
+            format!("gpu_mem_total gpu {gpu} pid {pid}")
         };
-        let id = format!("0x{:x}:{:x}", c, s);
-        out.push(json!({
-            "ph": "b", "name": label, "cat": "fence", "id": id, "ts": ts(begin),
-            "pid": FENCE_PID, "tid": 0,
-            "args": {"context": c, "seqno": s, "driver": f.driver, "timeline": f.timeline,
-                     "emitted": f.emit.is_some()},
+        self.out.push(json!({
+            "ph": "C", "name": name, "ts": ts(e.time), "pid": GPUMEM_PID,
+            "args": {"bytes": e.int("size").unwrap_or(0)},
         }));
-        if let Some(end) = f.signaled.filter(|&t| t >= begin) {
-            out.push(json!({
-                "ph": "e", "name": label, "cat": "fence", "id": id, "ts": ts(end),
-                "pid": FENCE_PID, "tid": 0,
-            }));
-        }
     }
-    sched_jobs(&mut out, &jobs, &finished);
-    meta(
-        &mut out,
-        "process_name",
-        FENCE_PID,
-        None,
-        "GPU fence timelines",
-    );
-    if !crtcs.is_empty() {
-        meta(&mut out, "process_name", DISPLAY_PID, None, "Display");
-        for &c in &crtcs {
+
+    /// Fence timelines, scheduler jobs, and the names of the tracks.
+    fn tracks(&mut self) {
+        // Fence timelines: one async track per context. On a context whose self.fences are emitted,
+        // a (context, seqno) seen at init alone is no fence of the timeline: drivers that number
+        // a fence when they emit it (virtio-gpu) init every fence with seqno 0. Its instants stay.
+        let emitting: BTreeSet<i64> = self
+            .fences
+            .iter()
+            .filter(|(_, f)| f.emit.is_some())
+            .map(|(&(c, _), _)| c)
+            .collect();
+        let mut contexts: BTreeMap<i64, String> = BTreeMap::new();
+        for (&(c, s), f) in &self.fences {
+            if f.emit.is_none() && f.signaled.is_none() && emitting.contains(&c) {
+                continue;
+            }
+            let label = contexts
+                .entry(c)
+                .or_insert_with(|| timeline_label(&f.driver, &f.timeline, c))
+                .clone();
+            let Some(begin) = f.emit.or(f.init) else {
+                continue;
+            };
+            let id = format!("0x{:x}:{:x}", c, s);
+            self.out.push(json!({
+                "ph": "b", "name": label, "cat": "fence", "id": id, "ts": ts(begin),
+                "pid": FENCE_PID, "tid": 0,
+                "args": {"context": c, "seqno": s, "driver": f.driver, "timeline": f.timeline,
+                         "emitted": f.emit.is_some()},
+            }));
+            if let Some(end) = f.signaled.filter(|&t| t >= begin) {
+                self.out.push(json!({
+                    "ph": "e", "name": label, "cat": "fence", "id": id, "ts": ts(end),
+                    "pid": FENCE_PID, "tid": 0,
+                }));
+            }
+        }
+        sched_jobs(&mut self.out, &self.jobs, &self.finished);
+        meta(
+            &mut self.out,
+            "process_name",
+            FENCE_PID,
+            None,
+            "GPU fence timelines",
+        );
+        if !self.crtcs.is_empty() {
+            meta(&mut self.out, "process_name", DISPLAY_PID, None, "Display");
+            for &c in &self.crtcs {
+                meta(
+                    &mut self.out,
+                    "thread_name",
+                    DISPLAY_PID,
+                    Some((c + 1) as u64),
+                    &format!("CRTC {c}"),
+                );
+            }
+        }
+        if !self.rings.is_empty() {
             meta(
-                &mut out,
-                "thread_name",
-                DISPLAY_PID,
-                Some((c + 1) as u64),
-                &format!("CRTC {c}"),
+                &mut self.out,
+                "process_name",
+                SCHED_PID,
+                None,
+                "GPU scheduler",
+            );
+            for (r, &t) in &self.rings {
+                meta(&mut self.out, "thread_name", SCHED_PID, Some(t), r);
+            }
+        }
+        if self.out.iter().any(|v| v["pid"] == GPUMEM_PID) {
+            meta(
+                &mut self.out,
+                "process_name",
+                GPUMEM_PID,
+                None,
+                "gpu_mem_total",
             );
         }
     }
-    if !rings.is_empty() {
-        meta(&mut out, "process_name", SCHED_PID, None, "GPU scheduler");
-        for (r, &t) in &rings {
-            meta(&mut out, "thread_name", SCHED_PID, Some(t), r);
+
+    /// The memory samples drmtool took itself, as counters per process.
+    fn memory(&mut self, rec: &Recording) {
+        let mut named = BTreeMap::new();
+        for m in &rec.memory {
+            let mut a = Map::new();
+            if let Some(v) = m.fdinfo {
+                a.insert("fdinfo".into(), json!(v));
+            }
+            if let Some(v) = m.maps {
+                a.insert("maps".into(), json!(v));
+            }
+            if a.is_empty() {
+                continue;
+            }
+            named.insert(m.pid, m.comm.clone());
+            self.out.push(
+                json!({"ph": "C", "name": "GPU memory (bytes)", "ts": ts(m.time),
+                            "pid": m.pid, "args": a}),
+            );
+        }
+        for (pid, comm) in named {
+            if !comm.is_empty() {
+                meta(&mut self.out, "process_name", u64::from(pid), None, &comm);
+            }
         }
     }
-    if out.iter().any(|v| v["pid"] == GPUMEM_PID) {
-        meta(&mut out, "process_name", GPUMEM_PID, None, "gpu_mem_total");
+}
+
+/// Builds the trace.
+pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
+    let mut b = Builder {
+        out: Vec::with_capacity(rec.events.len() * 2 + 16),
+        counts: rec
+            .formats
+            .values()
+            .map(|f| (format!("{}:{}", f.system, f.name), 0))
+            .collect(),
+        ..Default::default()
+    };
+    for e in &rec.events {
+        b.event(e);
     }
-    let mut named = BTreeMap::new();
-    for m in &rec.memory {
-        let mut a = Map::new();
-        if let Some(v) = m.fdinfo {
-            a.insert("fdinfo".into(), json!(v));
-        }
-        if let Some(v) = m.maps {
-            a.insert("maps".into(), json!(v));
-        }
-        if a.is_empty() {
-            continue;
-        }
-        named.insert(m.pid, m.comm.clone());
-        out.push(
-            json!({"ph": "C", "name": "GPU memory (bytes)", "ts": ts(m.time),
-                        "pid": m.pid, "args": a}),
-        );
-    }
-    for (pid, comm) in named {
-        if !comm.is_empty() {
-            meta(&mut out, "process_name", u64::from(pid), None, &comm);
-        }
-    }
+    b.tracks();
+    b.memory(rec);
+    let Builder { out, counts, .. } = b;
     json!({
         "traceEvents": out,
         "displayTimeUnit": "ns",
