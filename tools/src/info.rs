@@ -233,61 +233,7 @@ pub fn render_kms(k: &Snapshot, ind: &str, probed: bool) -> String {
         r.max_size.1,
         k.client_caps.join(", ")
     );
-    let _ = writeln!(s, "{ind}Connectors:");
-    for c in &k.connectors {
-        let cc = &c.connector;
-        let _ = writeln!(
-            s,
-            "{ind}  {} {} ({}) {} {}x{} mm, encoder {}, {} modes",
-            cc.id.get(),
-            cc.name(),
-            connector_kind_name(cc.kind),
-            match cc.status {
-                ConnectorStatus::Connected => "connected",
-                ConnectorStatus::Disconnected => "disconnected",
-                ConnectorStatus::Unknown => "unknown",
-            },
-            cc.size_mm.0,
-            cc.size_mm.1,
-            cc.encoder.map_or("-".into(), |e| e.get().to_string()),
-            cc.modes.len()
-        );
-        if cc.modes.is_empty() && cc.status != ConnectorStatus::Disconnected && !probed {
-            let _ = writeln!(
-                s,
-                "{ind}    no modes until the connector is probed (hint: add --probe; needs DRM \
-                 master)"
-            );
-        }
-        for m in &cc.modes {
-            let _ = writeln!(
-                s,
-                "{ind}    mode {} {}x{} {} kHz {:.2} Hz{}",
-                m.name(),
-                m.size().0,
-                m.size().1,
-                m.clock,
-                m.refresh_mhz() as f64 / 1000.0,
-                if m.is_preferred() { " preferred" } else { "" }
-            );
-        }
-        if let Some(e) = &c.edid {
-            let _ = writeln!(
-                s,
-                "{ind}    EDID {}.{} {} product {:#06x} {} ({}x{} cm, year {}){}",
-                e.version.0,
-                e.version.1,
-                e.manufacturer,
-                e.product,
-                e.name.as_deref().unwrap_or("-"),
-                e.size_cm.0,
-                e.size_cm.1,
-                e.year,
-                if e.checksum_ok { "" } else { " BAD CHECKSUM" }
-            );
-        }
-        prop_lines(&mut s, &format!("{ind}    "), &c.properties);
-    }
+    connectors(&mut s, k, ind, probed);
     let _ = writeln!(s, "{ind}Encoders:");
     for e in &k.encoders {
         let _ = writeln!(
@@ -354,4 +300,63 @@ pub fn render_kms(k: &Snapshot, ind: &str, probed: bool) -> String {
         );
     }
     s
+}
+
+/// The connectors' lines of [`render_kms`]: each with its modes, EDID and properties.
+fn connectors(s: &mut String, k: &Snapshot, ind: &str, probed: bool) {
+    let _ = writeln!(s, "{ind}Connectors:");
+    for c in &k.connectors {
+        let cc = &c.connector;
+        let _ = writeln!(
+            s,
+            "{ind}  {} {} ({}) {} {}x{} mm, encoder {}, {} modes",
+            cc.id.get(),
+            cc.name(),
+            connector_kind_name(cc.kind),
+            match cc.status {
+                ConnectorStatus::Connected => "connected",
+                ConnectorStatus::Disconnected => "disconnected",
+                ConnectorStatus::Unknown => "unknown",
+            },
+            cc.size_mm.0,
+            cc.size_mm.1,
+            cc.encoder.map_or("-".into(), |e| e.get().to_string()),
+            cc.modes.len()
+        );
+        if cc.modes.is_empty() && cc.status != ConnectorStatus::Disconnected && !probed {
+            let _ = writeln!(
+                s,
+                "{ind}    no modes until the connector is probed (hint: add --probe; needs DRM \
+                 master)"
+            );
+        }
+        for m in &cc.modes {
+            let _ = writeln!(
+                s,
+                "{ind}    mode {} {}x{} {} kHz {:.2} Hz{}",
+                m.name(),
+                m.size().0,
+                m.size().1,
+                m.clock,
+                m.refresh_mhz() as f64 / 1000.0,
+                if m.is_preferred() { " preferred" } else { "" }
+            );
+        }
+        if let Some(e) = &c.edid {
+            let _ = writeln!(
+                s,
+                "{ind}    EDID {}.{} {} product {:#06x} {} ({}x{} cm, year {}){}",
+                e.version.0,
+                e.version.1,
+                e.manufacturer,
+                e.product,
+                e.name.as_deref().unwrap_or("-"),
+                e.size_cm.0,
+                e.size_cm.1,
+                e.year,
+                if e.checksum_ok { "" } else { " BAD CHECKSUM" }
+            );
+        }
+        prop_lines(s, &format!("{ind}    "), &c.properties);
+    }
 }
