@@ -423,6 +423,56 @@ pub(super) fn read_process(
         dmabuf: Vec::new(),
         maps_truncated: false,
     };
+    list_fds(
+        fd_dir.as_fd(),
+        nodes,
+        sys_root,
+        reader,
+        kinds,
+        dirbuf,
+        &mut p,
+    );
+    #[cfg(test)]
+    tests::AFTER_FD_LIST.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(pid)
+        }
+    });
+    let fd_dir = fd_dir.as_fd();
+    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
+    // what was listed may be partial).
+    if read_maps {
+        match reader.bytes(fd_dir, "../maps", false, MAPS_MAX) {
+            Some((t, truncated)) => {
+                p.maps = maps::parse_bytes(t);
+                p.maps_truncated = truncated;
+            }
+            None if gone_at(fd_dir) => return ProcResult::Vanished,
+            None => {}
+        }
+    }
+    if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
+        p.comm = comm_of(reader, fd_dir, "../comm");
+        if p.comm.is_none() && gone_at(fd_dir) {
+            return ProcResult::Vanished;
+        }
+        read_identity(reader, fd_dir, &mut p);
+    }
+    ProcResult::Read(p)
+}
+
+/// Lists the fds in `fd_dir` (the process's `fd` directory) and adds each DRM and dma-buf
+/// fd, with its fdinfo, to `p`.
+fn list_fds(
+    fd_dir: BorrowedFd<'_>,
+    nodes: &mut Nodes,
+    sys_root: &Path,
+    reader: &mut TextReader,
+    kinds: &mut FdKinds,
+    dirbuf: &mut [std::mem::MaybeUninit<u8>],
+    p: &mut RawProcess,
+) {
+    let pid = p.pid;
     // Opened at the first DRM or dma-buf fd.
     let mut fdinfo_dir: Option<OwnedFd> = None;
     fn open_fdinfo<'a>(
@@ -434,7 +484,7 @@ pub(super) fn read_process(
         }
         slot.as_ref().map(|d| d.as_fd())
     }
-    let mut list = rustix::fs::RawDir::new(&fd_dir, dirbuf);
+    let mut list = rustix::fs::RawDir::new(fd_dir, dirbuf);
     while let Some(ent) = list.next() {
         // An error mid-listing (the process exited) ends the list.
         let Ok(ent) = ent else { break };
@@ -442,7 +492,7 @@ pub(super) fn read_process(
         let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let dirfd = fd_dir.as_fd();
+        let dirfd = fd_dir;
         let at = FdRef { pid, fd };
         match kinds.classify(dirfd, name, nodes, sys_root) {
             FdKind::Drm(node) => {
@@ -473,42 +523,21 @@ pub(super) fn read_process(
             FdKind::Other => {}
         }
     }
-    #[cfg(test)]
-    tests::AFTER_FD_LIST.with(|h| {
-        if let Some(f) = h.borrow_mut().as_mut() {
-            f(pid)
-        }
-    });
-    let fd_dir = fd_dir.as_fd();
-    // `maps` last: a process that exited meanwhile has none (its fds are closed too, so
-    // what was listed may be partial).
-    if read_maps {
-        match reader.bytes(fd_dir, "../maps", false, MAPS_MAX) {
-            Some((t, truncated)) => {
-                p.maps = maps::parse_bytes(t);
-                p.maps_truncated = truncated;
-            }
-            None if gone_at(fd_dir) => return ProcResult::Vanished,
-            None => {}
-        }
-    }
-    if !p.drm.is_empty() || !p.dmabuf.is_empty() || !p.maps.gpu.is_empty() {
-        p.comm = comm_of(reader, fd_dir, "../comm");
-        if p.comm.is_none() && gone_at(fd_dir) {
-            return ProcResult::Vanished;
-        }
-        // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
-        p.uid = rustix::fs::fstat(fd_dir).ok().map(|s| s.st_uid);
-        p.ns_pids = reader
-            .bytes(fd_dir, "../status", false, STATUS_MAX)
-            .and_then(|(b, truncated)| (!truncated).then(|| ns_pids(b)).flatten())
-            // Its first entry is the pid in this procfs's namespace: the directory's name.
-            .filter(|v| v.first() == Some(&p.pid));
-        p.cgroup = reader
-            .bytes(fd_dir, "../cgroup", true, CGROUP_MAX)
-            .and_then(|(b, truncated)| (!truncated).then(|| cgroup_v2_path(b)).flatten());
-    }
-    ProcResult::Read(p)
+}
+
+/// A holder's uid, pids in its pid namespaces and cgroup, read through its `fd`
+/// directory.
+fn read_identity(reader: &mut TextReader, fd_dir: BorrowedFd<'_>, p: &mut RawProcess) {
+    // `/proc/<pid>/fd` is owned like `/proc/<pid>`: by the process's euid.
+    p.uid = rustix::fs::fstat(fd_dir).ok().map(|s| s.st_uid);
+    p.ns_pids = reader
+        .bytes(fd_dir, "../status", false, STATUS_MAX)
+        .and_then(|(b, truncated)| (!truncated).then(|| ns_pids(b)).flatten())
+        // Its first entry is the pid in this procfs's namespace: the directory's name.
+        .filter(|v| v.first() == Some(&p.pid));
+    p.cgroup = reader
+        .bytes(fd_dir, "../cgroup", true, CGROUP_MAX)
+        .and_then(|(b, truncated)| (!truncated).then(|| cgroup_v2_path(b)).flatten());
 }
 
 /// Opens `/proc` and lists its process directories, sorted.
