@@ -136,14 +136,27 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             return out;
         }
     };
-    let p = &mut out.probes;
+    let dumb = buffer_probes(&dev, &mut out.probes);
+    syncobj_probes(&dev, &mut out.probes);
+    kms_probes(&dev, &dumb, &mut out.probes);
+    if n.driver.as_deref() == Some(drm_gem::driver::virtio_gpu::DRIVER_NAME) {
+        virtio_gpu_params(&dev, &mut out.probes);
+    }
+    out
+}
+
+/// Buffers: dumb, PRIME, flink/open, dma-buf ioctls. Returns the dumb buffer (the KMS
+/// probes put a framebuffer on it).
+fn buffer_probes<'d>(
+    dev: &'d Device,
+    p: &mut BTreeMap<String, Probe>,
+) -> drm_gem::Result<DumbBuffer<&'d Device>> {
     let mut put = |k: &str, v: Probe| {
         p.insert(k.to_string(), v);
     };
-
     // Buffers: dumb, PRIME, flink/open, dma-buf ioctls.
     let dumb = DumbBuffer::create(
-        &dev,
+        dev,
         DumbSpec {
             width: 64,
             height: 64,
@@ -245,9 +258,16 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             }
         }
     }
+    dumb
+}
 
+/// Sync objects, asked without drm-gem's cap probe so the kernel's own errno shows.
+fn syncobj_probes(dev: &Device, p: &mut BTreeMap<String, Probe>) {
+    let mut put = |k: &str, v: Probe| {
+        p.insert(k.to_string(), v);
+    };
     // Sync objects, asked without drm-gem's cap probe so the kernel's own errno shows.
-    let objs = Syncobjs::without_probe(&dev);
+    let objs = Syncobjs::without_probe(dev);
     let so = objs.create(false);
     put(
         "syncobj",
@@ -295,7 +315,18 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             );
         }
     }
+}
 
+/// KMS, read-only: resources, client caps, leases, CLOSEFB on a framebuffer nobody shows
+/// (on `dumb`), vblank counters.
+fn kms_probes(
+    dev: &Device,
+    dumb: &drm_gem::Result<DumbBuffer<&Device>>,
+    p: &mut BTreeMap<String, Probe>,
+) {
+    let mut put = |k: &str, v: Probe| {
+        p.insert(k.to_string(), v);
+    };
     // KMS, read-only: resources, client caps, leases, CLOSEFB on a framebuffer nobody shows,
     // vblank counters.
     let res = dev.resources();
@@ -356,7 +387,7 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             Some(format!("{} lessees", l.len()))
         }),
     );
-    match (&res, &dumb) {
+    match (&res, dumb) {
         (Ok(_), Ok(b)) => {
             let fb = dev.add_framebuffer(&FbSpec::for_dumb(b, drm_gem::DrmFourcc::Xrgb8888));
             match fb {
@@ -410,10 +441,6 @@ fn probe_device(n: &NodeInfo) -> DeviceCaps {
             );
         }
     }
-    if n.driver.as_deref() == Some(drm_gem::driver::virtio_gpu::DRIVER_NAME) {
-        virtio_gpu_params(&dev, &mut out.probes);
-    }
-    out
 }
 
 /// Each `VIRTGPU_PARAM_*` as `virtio_gpu_param_<name>`: `ok` when the kernel answers
