@@ -449,23 +449,7 @@ static JOB_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunError> {
     let caller = req.caller.clone().unwrap_or_else(who::caller);
     if req.env_only {
-        let (all, idx) = resolve(&req.gpus)?;
-        if !req.argv.is_empty() || req.pick.is_some() {
-            return Err(RunError::Usage(
-                "--env-only prints the variables; it takes no command and no --pick (hint: \
-                 drmtool pick --format env)"
-                    .into(),
-            ));
-        }
-        let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
-        let mut text = String::new();
-        for (k, v) in vendor_env(&chosen, &all) {
-            text.push_str(&format!("{k}={v}\n"));
-        }
-        out.write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .map_err(|e| RunError::Setup(format!("cannot write the output: {e}")))?;
-        return Ok(0);
+        return env_only(req, out);
     }
     let Some(argv0) = req.argv.first() else {
         return Err(RunError::Usage(
@@ -485,20 +469,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         who::Decision::User(spec) => Some(who::resolve(spec)?),
         who::Decision::Root => None,
     };
-    let mut keep: Vec<i32> = vec![0, 1, 2];
-    for &k in &req.keep_fds {
-        if !(3..=65535).contains(&k) {
-            return Err(RunError::Usage(format!(
-                "--keep-fd {k}: give an fd of 3 or more"
-            )));
-        }
-        keep.push(k);
-    }
-    keep.sort_unstable();
-    keep.dedup();
-    if keep.len() > 64 {
-        return Err(RunError::Usage("at most 61 --keep-fd".into()));
-    }
+    let keep = kept_fds(&req.keep_fds)?;
     let sharing = req.shared.map_or(Sharing::Exclusive, Sharing::Shared);
     if req.shared == Some(0) {
         return Err(RunError::Usage(
@@ -525,25 +496,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         .collect();
     check_inherited(&keep, &allowed)?;
 
-    // The job's environment: this process's, the vendor variables, runuser's four.
-    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    for (k, v) in vendor_env(&chosen, &all) {
-        env.insert(k.into(), v.into());
-    }
-    if let Some(u) = &user {
-        env.insert("HOME".into(), u.home.clone());
-        env.insert("USER".into(), u.name.clone());
-        env.insert("LOGNAME".into(), u.name.clone());
-        env.insert("SHELL".into(), u.shell.clone());
-    }
-    let names: Vec<String> = leases
-        .iter()
-        .map(|l| match l.slot {
-            Some(s) => format!("{}/{s}", l.key),
-            None => l.key.clone(),
-        })
-        .collect();
-    env.insert(LEASES_ENV.into(), names.join(",").into());
+    let env = job_env(&chosen, &all, user.as_ref(), &leases);
     let program = find_program(
         argv0,
         env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
@@ -561,46 +514,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     let exec = crate::sys_call::ExecImage::new(program.as_os_str(), &req.argv, &env_list)
         .map_err(|_| RunError::Usage("an argument or variable holds a NUL byte".into()))?;
 
-    // The private /dev: the chosen nodes, owned by the job's user so that the job opens
-    // them whatever the host's node permissions (the admin granted them through run).
-    let mut placed = placement(&chosen, req.renumber, stat_node);
-    if let Some(u) = &user {
-        for n in &mut placed {
-            n.owner = (u.uid, n.owner.1);
-            n.mode |= 0o600;
-        }
-    }
-    let hide = hidden_sysfs_files(&all, &idx);
-    // The host's hugepages and infiniband directories, bound into the private /dev where
-    // present (MPI and NCCL use them).
-    let mut held = Vec::new();
-    let mut held_dirs = Vec::new();
-    for d in ["/dev/hugepages", "/dev/infiniband"] {
-        if Path::new(d).is_dir()
-            && let Some(c) = job::cpath(d)
-        {
-            held_dirs.push((held.len(), d));
-            held.push(c);
-        }
-    }
-    let mut steps = job::mount_steps(&placed, &hide, &held_dirs);
-    // The lease directory: out of the job's sight (a --as-root job keeps DAC_OVERRIDE and
-    // could unlink a lock file, so that a second job takes the same GPU "exclusively").
-    let lease_dir = lease::dir();
-    if lease_dir.is_dir()
-        && let Some(t) = job::cpath(&lease_dir)
-    {
-        steps.push(job::Step::Mount {
-            src: c"drmtool-leases".into(),
-            target: t,
-            fstype: c"tmpfs".into(),
-            flags: rustix::mount::MountFlags::RDONLY
-                | rustix::mount::MountFlags::NOSUID
-                | rustix::mount::MountFlags::NODEV
-                | rustix::mount::MountFlags::NOEXEC,
-            data: c"mode=755,size=4k".into(),
-        });
-    }
+    let (held, steps) = job_mounts(&chosen, &all, &idx, req.renumber, user.as_ref());
     let identity = match &user {
         Some(u) => Identity::User {
             uid: u.uid,
@@ -666,6 +580,127 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     }
     drop(leases);
     status
+}
+
+/// `run --env-only`: the vendor variables of the chosen GPUs as `KEY=VALUE` lines.
+fn env_only(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunError> {
+    let (all, idx) = resolve(&req.gpus)?;
+    if !req.argv.is_empty() || req.pick.is_some() {
+        return Err(RunError::Usage(
+            "--env-only prints the variables; it takes no command and no --pick (hint: \
+             drmtool pick --format env)"
+                .into(),
+        ));
+    }
+    let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
+    let mut text = String::new();
+    for (k, v) in vendor_env(&chosen, &all) {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| RunError::Setup(format!("cannot write the output: {e}")))?;
+    Ok(0)
+}
+
+/// The fds the command keeps: 0-2 and each `--keep-fd` (3..=65535), sorted, at most 64.
+fn kept_fds(asked: &[i32]) -> Result<Vec<i32>, RunError> {
+    let mut keep: Vec<i32> = vec![0, 1, 2];
+    for &k in asked {
+        if !(3..=65535).contains(&k) {
+            return Err(RunError::Usage(format!(
+                "--keep-fd {k}: give an fd of 3 or more"
+            )));
+        }
+        keep.push(k);
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    if keep.len() > 64 {
+        return Err(RunError::Usage("at most 61 --keep-fd".into()));
+    }
+    Ok(keep)
+}
+
+/// The job's environment: this process's, the vendor variables, runuser's four for a
+/// user's job, and [`LEASES_ENV`].
+fn job_env(
+    chosen: &[&Gpu],
+    all: &[Gpu],
+    user: Option<&who::JobUser>,
+    leases: &[Lease],
+) -> BTreeMap<OsString, OsString> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in vendor_env(chosen, all) {
+        env.insert(k.into(), v.into());
+    }
+    if let Some(u) = user {
+        env.insert("HOME".into(), u.home.clone());
+        env.insert("USER".into(), u.name.clone());
+        env.insert("LOGNAME".into(), u.name.clone());
+        env.insert("SHELL".into(), u.shell.clone());
+    }
+    let names: Vec<String> = leases
+        .iter()
+        .map(|l| match l.slot {
+            Some(s) => format!("{}/{s}", l.key),
+            None => l.key.clone(),
+        })
+        .collect();
+    env.insert(LEASES_ENV.into(), names.join(",").into());
+    env
+}
+
+/// The job's mount namespace: the host directories it keeps open for binding and the
+/// steps its init takes (a private /dev with the chosen nodes, owned by the job's user so
+/// that the job opens them whatever the host's node permissions; other GPUs' sysfs
+/// resource files hidden; the lease directory out of sight).
+fn job_mounts(
+    chosen: &[&Gpu],
+    all: &[Gpu],
+    idx: &[usize],
+    renumber: bool,
+    user: Option<&who::JobUser>,
+) -> (Vec<std::ffi::CString>, Vec<job::Step>) {
+    let mut placed = placement(chosen, renumber, stat_node);
+    if let Some(u) = user {
+        for n in &mut placed {
+            n.owner = (u.uid, n.owner.1);
+            n.mode |= 0o600;
+        }
+    }
+    let hide = hidden_sysfs_files(all, idx);
+    // The host's hugepages and infiniband directories, bound into the private /dev where
+    // present (MPI and NCCL use them).
+    let mut held = Vec::new();
+    let mut held_dirs = Vec::new();
+    for d in ["/dev/hugepages", "/dev/infiniband"] {
+        if Path::new(d).is_dir()
+            && let Some(c) = job::cpath(d)
+        {
+            held_dirs.push((held.len(), d));
+            held.push(c);
+        }
+    }
+    let mut steps = job::mount_steps(&placed, &hide, &held_dirs);
+    // The lease directory: out of the job's sight (a --as-root job keeps DAC_OVERRIDE and
+    // could unlink a lock file, so that a second job takes the same GPU "exclusively").
+    let lease_dir = lease::dir();
+    if lease_dir.is_dir()
+        && let Some(t) = job::cpath(&lease_dir)
+    {
+        steps.push(job::Step::Mount {
+            src: c"drmtool-leases".into(),
+            target: t,
+            fstype: c"tmpfs".into(),
+            flags: rustix::mount::MountFlags::RDONLY
+                | rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC,
+            data: c"mode=755,size=4k".into(),
+        });
+    }
+    (held, steps)
 }
 
 /// Loads `policy`, attaches it to the job cgroup, and checks that every program that
