@@ -668,33 +668,9 @@ fn writeback(
     let c = &snap.crtcs[idx];
     let crtc = u64::from(c.id.get());
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
-    // The formats the connector writes (vkms: XR24 on older kernels, AR24 on newer ones).
-    let formats: Vec<u32> = k
-        .properties
-        .iter()
-        .find(|p| p.property.name == "WRITEBACK_PIXEL_FORMATS")
-        .and_then(|p| match p.value {
-            drm_gem::kms::PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
-            _ => None,
-        })
-        .map(|b| {
-            b.chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        })
-        .unwrap_or_default();
-    let Some(format) = [DrmFourcc::Xrgb8888, DrmFourcc::Argb8888]
-        .into_iter()
-        .find(|&f| formats.contains(&(f as u32)))
-    else {
-        let names: Vec<String> = formats
-            .iter()
-            .map(|&f| drm_gem::kms::format_name(f))
-            .collect();
-        return refuse(format!(
-            "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: --method getfb)",
-            names.join(", ")
-        ));
+    let format = match writeback_format(dev, k) {
+        Ok(f) => f,
+        Err(why) => return refuse(why),
     };
     let mut buf = DumbBuffer::create(
         dev,
@@ -795,6 +771,62 @@ fn writeback(
         undo,
         armed: true,
     };
+    wait_writeback_fences(&done)?;
+    routing
+        .restore()
+        .map_err(drm("putting the CRTC's outputs back after the capture"))?;
+    let pitch = buf.pitch() as usize;
+    let mut px = vec![0u8; pitch * h as usize];
+    buf.map()
+        .map_err(drm("mapping the capture"))?
+        .read_at(0, &mut px)
+        .map_err(drm("reading the capture"))?;
+    remove_settled(dev, fb);
+    Ok(Wb::Done(Image {
+        width: w,
+        height: h,
+        rgb: to_rgb(&px, format as u32, w, h, pitch)?,
+        method: "writeback",
+        writeback: Some(way),
+        detached,
+    }))
+}
+
+/// The format a capture is written in: XR24 or AR24, whichever the writeback connector
+/// `k` offers (vkms: XR24 on older kernels, AR24 on newer ones); else why not.
+fn writeback_format(dev: &Device, k: &drm_gem::kms::ConnectorState) -> Result<DrmFourcc, String> {
+    let formats: Vec<u32> = k
+        .properties
+        .iter()
+        .find(|p| p.property.name == "WRITEBACK_PIXEL_FORMATS")
+        .and_then(|p| match p.value {
+            drm_gem::kms::PropertyValue::Blob(Some(id)) => dev.blob(id).ok(),
+            _ => None,
+        })
+        .map(|b| {
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .unwrap_or_default();
+    [DrmFourcc::Xrgb8888, DrmFourcc::Argb8888]
+        .into_iter()
+        .find(|&f| formats.contains(&(f as u32)))
+        .ok_or_else(|| {
+            let names: Vec<String> = formats
+                .iter()
+                .map(|&f| drm_gem::kms::format_name(f))
+                .collect();
+            format!(
+                "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: \
+                 --method getfb)",
+                names.join(", ")
+            )
+        })
+}
+
+/// Waits (10 s at most each) for the writeback out-fences of a commit.
+fn wait_writeback_fences(done: &drm_gem::kms::Committed) -> KmsResult<()> {
     for (_, _, f) in &done.fences {
         match f.wait(Some(Duration::from_secs(10))) {
             Ok(true) => {}
@@ -806,20 +838,15 @@ fn writeback(
             Err(err) => return Err(drm("waiting for the writeback fence")(err)),
         }
     }
-    routing
-        .restore()
-        .map_err(drm("putting the CRTC's outputs back after the capture"))?;
-    let pitch = buf.pitch() as usize;
-    let mut px = vec![0u8; pitch * h as usize];
-    buf.map()
-        .map_err(drm("mapping the capture"))?
-        .read_at(0, &mut px)
-        .map_err(drm("reading the capture"))?;
-    // The writeback job lets go of the framebuffer from a kernel work item after the fence
-    // has signalled; vkms's clean-up also switches its composer off (a flag, not a count),
-    // so a capture committed before it ran could lose its frame. Remove the framebuffer and
-    // wait (2 s at most) until the kernel no longer knows its id, so that the next capture,
-    // ours or another program's, starts clean.
+    Ok(())
+}
+
+/// Removes the capture framebuffer and waits (2 s at most) until the kernel no longer knows
+/// its id. The writeback job lets go of it from a kernel work item after the fence has
+/// signalled; vkms's clean-up also switches its composer off (a flag, not a count), so a
+/// capture committed before it ran could lose its frame: the next capture, ours or another
+/// program's, starts clean.
+fn remove_settled(dev: &Device, fb: drm_gem::kms::Framebuffer<&Device>) {
     let fb_id = fb.id();
     drop(fb);
     for _ in 0..100 {
@@ -828,14 +855,6 @@ fn writeback(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(Wb::Done(Image {
-        width: w,
-        height: h,
-        rgb: to_rgb(&px, format as u32, w, h, pitch)?,
-        method: "writeback",
-        writeback: Some(way),
-        detached,
-    }))
 }
 
 /// Writes `img` as an 8-bit RGB PNG, replacing `path` whole ([`crate::outfile::replace`]:
