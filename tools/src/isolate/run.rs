@@ -535,6 +535,19 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         exec,
     };
 
+    launch(req, &plan, &allowed, user.as_ref(), leases)
+}
+
+/// Makes the job's cgroup under the parent (checked), attaches its device program, records
+/// the job beside its leases, supervises it, and removes the cgroup; `leases` are held
+/// until then.
+fn launch(
+    req: &RunRequest,
+    plan: &JobPlan,
+    allowed: &[(u32, u32)],
+    user: Option<&who::JobUser>,
+    leases: Vec<Lease>,
+) -> Result<u8, RunError> {
     // The cgroup, its program, the check that every ancestor's program still applies.
     super::cgroup::check_v2().map_err(|e| RunError::Setup(e.to_string()))?;
     let rel = req
@@ -547,15 +560,13 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     let start = anchor::start_ticks(me).unwrap_or(0);
     let n = JOB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cg = JobCgroup::create(&parent, &anchor::job_name(me, start, n))?;
-    let policy = Policy::only_nodes(&allowed, &GPU_MAJORS);
+    let policy = Policy::only_nodes(allowed, &GPU_MAJORS);
     attach_checked(&parent, &cg, &policy)?;
     let record = lease::JobRecord {
         pid: me,
         start_ticks: start,
-        uid: user.as_ref().map_or(0, |u| u.uid),
-        user: user
-            .as_ref()
-            .map_or_else(|| "root".into(), |u| u.name.to_string_lossy().into_owned()),
+        uid: user.map_or(0, |u| u.uid),
+        user: user.map_or_else(|| "root".into(), |u| u.name.to_string_lossy().into_owned()),
         cgroup: cg.path.display().to_string(),
         command: req
             .argv
@@ -567,7 +578,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
             .map_or(0, |d| d.as_secs()),
     };
     let _record = lease::write_job_record(&lease::dir(), &record);
-    let status = supervise(&plan, &cg);
+    let status = supervise(plan, &cg);
     // The job's processes are gone once its init has been reaped (the kernel kills the
     // namespace with it); the cgroup may take a moment to say so.
     if let Err(e) = cg.remove(std::time::Duration::from_secs(5)) {
