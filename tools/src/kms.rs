@@ -684,15 +684,9 @@ fn writeback(
     let fb = dev
         .add_framebuffer(&FbSpec::for_dumb(&buf, format))
         .map_err(drm("adding the capture framebuffer"))?;
-    let crtc_prop = k
-        .property_id("CRTC_ID")
-        .map_err(drm("the writeback connector's CRTC_ID"))?;
-    let fb_prop = k
-        .property_id("WRITEBACK_FB_ID")
-        .map_err(drm("the writeback connector's WRITEBACK_FB_ID"))?;
-    let fence_prop = k
-        .property_id("WRITEBACK_OUT_FENCE_PTR")
-        .map_err(drm("the writeback connector's WRITEBACK_OUT_FENCE_PTR"))?;
+    let crtc_prop = writeback_prop(k, "CRTC_ID")?;
+    let fb_prop = writeback_prop(k, "WRITEBACK_FB_ID")?;
+    let fence_prop = writeback_prop(k, "WRITEBACK_OUT_FENCE_PTR")?;
     let flags = AtomicFlags::ALLOW_MODESET;
     let test = flags | AtomicFlags::TEST_ONLY;
     let mut clone = AtomicRequest::new();
@@ -733,26 +727,7 @@ fn writeback(
                     .explain_atomic(&swap, flags)
                     .ok()
                     .flatten()
-                    .map(|x| {
-                        let mut named: Vec<String> = x
-                            .culprits
-                            .iter()
-                            .map(|c| {
-                                format!(
-                                    "object {} {}={}",
-                                    c.object,
-                                    c.name.as_deref().unwrap_or("?"),
-                                    c.value
-                                )
-                            })
-                            .collect();
-                        named.extend(x.culprit_objects.iter().map(|o| format!("object {o}")));
-                        if named.is_empty() {
-                            format!(" ({})", x.error)
-                        } else {
-                            format!(" ({}; refused: {})", x.error, named.join(", "))
-                        }
-                    })
+                    .map(|x| format!(" ({})", explanation(&x)))
                     .unwrap_or_default();
                 return Err(KmsError::Cannot(format!(
                     "the kernel refuses the writeback connector beside the CRTC's outputs \
@@ -790,6 +765,38 @@ fn writeback(
         writeback: Some(way),
         detached,
     }))
+}
+
+/// The id of the writeback connector `k`'s property `name`.
+fn writeback_prop(
+    k: &drm_gem::kms::ConnectorState,
+    name: &str,
+) -> KmsResult<drm_gem::kms::PropertyId> {
+    k.property_id(name)
+        .map_err(drm(format!("the writeback connector's {name}")))
+}
+
+/// An atomic explanation in words: the kernel's error, and the properties or objects whose
+/// removal alone makes the request pass.
+fn explanation(x: &drm_gem::kms::Explanation) -> String {
+    let mut named: Vec<String> = x
+        .culprits
+        .iter()
+        .map(|c| {
+            format!(
+                "object {} {}={}",
+                c.object,
+                c.name.as_deref().unwrap_or("?"),
+                c.value
+            )
+        })
+        .collect();
+    named.extend(x.culprit_objects.iter().map(|o| format!("object {o}")));
+    if named.is_empty() {
+        x.error.clone()
+    } else {
+        format!("{}; refused: {}", x.error, named.join(", "))
+    }
 }
 
 /// The format a capture is written in: XR24 or AR24, whichever the writeback connector
