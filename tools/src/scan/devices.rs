@@ -100,36 +100,12 @@ pub(super) fn device_reports(
                 Figure::unknown("the driver prints no drm-* memory keys in fdinfo")
             }
         };
-        let primary = dnodes
-            .iter()
-            .find(|n| n.kind == "primary")
-            .or(dnodes.first());
-        let (access, c_text, fb_text, names_text) = match primary {
-            Some(_) if opts.skip.debugfs => (
-                Access {
-                    readable: false,
-                    why: Some("debugfs skipped (--skip debugfs)".into()),
-                },
-                None,
-                None,
-                None,
-            ),
-            Some(n) => read_debugfs(&opts.debugfs_root, n.minor),
-            None => (Access::default(), None, None, None),
-        };
-        let rows: Vec<KernelClient> = c_text
-            .map(|t| debugfs::parse_clients(&t).clients)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|row| KernelClient {
-                process: process_of(&opts.proc_root, &row),
-                row,
-            })
-            .collect();
-        let fbs = fb_text
-            .map(|t| debugfs::parse_framebuffers(&t).framebuffers)
-            .unwrap_or_default();
-        let named = names_text.map(|t| debugfs::parse_gem_names(&t).names);
+        let DebugfsView {
+            access,
+            rows,
+            fbs,
+            named,
+        } = debugfs_view(opts, &dnodes);
         let unreadable_debugfs = || {
             Figure::unknown(
                 access
@@ -192,6 +168,52 @@ pub(super) fn device_reports(
         });
     }
     devices
+}
+
+/// What a device's debugfs says (root, debugfs mounted), read at its primary node's minor
+/// (else its first node's).
+struct DebugfsView {
+    access: Access,
+    /// `clients`, each with the process it names where that is found.
+    rows: Vec<KernelClient>,
+    fbs: Vec<debugfs::Framebuffer>,
+    named: Option<Vec<debugfs::GemName>>,
+}
+
+fn debugfs_view(opts: &Options, dnodes: &[&NodeId]) -> DebugfsView {
+    let primary = dnodes
+        .iter()
+        .find(|n| n.kind == "primary")
+        .or(dnodes.first());
+    let (access, c_text, fb_text, names_text) = match primary {
+        Some(_) if opts.skip.debugfs => (
+            Access {
+                readable: false,
+                why: Some("debugfs skipped (--skip debugfs)".into()),
+            },
+            None,
+            None,
+            None,
+        ),
+        Some(n) => read_debugfs(&opts.debugfs_root, n.minor),
+        None => (Access::default(), None, None, None),
+    };
+    DebugfsView {
+        access,
+        rows: c_text
+            .map(|t| debugfs::parse_clients(&t).clients)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|row| KernelClient {
+                process: process_of(&opts.proc_root, &row),
+                row,
+            })
+            .collect(),
+        fbs: fb_text
+            .map(|t| debugfs::parse_framebuffers(&t).framebuffers)
+            .unwrap_or_default(),
+        named: names_text.map(|t| debugfs::parse_gem_names(&t).names),
+    }
 }
 
 fn process_of(proc_root: &Path, row: &debugfs::Client) -> Option<u32> {

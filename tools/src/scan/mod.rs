@@ -310,31 +310,7 @@ fn process_reports(
     let mut device_offsets: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); layout.parents.len()];
     let mut processes = Vec::new();
     for p in procs {
-        let mut per_dev: BTreeMap<usize, (String, BTreeMap<u64, u64>)> = BTreeMap::new();
-        let mut dmabuf_maps = Vec::new();
-        let mut shmem = 0u64;
-        for m in &p.maps.gpu {
-            match &m.target {
-                maps::Target::Drm { path } => {
-                    let Some(node) = layout.all_nodes.iter().find(|n| &n.path == path) else {
-                        continue;
-                    };
-                    let dev = layout.device_of(node.minor);
-                    let e = per_dev
-                        .entry(dev)
-                        .or_insert_with(|| (path.clone(), BTreeMap::new()));
-                    // The same buffer mapped twice is still one buffer.
-                    let slot = e.1.entry(m.offset).or_default();
-                    *slot = (*slot).max(m.len());
-                }
-                maps::Target::DmaBuf { .. } => {
-                    if !dmabuf_maps.contains(&m.inode) {
-                        dmabuf_maps.push(m.inode);
-                    }
-                }
-                maps::Target::GemShmem => shmem = shmem.saturating_add(m.len()),
-            }
-        }
+        let (per_dev, dmabuf_maps, shmem) = gpu_mappings(&p.maps, layout);
         if p.drm.is_empty()
             && p.dmabuf.is_empty()
             && per_dev.is_empty()
@@ -423,6 +399,42 @@ fn process_reports(
         });
     }
     (processes, device_offsets)
+}
+
+/// Per device index: the node a process mapped it through, and each mapped buffer's length
+/// by mmap offset.
+type DeviceBuffers = BTreeMap<usize, (String, BTreeMap<u64, u64>)>;
+
+/// A process's GPU mappings from its `maps`: per device, each DRM buffer (by mmap offset,
+/// mapped twice still one) with its length and the node it was mapped through; the
+/// dma-buf inodes it maps; the bytes of shmem-backed GEM objects it maps.
+fn gpu_mappings(m: &maps::Maps, layout: &Layout) -> (DeviceBuffers, Vec<u64>, u64) {
+    let mut per_dev = DeviceBuffers::new();
+    let mut dmabuf_maps = Vec::new();
+    let mut shmem = 0u64;
+    for m in &m.gpu {
+        match &m.target {
+            maps::Target::Drm { path } => {
+                let Some(node) = layout.all_nodes.iter().find(|n| &n.path == path) else {
+                    continue;
+                };
+                let dev = layout.device_of(node.minor);
+                let e = per_dev
+                    .entry(dev)
+                    .or_insert_with(|| (path.clone(), BTreeMap::new()));
+                // The same buffer mapped twice is still one buffer.
+                let slot = e.1.entry(m.offset).or_default();
+                *slot = (*slot).max(m.len());
+            }
+            maps::Target::DmaBuf { .. } => {
+                if !dmabuf_maps.contains(&m.inode) {
+                    dmabuf_maps.push(m.inode);
+                }
+            }
+            maps::Target::GemShmem => shmem = shmem.saturating_add(m.len()),
+        }
+    }
+    (per_dev, dmabuf_maps, shmem)
 }
 
 /// The warnings about the whole scan: debugfs not readable, sources skipped, processes not
