@@ -164,6 +164,24 @@ fn pick_mode(modes: &[Mode], want: Option<&str>) -> KmsResult<Mode> {
         })
 }
 
+/// The index of the CRTC for `probed` (a connector): the one its encoder drives now, else
+/// the first any of its encoders can drive.
+fn crtc_for(dev: &Device, snap: &Snapshot, probed: &drm_gem::kms::Connector) -> KmsResult<usize> {
+    let mask = probed
+        .encoders
+        .iter()
+        .filter_map(|&id| dev.encoder(id).ok())
+        .fold(0u32, |m, enc| m | enc.possible_crtcs);
+    let current = probed
+        .encoder
+        .and_then(|id| dev.encoder(id).ok())
+        .and_then(|enc| enc.crtc);
+    current
+        .and_then(|c| snap.resources.crtcs.iter().position(|&x| x == c))
+        .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
+        .ok_or_else(|| KmsError::Cannot("no CRTC can drive that connector".into()))
+}
+
 /// Sets `mode` (by name or `WxH`; the preferred one without) on `connector` (name such as
 /// `Virtual-1`, or id) with the test pattern, calls `hold` while it shows, then restores
 /// what the CRTC showed before (or turns it off). Atomic where the kernel accepts the
@@ -206,20 +224,9 @@ pub fn modeset(
         )));
     }
     let m = pick_mode(&probed.modes, mode)?;
-    let mask = probed
-        .encoders
-        .iter()
-        .filter_map(|&id| dev.encoder(id).ok())
-        .fold(0u32, |m, enc| m | enc.possible_crtcs);
-    let current = probed
-        .encoder
-        .and_then(|id| dev.encoder(id).ok())
-        .and_then(|enc| enc.crtc);
-    let idx = current
-        .and_then(|c| snap.resources.crtcs.iter().position(|&x| x == c))
-        .or_else(|| (0..snap.resources.crtcs.len()).find(|i| mask & (1 << i) != 0))
-        .ok_or_else(|| KmsError::Cannot("no CRTC can drive that connector".into()))?;
+    let idx = crtc_for(dev, &snap, &probed)?;
     let crtc = &snap.crtcs[idx];
+    // The connectors the CRTC drives now, for the restore.
     let before_conns: Vec<_> = snap
         .connectors
         .iter()
