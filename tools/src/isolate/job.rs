@@ -667,6 +667,24 @@ pub fn mount_steps(
             target: c(dir),
         });
     }
+    v.extend(dri_steps(gpu_nodes));
+    for h in hide {
+        if let Some(t) = cpath(h) {
+            v.push(Step::Bind {
+                src: c("/dev/null"),
+                target: t,
+                readonly: true,
+                recursive: false,
+            });
+        }
+    }
+    v
+}
+
+/// The chosen GPU nodes in the private `/dev/dri`, and their `by-path` links.
+fn dri_steps(gpu_nodes: &[super::run::PlacedNode]) -> Vec<Step> {
+    let c = |s: &str| CString::new(s).unwrap_or_default();
+    let mut v = Vec::new();
     let mut by_path = Vec::new();
     for n in gpu_nodes {
         v.push(Step::Mknod {
@@ -688,16 +706,6 @@ pub fn mount_steps(
             v.push(Step::Symlink {
                 target: c(&format!("../{name}")),
                 link: c(&format!("/dev/dri/by-path/{link}")),
-            });
-        }
-    }
-    for h in hide {
-        if let Some(t) = cpath(h) {
-            v.push(Step::Bind {
-                src: c("/dev/null"),
-                target: t,
-                readonly: true,
-                recursive: false,
             });
         }
     }
