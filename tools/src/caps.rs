@@ -411,7 +411,23 @@ fn kms_probes(
             Probe::skipped("DRM_IOCTL_MODE_CLOSEFB", "needs KMS and a dumb buffer"),
         ),
     }
-    match res.as_ref().ok().and_then(|r| r.crtcs.first().copied()) {
+    vblank_probes(
+        dev,
+        res.as_ref().ok().and_then(|r| r.crtcs.first().copied()),
+        p,
+    );
+}
+
+/// The vblank counters of the first CRTC, if there is one.
+fn vblank_probes(
+    dev: &Device,
+    first_crtc: Option<drm_gem::kms::CrtcId>,
+    p: &mut BTreeMap<String, Probe>,
+) {
+    let mut put = |k: &str, v: Probe| {
+        p.insert(k.to_string(), v);
+    };
+    match first_crtc {
         Some(crtc) => {
             put(
                 "crtc_sequence",
