@@ -757,12 +757,7 @@ fn writeback(
     routing
         .restore()
         .map_err(drm("putting the CRTC's outputs back after the capture"))?;
-    let pitch = buf.pitch() as usize;
-    let mut px = vec![0u8; pitch * h as usize];
-    buf.map()
-        .map_err(drm("mapping the capture"))?
-        .read_at(0, &mut px)
-        .map_err(drm("reading the capture"))?;
+    let (px, pitch) = read_capture(&mut buf, h)?;
     remove_settled(dev, fb);
     Ok(Wb::Done(Image {
         width: w,
@@ -853,6 +848,17 @@ fn wait_writeback_fences(done: &drm_gem::kms::Committed) -> KmsResult<()> {
         }
     }
     Ok(())
+}
+
+/// The pixels of the capture buffer (`h` rows) and its pitch.
+fn read_capture(buf: &mut DumbBuffer<&Device>, h: u32) -> KmsResult<(Vec<u8>, usize)> {
+    let pitch = buf.pitch() as usize;
+    let mut px = vec![0u8; pitch * h as usize];
+    buf.map()
+        .map_err(drm("mapping the capture"))?
+        .read_at(0, &mut px)
+        .map_err(drm("reading the capture"))?;
+    Ok((px, pitch))
 }
 
 /// Removes the capture framebuffer and waits (2 s at most) until the kernel no longer knows
