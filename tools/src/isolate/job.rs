@@ -558,13 +558,29 @@ fn exists(path: &str) -> bool {
     std::fs::symlink_metadata(path).is_ok()
 }
 
+/// One node the child puts into its `/dev/dri`: the name there, the device number and the
+/// original's mode and owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedNode {
+    /// File name in the new `/dev/dri` (`card0`).
+    pub name: String,
+    /// Char-device major:minor.
+    pub dev: (u32, u32),
+    /// Permission bits of the original node.
+    pub mode: u32,
+    /// Owner and group of the original node.
+    pub owner: (u32, u32),
+    /// `by-path` link name to make for it, if the original had one.
+    pub by_path: Option<String>,
+}
+
 /// The mount steps of a job: read-only sysfs with its cgroup2, its /proc with /proc/sys
 /// read-only, a private /dev holding `gpu_nodes` (name relative to /dev/dri, device, mode,
 /// owner), their `by-path` links, the plain devices, pts, shm, mqueue, fuse where the host
 /// has it, the `held` host directories (index into [`JobPlan::held`], path: hugepages,
 /// infiniband), then `hide` (sysfs files of other GPUs) covered by /dev/null.
 pub fn mount_steps(
-    gpu_nodes: &[super::run::PlacedNode],
+    gpu_nodes: &[PlacedNode],
     hide: &[std::path::PathBuf],
     held: &[(usize, &str)],
 ) -> Vec<Step> {
@@ -682,7 +698,7 @@ pub fn mount_steps(
 }
 
 /// The chosen GPU nodes in the private `/dev/dri`, and their `by-path` links.
-fn dri_steps(gpu_nodes: &[super::run::PlacedNode]) -> Vec<Step> {
+fn dri_steps(gpu_nodes: &[PlacedNode]) -> Vec<Step> {
     let c = |s: &str| CString::new(s).unwrap_or_default();
     let mut v = Vec::new();
     let mut by_path = Vec::new();
@@ -729,7 +745,7 @@ mod tests {
 
     #[test]
     fn private_dev_has_the_gpu_nodes_and_hides_the_rest() {
-        let nodes = vec![super::super::run::PlacedNode {
+        let nodes = vec![super::PlacedNode {
             name: "renderD129".to_string(),
             dev: (226, 129),
             mode: 0o660,

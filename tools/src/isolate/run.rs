@@ -106,21 +106,7 @@ pub struct PickRequest {
     pub want: Want,
 }
 
-/// One node the child puts into its `/dev/dri`: the name there, the device number and the
-/// original's mode and owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlacedNode {
-    /// File name in the new `/dev/dri` (`card0`).
-    pub name: String,
-    /// Char-device major:minor.
-    pub dev: (u32, u32),
-    /// Permission bits of the original node.
-    pub mode: u32,
-    /// Owner and group of the original node.
-    pub owner: (u32, u32),
-    /// `by-path` link name to make for it, if the original had one.
-    pub by_path: Option<String>,
-}
+pub use super::job::PlacedNode;
 
 /// The nodes of the chosen GPUs as the child places them: the real names, or with
 /// `renumber` card0.. and renderD128.. in selector order (a GPU without a render node
