@@ -118,9 +118,9 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         // What the build's own config lacks (the project's fragment turns event tracing
         // off, for example), read from the `config` the build kept.
         // The project's kernels carry upstream vkms: no fdinfo usage stats.
-        missing_features: crate::stock::with_vkms_fdinfo(
+        missing_features: crate::kconfig::with_vkms_fdinfo(
             fs::read_to_string(dir.join("config"))
-                .map(|c| crate::stock::missing_features(&crate::kconfig::KConfig::parse(&c)))
+                .map(|c| crate::kconfig::missing_features(&crate::kconfig::KConfig::parse(&c)))
                 .unwrap_or_default(),
             false,
         ),

@@ -168,6 +168,63 @@ pub fn fragment_hash(parts: &[&[u8]]) -> String {
         .collect()
 }
 
+/// Features of the full device set (as `kernel_tests::expected` names them) and the config
+/// options that must all be `y` or `m` for the kernel to have them. vkms is not here: it is
+/// built out of tree for every stock kernel.
+pub const FEATURE_OPTIONS: &[(&str, &[&str])] = &[
+    ("vgem", &["CONFIG_DRM_VGEM"]),
+    ("virtio_gpu", &["CONFIG_DRM_VIRTIO_GPU"]),
+    ("bochs", &["CONFIG_DRM_BOCHS"]),
+    ("qxl", &["CONFIG_DRM_QXL"]),
+    ("udmabuf", &["CONFIG_UDMABUF"]),
+    (
+        "dma_heap",
+        &["CONFIG_DMABUF_HEAPS", "CONFIG_DMABUF_HEAPS_SYSTEM"],
+    ),
+    ("sw_sync", &["CONFIG_SW_SYNC"]),
+    ("test_hmm", &["CONFIG_DEVICE_PRIVATE", "CONFIG_TEST_HMM"]),
+    // Tracepoints readable through perf_event_open (`drmtool trace`): event tracing (the
+    // tracefs `events/*/format` files and the tracepoints themselves) and perf events.
+    ("tracing", &["CONFIG_EVENT_TRACING", "CONFIG_PERF_EVENTS"]),
+    (
+        "pmem",
+        &[
+            "CONFIG_LIBNVDIMM",
+            "CONFIG_ACPI_NFIT",
+            "CONFIG_BLK_DEV_PMEM",
+        ],
+    ),
+];
+
+/// The feature only a kernel with the test-only vkms patch has (config/vkms-fdinfo.patch:
+/// vkms prints the DRM usage stats, memory and the `composer` engine, in fdinfo). Every
+/// other kernel lists it as missing.
+pub const VKMS_FDINFO: &str = "vkms_fdinfo";
+
+/// `missing` with [`VKMS_FDINFO`] added unless `patched`, sorted.
+pub fn with_vkms_fdinfo(mut missing: Vec<String>, patched: bool) -> Vec<String> {
+    if !patched && !missing.iter().any(|f| f == VKMS_FDINFO) {
+        missing.push(VKMS_FDINFO.into());
+    }
+    missing.sort();
+    missing
+}
+
+/// The features of [`FEATURE_OPTIONS`] a kernel config lacks, sorted.
+pub fn missing_features(cfg: &KConfig) -> Vec<String> {
+    let mut v: Vec<String> = FEATURE_OPTIONS
+        .iter()
+        .filter(|(_, opts)| {
+            !opts
+                .iter()
+                .all(|o| matches!(cfg.get(o), Some(Some("y" | "m"))))
+        })
+        .map(|(f, _)| f.to_string())
+        .collect();
+    v.sort();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
