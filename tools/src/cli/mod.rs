@@ -25,18 +25,22 @@
 mod buffers;
 mod cgroup;
 mod devices;
+mod emit;
 pub mod exit;
 mod export;
 mod hmm;
 mod info;
 mod kms;
+mod kms_set;
 mod leases;
+mod meta;
 mod pick;
 mod pmem;
 mod run;
 mod slurm;
 mod trace;
 
+use self::emit::{emit_json, emit_text};
 use self::{
     buffers::*, devices::*, export::*, hmm::*, info::*, kms::*, leases::*, pick::*, pmem::*,
     slurm::*, trace::*,
@@ -253,19 +257,7 @@ pub fn main_with(
             }
         }
         Cmd::Pmem(PmemCmd::List) => pmem_list(cli.json, out),
-        Cmd::Completions { shell } => {
-            // clap_complete panics when its writer fails: generate into memory first.
-            let mut cmd = command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "drmtool", &mut script);
-            match out.write_all(&script) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("drmtool: cannot write the output: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Cmd::Completions { shell } => meta::completions(shell, out),
         Cmd::Run(a) => run::exec(a, out),
         Cmd::Export(a) => export_cmd(&a),
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
@@ -274,13 +266,7 @@ pub fn main_with(
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),
         Cmd::Trace(TraceCmd::Summary { file }) => trace_summary(&file, cli.json, out),
         Cmd::Cgroup(c) => cgroup::exec(&c, cli.json, out),
-        Cmd::Man => match clap_mangen::Man::new(command()).render(out) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("drmtool: cannot write the man page: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Cmd::Man => meta::man(out),
     };
     // What a buffered writer still holds must reach its file too.
     if let Err(e) = out.flush() {
@@ -301,28 +287,4 @@ fn seconds(s: f64) -> Option<Duration> {
 /// The clap definition (for completions, the man page and tests).
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
-}
-
-/// Writes `doc` as pretty JSON; exit 1 when that fails.
-fn emit_json<T: Serialize>(doc: &T, out: &mut dyn Write) -> ExitCode {
-    match serde_json::to_string_pretty(doc)
-        .map_err(std::io::Error::other)
-        .and_then(|s| writeln!(out, "{s}"))
-    {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drmtool: cannot write the output: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn emit_text(s: &str, out: &mut dyn Write) -> ExitCode {
-    match write!(out, "{s}") {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("drmtool: cannot write the output: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }
