@@ -677,7 +677,7 @@ fn writeback(
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
     let format = match writeback_format(dev, k) {
         Ok(f) => f,
-        Err(why) => return refuse(why),
+        Err(e) => return refuse(e.to_string()),
     };
     let mut buf = DumbBuffer::create(
         dev,
@@ -801,9 +801,32 @@ fn explanation(x: &drm_gem::kms::Explanation) -> String {
     }
 }
 
+/// A writeback connector that writes neither XR24 nor AR24: the formats it offers.
+#[derive(Debug)]
+struct NoCaptureFormat(Vec<u32>);
+
+impl std::fmt::Display for NoCaptureFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self
+            .0
+            .iter()
+            .map(|&x| drm_gem::kms::format_name(x))
+            .collect();
+        write!(
+            f,
+            "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: \
+             --method getfb)",
+            names.join(", ")
+        )
+    }
+}
+
 /// The format a capture is written in: XR24 or AR24, whichever the writeback connector
 /// `k` offers (vkms: XR24 on older kernels, AR24 on newer ones); else why not.
-fn writeback_format(dev: &Device, k: &drm_gem::kms::ConnectorState) -> Result<DrmFourcc, String> {
+fn writeback_format(
+    dev: &Device,
+    k: &drm_gem::kms::ConnectorState,
+) -> Result<DrmFourcc, NoCaptureFormat> {
     let formats: Vec<u32> = k
         .properties
         .iter()
@@ -821,17 +844,7 @@ fn writeback_format(dev: &Device, k: &drm_gem::kms::ConnectorState) -> Result<Dr
     [DrmFourcc::Xrgb8888, DrmFourcc::Argb8888]
         .into_iter()
         .find(|&f| formats.contains(&(f as u32)))
-        .ok_or_else(|| {
-            let names: Vec<String> = formats
-                .iter()
-                .map(|&f| drm_gem::kms::format_name(f))
-                .collect();
-            format!(
-                "the writeback connector writes none of XR24, AR24 (it offers: {}) (hint: \
-                 --method getfb)",
-                names.join(", ")
-            )
-        })
+        .ok_or(NoCaptureFormat(formats))
 }
 
 /// Waits (10 s at most each) for the writeback out-fences of a commit.
