@@ -13,6 +13,7 @@
 //!   `name=`, `refcount=`, `start=`, `size=`, `imported=`).
 
 use crate::fdinfo::Malformed;
+use crate::field::FieldError;
 use serde::Serialize;
 
 /// One row of `clients`.
@@ -48,11 +49,11 @@ pub struct Clients {
     pub malformed: Vec<Malformed>,
 }
 
-fn yn(s: &str) -> Result<bool, String> {
+fn yn(s: &str) -> Result<bool, FieldError> {
     match s {
         "y" => Ok(true),
         "n" => Ok(false),
-        _ => Err(format!("expected y or n, got {s:?}")),
+        _ => Err(FieldError::NotYesNo(s.into())),
     }
 }
 
@@ -95,18 +96,21 @@ pub fn parse_clients(text: &str) -> Clients {
     out
 }
 
-fn client_row(l: &str, with_name: bool, id_column: &str) -> Result<Client, String> {
+fn client_row(l: &str, with_name: bool, id_column: &'static str) -> Result<Client, FieldError> {
     let mut cols: Vec<&str> = l.split_whitespace().collect();
     let name = if with_name {
-        Some(cols.pop().ok_or("empty row")?.to_string())
+        Some(cols.pop().ok_or(FieldError::EmptyName("row"))?.to_string())
     } else {
         None
     };
     if cols.len() < 7 {
-        return Err(format!("expected 7 columns, got {}", cols.len()));
+        return Err(FieldError::Columns {
+            expected: 7,
+            got: cols.len(),
+        });
     }
     let tail = cols.split_off(cols.len() - 6);
-    let num = |s: &str, what: &str| s.parse::<u32>().map_err(|_| format!("bad {what} {s:?}"));
+    let num = |s: &str, what| s.parse::<u32>().map_err(|_| FieldError::bad(what, s));
     Ok(Client {
         command: cols.join(" "),
         id: num(tail[0], id_column)?,
@@ -150,11 +154,14 @@ pub fn parse_gem_names(text: &str) -> GemNames {
         if cols.is_empty() || cols.first() == Some(&"name") {
             continue;
         }
-        let row = || -> Result<GemName, String> {
+        let row = || -> Result<GemName, FieldError> {
             let [name, size, handles, refcount] = cols.as_slice() else {
-                return Err(format!("expected 4 columns, got {}", cols.len()));
+                return Err(FieldError::Columns {
+                    expected: 4,
+                    got: cols.len(),
+                });
             };
-            let bad = |w: &str, s: &str| format!("bad {w} {s:?}");
+            let bad = FieldError::bad;
             Ok(GemName {
                 name: name.parse().map_err(|_| bad("name", name))?,
                 size: size.parse().map_err(|_| bad("size", size))?,
@@ -266,17 +273,17 @@ pub fn parse_framebuffers(text: &str) -> Framebuffers {
         };
         // Keys after `obj[i]:` (two tabs deeper) describe that object.
         let in_obj = raw.starts_with("\t\t\t") && !fb.objects.is_empty();
-        let r: Result<(), String> = match (in_obj, k) {
+        let r: Result<(), FieldError> = match (in_obj, k) {
             (true, "name") => v
                 .parse()
                 .map(|x| fb.objects.last_mut().map(|o| o.name = Some(x)))
                 .map(drop)
-                .map_err(|_| format!("bad name {v:?}")),
+                .map_err(|_| FieldError::bad("name", v)),
             (true, "size") => v
                 .parse()
                 .map(|x| fb.objects.last_mut().map(|o| o.size = Some(x)))
                 .map(drop)
-                .map_err(|_| format!("bad size {v:?}")),
+                .map_err(|_| FieldError::bad("size", v)),
             (true, "imported") => {
                 let b = v == "yes";
                 if let Some(o) = fb.objects.last_mut() {
@@ -290,7 +297,7 @@ pub fn parse_framebuffers(text: &str) -> Framebuffers {
                     fb.height = Some(h);
                     Ok(())
                 }
-                _ => Err(format!("bad size {v:?}")),
+                _ => Err(FieldError::bad("size", v)),
             },
             (false, "format") => {
                 fb.format = Some(v.to_string());

@@ -29,6 +29,7 @@
 //! In both, a key the kernel prints once that appears again is an anomaly: it goes to
 //! `malformed` ("repeated key") and the first value is kept, never overridden.
 
+use crate::field::FieldError;
 use crate::untrusted::Untrusted;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -132,7 +133,7 @@ pub struct Malformed {
 }
 
 impl Malformed {
-    pub(crate) fn new(line: usize, text: &str, why: impl Into<String>) -> Self {
+    pub(crate) fn new(line: usize, text: &str, why: impl std::fmt::Display) -> Self {
         let mut t = text.to_string();
         if t.len() > 200 {
             let mut cut = 200;
@@ -144,7 +145,7 @@ impl Malformed {
         Self {
             line,
             text: t,
-            why: why.into(),
+            why: why.to_string(),
         }
     }
 }
@@ -193,72 +194,74 @@ fn split_kv(line: &str) -> Option<(&str, &str)> {
 pub const REPEATED: &str = "repeated key: the kernel prints it once; the first value is kept";
 
 /// Parses a plain decimal `u64`.
-fn uint(v: &str) -> Result<u64, String> {
-    v.parse::<u64>()
-        .map_err(|e| format!("not an unsigned integer ({e})"))
+fn uint(v: &str) -> Result<u64, FieldError> {
+    v.parse::<u64>().map_err(FieldError::NotUnsigned)
 }
 
 /// Parses a memory size: an integer with an optional `KiB`/`MiB`/`GiB` unit (bytes without
 /// one), or `kB` as pre-5.19 amdgpu printed. Overflow is an error, never a wrapped value.
-pub fn parse_size(v: &str) -> Result<u64, String> {
+pub fn parse_size(v: &str) -> Result<u64, FieldError> {
     let mut it = v.split_whitespace();
-    let n = uint(it.next().ok_or("empty value")?)?;
+    let n = uint(it.next().ok_or(FieldError::Empty)?)?;
     let mul: u64 = match it.next() {
         None => 1,
         Some("KiB" | "kB") => 1 << 10,
         Some("MiB") => 1 << 20,
         Some("GiB") => 1 << 30,
-        Some(u) => return Err(format!("unknown unit {u:?}")),
+        Some(u) => return Err(FieldError::UnknownUnit(u.into())),
     };
     if let Some(extra) = it.next() {
-        return Err(format!("trailing text {extra:?}"));
+        return Err(FieldError::Trailing(extra.into()));
     }
     n.checked_mul(mul)
-        .ok_or_else(|| format!("{n} x {mul} overflows 64 bits"))
+        .ok_or(FieldError::Overflow { n, unit: mul })
 }
 
-fn parse_ns(v: &str) -> Result<u64, String> {
+fn parse_ns(v: &str) -> Result<u64, FieldError> {
     match v.split_whitespace().collect::<Vec<_>>().as_slice() {
         [n, "ns"] => uint(n),
-        [_, u] => Err(format!("unknown unit {u:?} (expected ns)")),
-        [_] => Err("missing unit ns".into()),
-        _ => Err("expected `<n> ns`".into()),
+        [_, u] => Err(FieldError::NotNanoseconds((*u).into())),
+        [_] => Err(FieldError::MissingNanoseconds),
+        _ => Err(FieldError::Shape("<n> ns")),
     }
 }
 
-fn parse_hz(v: &str) -> Result<u64, String> {
+fn parse_hz(v: &str) -> Result<u64, FieldError> {
     let parts: Vec<&str> = v.split_whitespace().collect();
     let [n, unit] = parts.as_slice() else {
-        return Err("expected `<n> Hz|kHz|MHz|GHz`".into());
+        return Err(FieldError::Shape("<n> Hz|kHz|MHz|GHz"));
     };
     let mul: u64 = match *unit {
         "Hz" => 1,
         "kHz" | "KHz" => 1_000,
         "MHz" => 1_000_000,
         "GHz" => 1_000_000_000,
-        u => return Err(format!("unknown unit {u:?}")),
+        u => return Err(FieldError::UnknownUnit(u.into())),
     };
     let n = uint(n)?;
     n.checked_mul(mul)
-        .ok_or_else(|| format!("{n} x {mul} overflows 64 bits"))
+        .ok_or(FieldError::Overflow { n, unit: mul })
 }
 
 /// Parses a percentage like `12.5%`.
-fn parse_percent(v: &str) -> Result<f64, String> {
-    let n = v.strip_suffix('%').ok_or("missing %")?.trim();
-    let f: f64 = n.parse().map_err(|_| format!("not a number: {n:?}"))?;
+fn parse_percent(v: &str) -> Result<f64, FieldError> {
+    let n = v
+        .strip_suffix('%')
+        .ok_or(FieldError::MissingPercent)?
+        .trim();
+    let f: f64 = n.parse().map_err(|_| FieldError::NotANumber(n.into()))?;
     if !(0.0..=100_000.0).contains(&f) {
-        return Err(format!("percentage {f} out of range"));
+        return Err(FieldError::PercentOutOfRange(f));
     }
     Ok(f)
 }
 
-fn parse_common(c: &mut Common, key: &str, v: &str) -> Option<Result<(), String>> {
+fn parse_common(c: &mut Common, key: &str, v: &str) -> Option<Result<(), FieldError>> {
     let r = match key {
         "pos" => uint(v).map(|n| c.pos = Some(n)),
         "flags" => u32::from_str_radix(v, 8)
             .map(|n| c.flags = Some(n))
-            .map_err(|e| format!("not octal ({e})")),
+            .map_err(FieldError::NotOctal),
         "mnt_id" => uint(v).map(|n| c.mnt_id = Some(n)),
         "ino" => uint(v).map(|n| c.ino = Some(n)),
         _ => return None,
@@ -315,10 +318,10 @@ pub fn parse_drm(text: &str) -> DrmFdinfo {
     out
 }
 
-fn drm_key(out: &mut DrmFdinfo, rest: &str, v: &str) -> Result<(), String> {
-    let named = |s: &str| -> Result<String, String> {
+fn drm_key(out: &mut DrmFdinfo, rest: &str, v: &str) -> Result<(), FieldError> {
+    let named = |s: &str| -> Result<String, FieldError> {
         if s.is_empty() {
-            Err("empty engine or region name".into())
+            Err(FieldError::EmptyName("engine or region name"))
         } else {
             Ok(s.to_string())
         }
@@ -326,7 +329,7 @@ fn drm_key(out: &mut DrmFdinfo, rest: &str, v: &str) -> Result<(), String> {
     match rest {
         "driver" => {
             if v.is_empty() {
-                return Err("empty driver name".into());
+                return Err(FieldError::EmptyName("driver name"));
             }
             out.driver = Some(v.to_string());
             return Ok(());
@@ -383,7 +386,7 @@ fn drm_key(out: &mut DrmFdinfo, rest: &str, v: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn amdgpu_key(out: &mut DrmFdinfo, key: &str, v: &str) -> Option<Result<(), String>> {
+fn amdgpu_key(out: &mut DrmFdinfo, key: &str, v: &str) -> Option<Result<(), FieldError>> {
     fn legacy(o: &mut DrmFdinfo) -> &mut AmdgpuLegacy {
         o.amdgpu_legacy.get_or_insert_default()
     }

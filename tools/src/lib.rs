@@ -45,6 +45,7 @@ pub mod devices;
 pub mod errno;
 pub mod export;
 pub mod fdinfo;
+pub mod field;
 pub mod gpu;
 pub mod hmm_probe;
 pub mod info;

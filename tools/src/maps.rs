@@ -8,6 +8,7 @@
 //! followed by ` (deleted)`.
 
 use crate::fdinfo::Malformed;
+use crate::field::FieldError;
 use serde::Serialize;
 
 /// What a GPU-related mapping maps.
@@ -144,8 +145,8 @@ fn is_gpu_path(path: &[u8]) -> bool {
         || path.starts_with(b"anon_inode:dmabuf")
 }
 
-fn hex(s: &str, what: &str) -> Result<u64, String> {
-    u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
+fn hex(s: &str, what: &'static str) -> Result<u64, FieldError> {
+    u64::from_str_radix(s, 16).map_err(|_| FieldError::bad(what, s))
 }
 
 /// What a mapped path is, when it is GPU memory.
@@ -175,13 +176,13 @@ fn target_of(path: &str) -> Option<Target> {
 /// Every line must have the five fields before the pathname (else it is truncated); the
 /// fields themselves are checked only on lines that map GPU memory: a scan reads the maps
 /// of every process, and most of their lines are libraries it would parse for nothing.
-pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
+pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, FieldError> {
     let mut rest = line;
-    let mut field = || -> Result<&str, String> {
+    let mut field = || -> Result<&str, FieldError> {
         let t = rest.trim_start_matches(' ');
         let end = t.find(' ').unwrap_or(t.len());
         if end == 0 {
-            return Err("truncated line".into());
+            return Err(FieldError::Truncated);
         }
         let (f, r) = t.split_at(end);
         rest = r;
@@ -197,21 +198,27 @@ pub fn parse_line(line: &str) -> Result<Option<GpuMapping>, String> {
         return Ok(None);
     };
 
-    let (s, e) = range.split_once('-').ok_or("address range without `-`")?;
+    let (s, e) = range.split_once('-').ok_or(FieldError::NoSeparator {
+        what: "address range",
+        sep: '-',
+    })?;
     let (start, end) = (hex(s, "start address")?, hex(e, "end address")?);
     if end <= start {
-        return Err(format!("empty or reversed range {range}"));
+        return Err(FieldError::EmptyRange(range.into()));
     }
     if perms.len() != 4 {
-        return Err(format!("bad permissions {perms:?}"));
+        return Err(FieldError::Permissions(perms.into()));
     }
     let offset = hex(offset, "offset")?;
-    let (ma, mi) = dev.split_once(':').ok_or("device without `:`")?;
+    let (ma, mi) = dev.split_once(':').ok_or(FieldError::NoSeparator {
+        what: "device",
+        sep: ':',
+    })?;
     let dev = (
-        u32::from_str_radix(ma, 16).map_err(|_| format!("bad major {ma:?}"))?,
-        u32::from_str_radix(mi, 16).map_err(|_| format!("bad minor {mi:?}"))?,
+        u32::from_str_radix(ma, 16).map_err(|_| FieldError::bad("major", ma))?,
+        u32::from_str_radix(mi, 16).map_err(|_| FieldError::bad("minor", mi))?,
     );
-    let inode: u64 = inode.parse().map_err(|_| format!("bad inode {inode:?}"))?;
+    let inode: u64 = inode.parse().map_err(|_| FieldError::bad("inode", inode))?;
     Ok(Some(GpuMapping {
         start,
         end,

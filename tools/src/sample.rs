@@ -61,11 +61,28 @@ pub struct Args {
     pub light: bool,
 }
 
-fn parse_dumb(s: &str) -> Result<DumbSpec, String> {
+/// A `--dumb`, `--import`/`--steal` or `--device` value the client refused.
+#[derive(Debug, thiserror::Error)]
+enum ArgError {
+    #[error("bad number {0:?} in {1:?}")]
+    Number(String, String),
+    #[error("expected WxH or WxHxBPP, got {0:?}")]
+    DumbShape(String),
+    #[error("expected PID:FD")]
+    PidFdShape,
+    #[error("bad {0} {1:?}")]
+    Bad(&'static str, String),
+    #[error("no node of driver {0:?}; hint: `drmtool devices` lists them")]
+    NoNode(String),
+    #[error("{0}")]
+    NoDevices(String),
+}
+
+fn parse_dumb(s: &str) -> Result<DumbSpec, ArgError> {
     let p: Vec<&str> = s.split('x').collect();
     let n = |t: &str| {
         t.parse::<u32>()
-            .map_err(|_| format!("bad number {t:?} in {s:?}"))
+            .map_err(|_| ArgError::Number(t.into(), s.into()))
     };
     match p.as_slice() {
         [w, h] => Ok(DumbSpec {
@@ -78,15 +95,15 @@ fn parse_dumb(s: &str) -> Result<DumbSpec, String> {
             height: n(h)?,
             bpp: n(b)?,
         }),
-        _ => Err(format!("expected WxH or WxHxBPP, got {s:?}")),
+        _ => Err(ArgError::DumbShape(s.into())),
     }
 }
 
-fn parse_pid_fd(s: &str) -> Result<(u32, u32), String> {
-    let (p, f) = s.split_once(':').ok_or("expected PID:FD")?;
+fn parse_pid_fd(s: &str) -> Result<(u32, u32), ArgError> {
+    let (p, f) = s.split_once(':').ok_or(ArgError::PidFdShape)?;
     Ok((
-        p.parse().map_err(|_| format!("bad pid {p:?}"))?,
-        f.parse().map_err(|_| format!("bad fd {f:?}"))?,
+        p.parse().map_err(|_| ArgError::Bad("pid", p.into()))?,
+        f.parse().map_err(|_| ArgError::Bad("fd", f.into()))?,
     ))
 }
 
@@ -139,11 +156,12 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn node_path(spec: &str) -> Result<String, String> {
+fn node_path(spec: &str) -> Result<String, ArgError> {
     if spec.starts_with('/') {
         return Ok(spec.to_string());
     }
-    let nodes = drm_gem::enumerate().map_err(|e| crate::gpu::no_devices_message(&e).to_string())?;
+    let nodes = drm_gem::enumerate()
+        .map_err(|e| ArgError::NoDevices(crate::gpu::no_devices_message(&e).to_string()))?;
     let pick = |kind| {
         nodes
             .iter()
@@ -152,7 +170,7 @@ fn node_path(spec: &str) -> Result<String, String> {
     pick(drm_gem::NodeKind::Primary)
         .or_else(|| pick(drm_gem::NodeKind::Render))
         .map(|n| n.path.display().to_string())
-        .ok_or_else(|| format!("no node of driver {spec:?}; hint: `drmtool devices` lists them"))
+        .ok_or_else(|| ArgError::NoNode(spec.into()))
 }
 
 fn take_fd(pid: u32, fd: u32) -> std::io::Result<OwnedFd> {

@@ -145,7 +145,7 @@ fn a_missing_proc_is_a_one_line_error_with_a_hint() {
 
 /// A synthetic /proc with one process holding `/dev/null`, which a synthetic sysfs
 /// (`Options::sys_root`) calls a DRM node, with `fdinfo` text of the caller's.
-fn synthetic_drm_holder(name: &str, fdinfo: &str) -> (std::path::PathBuf, drmtool::Options) {
+fn synthetic_drm_holder(name: &str, fdinfo: &str) -> (synthetic::TreeDir, drmtool::Options) {
     synthetic::drm_tree(
         name,
         &[synthetic::Proc {

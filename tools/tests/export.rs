@@ -6,7 +6,7 @@
 use drmtool::export::{self, Config, Counters, Exporter, Format, Per, Served};
 use prometheus_client::registry::Registry;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ struct Proc {
     fdinfo: String,
 }
 
-fn tree(name: &str, procs: &[Proc]) -> (PathBuf, drmtool::Options) {
+fn tree(name: &str, procs: &[Proc]) -> (synthetic::TreeDir, drmtool::Options) {
     let ps: Vec<synthetic::Proc<'_>> = procs
         .iter()
         .map(|p| synthetic::Proc {
@@ -413,7 +413,7 @@ fn an_exited_client_leaves_no_series_and_counters_hold() {
     );
 }
 
-fn exporter(min_interval: Duration) -> (PathBuf, Mutex<Exporter>) {
+fn exporter(min_interval: Duration) -> (synthetic::TreeDir, Mutex<Exporter>) {
     let (root, opts) = tree(&format!("http-{}", min_interval.as_millis()), &procs());
     let e = Exporter::new(Config {
         scan: opts,
@@ -631,7 +631,7 @@ fn buffers_tables_group_by_cgroup_unit_and_job() {
 
 /// The exporter under `access` on a free loopback port, served by `serve_with` on a thread
 /// of its own (left running).
-fn serving(access: export::Access) -> (PathBuf, std::net::SocketAddr) {
+fn serving(access: export::Access) -> (synthetic::TreeDir, std::net::SocketAddr) {
     let (root, e) = exporter(Duration::from_secs(60));
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();

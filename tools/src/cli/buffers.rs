@@ -129,12 +129,12 @@ pub(super) fn buffers(a: &BuffersArgs, json: bool, out: &mut dyn Write) -> ExitC
         Some(d) if !d.is_zero() => d,
         _ => {
             eprintln!("drmtool: --watch needs a positive number of seconds (hint: --watch 1)");
-            return ExitCode::from(2);
+            return ExitCode::from(Exit::Usage);
         }
     };
     if a.count == Some(0) {
         eprintln!("drmtool: --count needs a number of refreshes >= 1 (hint: --count 1)");
-        return ExitCode::from(2);
+        return ExitCode::from(Exit::Usage);
     }
     let mut prev: Option<(scan::Report, Instant)> = None;
     let mut n = 0u64;

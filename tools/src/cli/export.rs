@@ -53,7 +53,7 @@ pub(super) fn export_cmd(a: &ExportArgs) -> ExitCode {
     use crate::export::{Config, Exporter, Format};
     let usage = |m: &str| {
         eprintln!("drmtool: export: {m}");
-        ExitCode::from(2)
+        ExitCode::from(Exit::Usage)
     };
     let Some(min_interval) = seconds(a.min_interval) else {
         return usage("--min-interval needs a number of seconds >= 0 (hint: --min-interval 1)");
@@ -109,7 +109,7 @@ pub(super) fn export_cmd(a: &ExportArgs) -> ExitCode {
             Ok(acc) => access = acc,
             Err(e) => {
                 eprintln!("drmtool: export: --web.config.file {}: {e}", path.display());
-                return ExitCode::from(2);
+                return ExitCode::from(Exit::Usage);
             }
         }
     }

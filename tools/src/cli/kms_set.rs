@@ -15,7 +15,7 @@ pub(super) fn kms_modeset(
         Some(Some(d)) => Some(d),
         Some(None) => {
             eprintln!("drmtool: --seconds needs a number of seconds >= 0 (hint: --seconds 5)");
-            return ExitCode::from(2);
+            return ExitCode::from(Exit::Usage);
         }
     };
     let (dev, path) = match open_kms(device) {

@@ -236,7 +236,7 @@ pub fn main_with(
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(2)
+                ExitCode::from(Exit::Usage)
             } else {
                 ExitCode::SUCCESS
             };

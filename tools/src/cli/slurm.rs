@@ -36,7 +36,7 @@ pub(super) fn slurm_cmd(c: &SlurmCmd, out: &mut dyn Write) -> ExitCode {
                 Ok(i) => i,
                 Err(e) => {
                     eprintln!("drmtool: slurm task-env: {e}");
-                    return ExitCode::from(2);
+                    return Exit::Usage.into();
                 }
             };
             if idx.is_empty() {

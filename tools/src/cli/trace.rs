@@ -65,7 +65,7 @@ pub(super) fn trace_record(a: &TraceRecordArgs) -> ExitCode {
     use crate::trace::{Category, chrome, record};
     let usage = |m: &str| {
         eprintln!("drmtool: trace record: {m}");
-        ExitCode::from(2)
+        ExitCode::from(Exit::Usage)
     };
     let duration = match a.duration.map(seconds) {
         None => None,

@@ -154,10 +154,26 @@ pub fn gres_conf(gpus: &[Gpu], topology: &[(u32, u32, u32)]) -> String {
     out
 }
 
+/// An entry of `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS` that is not a GPU index of this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("SLURM_STEP_GPUS/SLURM_JOB_GPUS {value:?}: {entry:?} is not a GPU index (0..{count})")]
+pub struct JobGpusError {
+    /// The variable's whole text.
+    pub value: String,
+    /// The entry that is not an index.
+    pub entry: String,
+    /// How many GPUs the node has (indices are `0..count`).
+    pub count: usize,
+}
+
 /// The GPU indices a Slurm job step was given: `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`
-/// (comma-separated indices in gres.conf order); `Err` with the variable's text when an
-/// entry is not an index there.
-pub fn job_gpus(step: Option<&str>, job: Option<&str>, count: usize) -> Result<Vec<usize>, String> {
+/// (comma-separated indices in gres.conf order); an error naming the variable's text when
+/// an entry is not an index there.
+pub fn job_gpus(
+    step: Option<&str>,
+    job: Option<&str>,
+    count: usize,
+) -> Result<Vec<usize>, JobGpusError> {
     let Some(v) = step.or(job) else {
         return Ok(Vec::new());
     };
@@ -170,9 +186,11 @@ pub fn job_gpus(step: Option<&str>, job: Option<&str>, count: usize) -> Result<V
                 }
             }
             _ => {
-                return Err(format!(
-                    "SLURM_STEP_GPUS/SLURM_JOB_GPUS {v:?}: {p:?} is not a GPU index (0..{count})"
-                ));
+                return Err(JobGpusError {
+                    value: v.to_string(),
+                    entry: p.to_string(),
+                    count,
+                });
             }
         }
     }

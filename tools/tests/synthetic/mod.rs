@@ -2,7 +2,30 @@
 //! which the synthetic sysfs (`Options::sys_root`) calls a DRM node, with fdinfo text (and a
 //! cgroup file) of the caller's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// A synthetic tree's root directory, removed when dropped (a test that panics leaves
+/// nothing under the temp dir either).
+pub struct TreeDir(PathBuf);
+
+impl std::ops::Deref for TreeDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TreeDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TreeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// One synthetic process.
 pub struct Proc<'a> {
@@ -16,8 +39,9 @@ pub struct Proc<'a> {
     pub fdinfo: &'a str,
 }
 
-/// Builds the tree under the temp dir (`drmtool-<name>-<pid>-<call>`) and the scan options for it.
-pub fn drm_tree(name: &str, procs: &[Proc<'_>]) -> (PathBuf, drmtool::Options) {
+/// Builds the tree under the temp dir (`drmtool-<name>-<pid>-<call>`, removed when the
+/// returned [`TreeDir`] drops) and the scan options for it.
+pub fn drm_tree(name: &str, procs: &[Proc<'_>]) -> (TreeDir, drmtool::Options) {
     // Unique per call: tests run in parallel, and two that asked for the same name (the
     // export tests' `http-0`) wiped each other's tree mid-scan.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -45,5 +69,5 @@ pub fn drm_tree(name: &str, procs: &[Proc<'_>]) -> (PathBuf, drmtool::Options) {
         sys_root: root.join("sys"),
         ..Default::default()
     };
-    (root, opts)
+    (TreeDir(root), opts)
 }
