@@ -1180,6 +1180,104 @@ mod tests {
         assert_eq!(a.matches("-device virtio-gpu-pci").count(), 2, "{a}");
     }
 
+    /// The whole QEMU command line, argument by argument, for two option sets that between
+    /// them take every branch of [`qemu_args`] (virgl off).
+    #[test]
+    fn qemu_command_is_pinned() {
+        let full = qemu_args(&spec(DeviceKind::ALL.to_vec()), &files());
+        let want: Vec<&str> = vec![
+            "-machine",
+            "pc,nvdimm=on",
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max,la57=off",
+            "-smp",
+            "2",
+            "-m",
+            "1024M,slots=2,maxmem=3072M",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-kernel",
+            "/k/vmlinux",
+            "-initrd",
+            "/r/initramfs.cpio",
+            "-append",
+            "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable \
+             no_timer_check unknown_nmi_panic",
+            "-chardev",
+            "file,id=con,path=/r/console.log",
+            "-serial",
+            "chardev:con",
+            "-device",
+            "virtio-serial-pci,id=vser",
+            "-chardev",
+            "file,id=res,path=/r/results.bin",
+            "-device",
+            "virtserialport,bus=vser.0,chardev=res,name=vm.results",
+            "-chardev",
+            "file,id=out,path=/r/output.log",
+            "-device",
+            "virtserialport,bus=vser.0,chardev=out,name=vm.output",
+            "-chardev",
+            "file,id=alive,path=/r/alive.log",
+            "-device",
+            "virtserialport,bus=vser.0,chardev=alive,name=vm.alive",
+            "-monitor",
+            "unix:/r/monitor.sock,server=on,wait=off",
+            "-fsdev",
+            "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            "-device",
+            "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+            "-device",
+            "virtio-gpu-pci",
+            "-device",
+            "virtio-gpu-pci",
+            "-vga",
+            "std",
+            "-device",
+            "qxl",
+            "-object",
+            "memory-backend-file,id=nvmem0,share=on,mem-path=/r/nvdimm.img,size=256M",
+            "-device",
+            "nvdimm,id=nvdimm0,memdev=nvmem0",
+        ];
+        assert_eq!(full, want);
+
+        // KVM, a virtio-pmem, and a probe boot (which shares no host root).
+        let mut s = spec(vec![DeviceKind::VirtioPmem, DeviceKind::Vkms]);
+        s.accel = Accel::Kvm;
+        s.probe_only = true;
+        s.memory_mib = 512;
+        let probe = qemu_args(&s, &files());
+        let mut want: Vec<&str> = vec![
+            "-machine",
+            "pc",
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-smp",
+            "2",
+            "-m",
+            "512M,slots=2,maxmem=2560M",
+        ];
+        // From -nodefaults to -monitor the two are the same.
+        let shared = full.iter().position(|a| a == "-nodefaults").unwrap();
+        let after = full.iter().position(|a| a == "-fsdev").unwrap();
+        want.extend(full[shared..after].iter().map(String::as_str));
+        want.extend([
+            "-object",
+            "memory-backend-file,id=vpmem0,share=on,mem-path=/r/nvdimm.img,size=256M",
+            "-device",
+            "virtio-pmem-pci,id=virtio-pmem0,memdev=vpmem0",
+        ]);
+        assert_eq!(probe, want);
+    }
+
     #[test]
     fn qemu_command_minimal_and_kvm() {
         let mut s = spec(vec![]);
