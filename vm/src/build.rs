@@ -289,7 +289,30 @@ fn build_tree(
 ) -> Result<BuiltKernel> {
     let root = catalog::cache_root();
     mkdirs(&root)?;
-    if let Some(free) = free_bytes(&root)
+    check_free_space(&root)?;
+    let obj = root.join("build").join(key);
+    mkdirs(&obj)?;
+    // One log per attempt (build.log.1, .2, ...; build.log links to the newest), so a
+    // failure's error lines are this attempt's.
+    let log_path = crate::buildlog::fresh_log(&obj, "build.log")?;
+    let b = KernelBuild {
+        name,
+        version,
+        tree,
+        obj: &obj,
+        log: &log_path,
+        start,
+    };
+    let cfg_path = b.configure()?;
+    let release = b.compile()?;
+    let out = root.join("kernels").join(key);
+    b.install(&out, &release, &cfg_path)?;
+    b.write_manifest(source, key, release, &out)
+}
+
+/// Refuses a build with less than [`NEEDED_BYTES`] free under the cache root.
+fn check_free_space(root: &Path) -> Result<()> {
+    if let Some(free) = free_bytes(root)
         && free < NEEDED_BYTES
     {
         return Err(VmError::with_fix(
@@ -302,119 +325,166 @@ fn build_tree(
             "free space there, or point VM_CACHE_DIR at a larger disk",
         ));
     }
-    let obj = root.join("build").join(key);
-    mkdirs(&obj)?;
-    // One log per attempt (build.log.1, .2, ...; build.log links to the newest), so a
-    // failure's error lines are this attempt's.
-    let log_path = crate::buildlog::fresh_log(&obj, "build.log")?;
-    let make = |args: &[&str], phase: &str| -> Result<()> {
+    Ok(())
+}
+
+/// One build of a kernel tree out of tree: what the phases of [`build_tree`] share.
+struct KernelBuild<'a> {
+    /// The kernel's name, for progress lines and the manifest.
+    name: &'a str,
+    /// The source version (the build log's and the manifest's).
+    version: &'a str,
+    /// The source tree, never written.
+    tree: &'a Path,
+    /// The object directory (`O=`).
+    obj: &'a Path,
+    /// This attempt's build log.
+    log: &'a Path,
+    /// When the build started.
+    start: Instant,
+}
+
+impl KernelBuild<'_> {
+    /// Runs `make -C <tree> O=<obj> args`, its output in the build log.
+    fn make(&self, args: &[&str], phase: &str) -> Result<()> {
         let mut c = Command::new("make");
-        c.arg("-C").arg(tree).arg(format!("O={}", obj.display()));
+        c.arg("-C")
+            .arg(self.tree)
+            .arg(format!("O={}", self.obj.display()));
         c.args(args);
-        run_logged(c, &log_path, phase, start, version)
-    };
-
-    progress(
-        start,
-        &format!("{name}: configuring (allnoconfig + fragment, kvm_guest.config, fragment)"),
-    );
-    // allnoconfig keeps what KCONFIG_ALLCONFIG names (and turns on what that depends on),
-    // so the base is the fragment's guest and nothing else (see vm/config/guest.config).
-    let allconfig = obj.join("guest.allconfig");
-    write(&allconfig, catalog::FRAGMENT.as_bytes())?;
-    let kconfig_allconfig = format!("KCONFIG_ALLCONFIG={}", allconfig.display());
-    make(&["allnoconfig", &kconfig_allconfig], "allnoconfig")?;
-    make(&["kvm_guest.config"], "kvm_guest.config")?;
-    let cfg_path = obj.join(".config");
-    let mut cfg = KConfig::parse(&read(&cfg_path)?);
-    let overrides = cfg.merge(&KConfig::parse(catalog::FRAGMENT));
-    write(&cfg_path, cfg.render().as_bytes())?;
-    make(&["olddefconfig"], "olddefconfig")?;
-    let final_cfg = KConfig::parse(&read(&cfg_path)?);
-    let missing = final_cfg.check(&KConfig::parse(catalog::REQUIRED));
-    if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
-        return Err(VmError::new(format!(
-            "{name}: the kernel's Kconfig dropped required options ({}); this source cannot \
-             host the full device set",
-            list.join(", ")
-        )));
+        run_logged(c, self.log, phase, self.start, self.version)
     }
-    progress(
-        start,
-        &format!(
-            "{name}: config ready ({} fragment options applied)",
-            overrides.len()
-        ),
-    );
 
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let j = format!("-j{jobs}");
-    progress(
-        start,
-        &format!(
-            "{name}: make {j} vmlinux bzImage modules (log: {})",
-            log_path.display()
-        ),
-    );
-    make(&[&j, "vmlinux", "bzImage", "modules"], "compile")?;
-    let release = run_capture(
-        Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(tree)
-            .arg(format!("O={}", obj.display()))
-            .arg("kernelrelease"),
-    )
-    .map_err(VmError::new)?
-    .trim()
-    .to_string();
+    /// Makes the `.config`: allnoconfig with the fragment, kvm_guest.config, the fragment
+    /// merged again, olddefconfig; fails where a required option was dropped. Returns the
+    /// `.config` path.
+    fn configure(&self) -> Result<PathBuf> {
+        let (name, start, obj) = (self.name, self.start, self.obj);
+        progress(
+            start,
+            &format!("{name}: configuring (allnoconfig + fragment, kvm_guest.config, fragment)"),
+        );
+        // allnoconfig keeps what KCONFIG_ALLCONFIG names (and turns on what that depends on),
+        // so the base is the fragment's guest and nothing else (see vm/config/guest.config).
+        let allconfig = obj.join("guest.allconfig");
+        write(&allconfig, catalog::FRAGMENT.as_bytes())?;
+        let kconfig_allconfig = format!("KCONFIG_ALLCONFIG={}", allconfig.display());
+        self.make(&["allnoconfig", &kconfig_allconfig], "allnoconfig")?;
+        self.make(&["kvm_guest.config"], "kvm_guest.config")?;
+        let cfg_path = obj.join(".config");
+        let mut cfg = KConfig::parse(&read(&cfg_path)?);
+        let overrides = cfg.merge(&KConfig::parse(catalog::FRAGMENT));
+        write(&cfg_path, cfg.render().as_bytes())?;
+        self.make(&["olddefconfig"], "olddefconfig")?;
+        let final_cfg = KConfig::parse(&read(&cfg_path)?);
+        let missing = final_cfg.check(&KConfig::parse(catalog::REQUIRED));
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
+            return Err(VmError::new(format!(
+                "{name}: the kernel's Kconfig dropped required options ({}); this source cannot \
+                 host the full device set",
+                list.join(", ")
+            )));
+        }
+        progress(
+            start,
+            &format!(
+                "{name}: config ready ({} fragment options applied)",
+                overrides.len()
+            ),
+        );
+        Ok(cfg_path)
+    }
 
-    let out = root.join("kernels").join(key);
-    let _ = fs::remove_dir_all(&out);
-    mkdirs(&out)?;
-    make(
-        &[
+    /// Builds `vmlinux`, `bzImage` and the modules; returns the kernel release.
+    fn compile(&self) -> Result<String> {
+        let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let j = format!("-j{jobs}");
+        progress(
+            self.start,
+            &format!(
+                "{}: make {j} vmlinux bzImage modules (log: {})",
+                self.name,
+                self.log.display()
+            ),
+        );
+        self.make(&[&j, "vmlinux", "bzImage", "modules"], "compile")?;
+        Ok(run_capture(
+            Command::new("make")
+                .arg("-s")
+                .arg("-C")
+                .arg(self.tree)
+                .arg(format!("O={}", self.obj.display()))
+                .arg("kernelrelease"),
+        )
+        .map_err(VmError::new)?
+        .trim()
+        .to_string())
+    }
+
+    /// Fills the cache entry `out` (made anew): the modules (stripped, without the links
+    /// back into the build tree), `vmlinux`, `bzImage` and the config.
+    fn install(&self, out: &Path, release: &str, cfg_path: &Path) -> Result<()> {
+        let _ = fs::remove_dir_all(out);
+        mkdirs(out)?;
+        self.make(
+            &[
+                "modules_install",
+                "INSTALL_MOD_STRIP=1",
+                &format!("INSTALL_MOD_PATH={}", out.join("modules").display()),
+            ],
             "modules_install",
-            "INSTALL_MOD_STRIP=1",
-            &format!("INSTALL_MOD_PATH={}", out.join("modules").display()),
-        ],
-        "modules_install",
-    )?;
-    // The build and source links point back into the build tree; the guest needs neither.
-    let moddir = out.join("modules/lib/modules").join(&release);
-    let _ = fs::remove_file(moddir.join("build"));
-    let _ = fs::remove_file(moddir.join("source"));
-    copy(&obj.join("vmlinux"), &out.join("vmlinux"))?;
-    copy(&obj.join("arch/x86/boot/bzImage"), &out.join("bzImage"))?;
-    copy(&cfg_path, &out.join("config"))?;
+        )?;
+        // The build and source links point back into the build tree; the guest needs neither.
+        let moddir = out.join("modules/lib/modules").join(release);
+        let _ = fs::remove_file(moddir.join("build"));
+        let _ = fs::remove_file(moddir.join("source"));
+        copy(&self.obj.join("vmlinux"), &out.join("vmlinux"))?;
+        copy(
+            &self.obj.join("arch/x86/boot/bzImage"),
+            &out.join("bzImage"),
+        )?;
+        copy(cfg_path, &out.join("config"))?;
+        Ok(())
+    }
 
-    let mut files = Vec::new();
-    collect_files(&out, &out, &mut files)?;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let m = Manifest {
-        name: name.to_string(),
-        source: source.to_string(),
-        version: version.to_string(),
-        key: key.to_string(),
-        release,
-        build_seconds: start.elapsed().as_secs(),
-        tree: tree.to_path_buf(),
-        obj: obj.clone(),
-        files,
-    };
-    let json = serde_json::to_string_pretty(&m).map_err(|e| VmError::new(e.to_string()))?;
-    write(&out.join("manifest.json"), json.as_bytes())?;
-    progress(
-        start,
-        &format!(
-            "{name}: built {} in {} s -> {}",
-            m.release,
-            m.build_seconds,
-            out.display()
-        ),
-    );
-    Ok(as_built(&out, &m))
+    /// Writes the manifest of `out` (which completes the cache entry) and returns the
+    /// entry as a bootable kernel.
+    fn write_manifest(
+        &self,
+        source: &str,
+        key: &str,
+        release: String,
+        out: &Path,
+    ) -> Result<BuiltKernel> {
+        let name = self.name;
+        let mut files = Vec::new();
+        collect_files(out, out, &mut files)?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let m = Manifest {
+            name: name.to_string(),
+            source: source.to_string(),
+            version: self.version.to_string(),
+            key: key.to_string(),
+            release,
+            build_seconds: self.start.elapsed().as_secs(),
+            tree: self.tree.to_path_buf(),
+            obj: self.obj.to_path_buf(),
+            files,
+        };
+        let json = serde_json::to_string_pretty(&m).map_err(|e| VmError::new(e.to_string()))?;
+        write(&out.join("manifest.json"), json.as_bytes())?;
+        progress(
+            self.start,
+            &format!(
+                "{name}: built {} in {} s -> {}",
+                m.release,
+                m.build_seconds,
+                out.display()
+            ),
+        );
+        Ok(as_built(out, &m))
+    }
 }
 
 /// The kernel selftests the harness builds for each kernel: (suite, executable).
@@ -461,75 +531,10 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
             .arg("headers_install"),
         "make headers_install (for selftests)",
     )?;
-    let t = tree.join("tools/testing/selftests");
-    let inc = hdr.join("include");
-    let hmm_dir = if t.join("mm/hmm-tests.c").exists() {
-        "mm"
-    } else {
-        "vm"
-    };
-    let sync_srcs: Vec<PathBuf> = fs::read_dir(t.join("sync"))
-        .map(|rd| {
-            let mut v: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "c"))
-                .collect();
-            v.sort();
-            v
-        })
-        .unwrap_or_default();
-    let hmm_src = t.join(hmm_dir).join("hmm-tests.c");
-    let mut hmm_incs = vec![t.clone(), inc.clone(), tree.clone()];
-    // Trees around 5.15 include "./local_config.h", which their Makefile makes with
-    // check_config.sh (it probes libhugetlbfs); the tree is never written, so the header is
-    // made in the object directory and found through -I.
-    let hmm_libs = match local_config(&hmm_src, &obj.join("selftest-config"))? {
-        Some((dir, libs)) => {
-            hmm_incs.push(dir);
-            Some(libs)
-        }
-        None => None,
-    };
-    let recipes: Vec<(&str, Vec<PathBuf>, Vec<PathBuf>)> = vec![
-        ("hmm-tests", vec![hmm_src.clone()], hmm_incs),
-        ("sync_test", sync_srcs, vec![inc.clone()]),
-        (
-            "udmabuf",
-            vec![t.join("drivers/dma-buf/udmabuf.c")],
-            vec![t.clone(), inc.clone()],
-        ),
-        (
-            "dmabuf-heap",
-            vec![t.join("dmabuf-heaps/dmabuf-heap.c")],
-            vec![t.clone(), inc.clone()],
-        ),
-    ];
+    let (recipes, hmm_libs) = selftest_recipes(tree, obj, &hdr)?;
     let mut built = Vec::new();
     for (exe, srcs, incs) in recipes {
-        let mut c = Command::new("cc");
-        c.args(["-O2", "-w", "-D_GNU_SOURCE", "-o"])
-            .arg(out.join(exe));
-        for i in &incs {
-            c.arg("-I").arg(i);
-        }
-        c.args(&srcs).args(["-lpthread", "-lrt"]);
-        match (&hmm_libs, exe) {
-            // What check_config.sh found (HMM_EXTRA_LIBS).
-            (Some(libs), "hmm-tests") => {
-                c.args(libs);
-            }
-            // 5.10's hmm-tests includes <hugetlbfs.h> unconditionally (Debian
-            // libhugetlbfs-dev).
-            _ => {
-                if srcs
-                    .iter()
-                    .any(|s| fs::read_to_string(s).is_ok_and(|t| t.contains("<hugetlbfs.h>")))
-                {
-                    c.arg("-lhugetlbfs");
-                }
-            }
-        }
+        let mut c = selftest_command(&out, exe, &srcs, &incs, hmm_libs.as_deref());
         match c.output() {
             Ok(o) if o.status.success() => built.push(exe),
             Ok(o) => {
@@ -553,6 +558,98 @@ pub fn ensure_selftests(k: &BuiltKernel) -> Result<PathBuf> {
         &format!("{}: selftests built: {}", k.name, built.join(", ")),
     );
     Ok(out)
+}
+
+/// How one selftest executable is compiled: (executable, sources, include directories).
+type SelftestRecipe = (&'static str, Vec<PathBuf>, Vec<PathBuf>);
+
+/// The recipes of the [`SELFTESTS`] in `tree`, against the uapi headers installed in `hdr`,
+/// and the extra libraries hmm-tests links with where the tree's `check_config.sh` made its
+/// `local_config.h` (in `obj`).
+fn selftest_recipes(
+    tree: &Path,
+    obj: &Path,
+    hdr: &Path,
+) -> Result<(Vec<SelftestRecipe>, Option<Vec<String>>)> {
+    let t = tree.join("tools/testing/selftests");
+    let inc = hdr.join("include");
+    let hmm_dir = if t.join("mm/hmm-tests.c").exists() {
+        "mm"
+    } else {
+        "vm"
+    };
+    let sync_srcs: Vec<PathBuf> = fs::read_dir(t.join("sync"))
+        .map(|rd| {
+            let mut v: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "c"))
+                .collect();
+            v.sort();
+            v
+        })
+        .unwrap_or_default();
+    let hmm_src = t.join(hmm_dir).join("hmm-tests.c");
+    let mut hmm_incs = vec![t.clone(), inc.clone(), tree.to_path_buf()];
+    // Trees around 5.15 include "./local_config.h", which their Makefile makes with
+    // check_config.sh (it probes libhugetlbfs); the tree is never written, so the header is
+    // made in the object directory and found through -I.
+    let hmm_libs = match local_config(&hmm_src, &obj.join("selftest-config"))? {
+        Some((dir, libs)) => {
+            hmm_incs.push(dir);
+            Some(libs)
+        }
+        None => None,
+    };
+    let recipes: Vec<SelftestRecipe> = vec![
+        ("hmm-tests", vec![hmm_src.clone()], hmm_incs),
+        ("sync_test", sync_srcs, vec![inc.clone()]),
+        (
+            "udmabuf",
+            vec![t.join("drivers/dma-buf/udmabuf.c")],
+            vec![t.clone(), inc.clone()],
+        ),
+        (
+            "dmabuf-heap",
+            vec![t.join("dmabuf-heaps/dmabuf-heap.c")],
+            vec![t.clone(), inc.clone()],
+        ),
+    ];
+    Ok((recipes, hmm_libs))
+}
+
+/// The `cc` command that builds the selftest `exe` into `out`.
+fn selftest_command(
+    out: &Path,
+    exe: &str,
+    srcs: &[PathBuf],
+    incs: &[PathBuf],
+    hmm_libs: Option<&[String]>,
+) -> Command {
+    let mut c = Command::new("cc");
+    c.args(["-O2", "-w", "-D_GNU_SOURCE", "-o"])
+        .arg(out.join(exe));
+    for i in incs {
+        c.arg("-I").arg(i);
+    }
+    c.args(srcs).args(["-lpthread", "-lrt"]);
+    match (hmm_libs, exe) {
+        // What check_config.sh found (HMM_EXTRA_LIBS).
+        (Some(libs), "hmm-tests") => {
+            c.args(libs);
+        }
+        // 5.10's hmm-tests includes <hugetlbfs.h> unconditionally (Debian
+        // libhugetlbfs-dev).
+        _ => {
+            if srcs
+                .iter()
+                .any(|s| fs::read_to_string(s).is_ok_and(|t| t.contains("<hugetlbfs.h>")))
+            {
+                c.arg("-lhugetlbfs");
+            }
+        }
+    }
+    c
 }
 
 /// For an hmm-tests source that includes `local_config.h` (5.x trees before `mm/`), runs
