@@ -25,6 +25,8 @@ pub mod guest;
 pub mod kconfig;
 pub mod lane;
 pub mod oops;
+pub mod prepare;
+pub mod program;
 pub mod report;
 pub mod runner;
 pub mod stock;

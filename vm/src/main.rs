@@ -11,6 +11,10 @@ use vm::cache::{self, BuiltKernel};
 use vm::catalog;
 use vm::error::VmError;
 use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
+use vm::prepare::{
+    KernelSelection, Prepared, missing_features, prepare, resolve_kernel, unknown_kernel,
+};
+use vm::program::{self, RunRequest};
 use vm::report::{self, KernelReport};
 use vm::runner;
 
@@ -185,6 +189,11 @@ fn fail(e: &VmError) -> ExitCode {
     ExitCode::from(125)
 }
 
+/// The exit status of a command, or 125 for its error (said on stderr).
+fn exit(r: Result<ExitCode, VmError>) -> ExitCode {
+    r.unwrap_or_else(|e| fail(&e))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -211,7 +220,16 @@ fn main() -> ExitCode {
             env,
             nvdimm_file,
             argv,
-        } => run(&k, &devices, timeout, &env, nvdimm_file, argv),
+        } => {
+            let req = RunRequest {
+                devices,
+                timeout: Duration::from_secs(timeout),
+                env,
+                nvdimm_file,
+                argv,
+            };
+            exit(program::run(&k.selection(), req).map(|o| o.exit_status().into()))
+        }
         Cmd::Test(a) => test(&a),
         Cmd::Powercut {
             k,
@@ -259,6 +277,17 @@ fn main() -> ExitCode {
     }
 }
 
+impl KernelArgs {
+    fn selection(&self) -> KernelSelection {
+        KernelSelection {
+            kernel: self.kernel.clone(),
+            modules: self.modules.clone(),
+            kernel_source: self.kernel_source.clone(),
+            accel: self.accel.clone(),
+        }
+    }
+}
+
 fn expand(names: &[String]) -> Vec<String> {
     if names.iter().any(|n| n == "all") {
         catalog::default_matrix()
@@ -268,14 +297,6 @@ fn expand(names: &[String]) -> Vec<String> {
     } else {
         names.to_vec()
     }
-}
-
-fn unknown_kernel(n: &str) -> VmError {
-    let names: Vec<&str> = catalog::CATALOG.iter().map(|k| k.name).collect();
-    VmError::with_fix(
-        format!("no kernel named {n:?} (catalog: {})", names.join(", ")),
-        "vm kernels lists them; pass a path to boot your own (--kernel PATH --modules DIR)",
-    )
 }
 
 fn kernels() -> ExitCode {
@@ -315,304 +336,6 @@ fn kernels() -> ExitCode {
     println!("cache: {}", catalog::cache_root().display());
     println!("bring your own: {}", catalog::BRING_YOUR_OWN);
     ExitCode::SUCCESS
-}
-
-/// Resolves the kernel arguments to a bootable kernel.
-fn resolve_kernel(
-    name: &str,
-    modules: Option<&Path>,
-    source: Option<&Path>,
-) -> Result<BuiltKernel, VmError> {
-    if let Some(src) = source {
-        return build::ensure_tree(src, false);
-    }
-    if let Some(k) = catalog::find(name) {
-        return build::ensure_catalog(k, false);
-    }
-    let p = Path::new(name);
-    if !p.exists() {
-        return Err(unknown_kernel(name));
-    }
-    if let Some(k) = cached_entry_of(p, modules) {
-        return Ok(k);
-    }
-    let (mods, release) = match modules {
-        None => (None, "unknown".to_string()),
-        Some(m) => {
-            let dir = if m.join("modules.dep").exists() {
-                m.to_path_buf()
-            } else {
-                let base = if m.join("lib/modules").exists() {
-                    m.join("lib/modules")
-                } else {
-                    m.to_path_buf()
-                };
-                std::fs::read_dir(&base)
-                    .ok()
-                    .and_then(|rd| {
-                        rd.flatten()
-                            .map(|e| e.path())
-                            .find(|p| p.join("modules.dep").exists())
-                    })
-                    .ok_or_else(|| {
-                        VmError::with_fix(
-                            format!("{} holds no modules.dep", m.display()),
-                            "pass lib/modules/<release> of that kernel (run depmod there first)",
-                        )
-                    })?
-            };
-            let rel = dir
-                .file_name()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (Some(dir), rel)
-        }
-    };
-    Ok(BuiltKernel {
-        name: "custom".into(),
-        image: p.to_path_buf(),
-        modules: mods,
-        release,
-        built_from: None,
-        cache_dir: None,
-        // Not known to carry the project's test-only vkms patch.
-        missing_features: vm::stock::with_vkms_fdinfo(Vec::new(), false),
-        extra_modules: Vec::new(),
-        early_modules: Vec::new(),
-    })
-}
-
-/// A kernel path inside an intact cache entry (`kernels/<key>/vmlinux` or `bzImage`) is
-/// that entry: its modules (unless `--modules` names others), its features and, for a
-/// kernel the harness built from source, its tree (so `vm test` builds its selftests).
-fn cached_entry_of(image: &Path, modules: Option<&Path>) -> Option<BuiltKernel> {
-    if modules.is_some() {
-        return None;
-    }
-    let dir = image.parent()?;
-    if !dir.join("manifest.json").is_file() {
-        return None;
-    }
-    let m = match cache::verify(dir) {
-        Ok(m) => m,
-        Err(why) => {
-            eprintln!(
-                "vm: {} is in cache entry {} ({why}): booting it as a plain path",
-                image.display(),
-                dir.display()
-            );
-            return None;
-        }
-    };
-    let name = image.file_name()?.to_string_lossy().into_owned();
-    if !m.files.iter().any(|f| f.path == name) {
-        return None;
-    }
-    let mut k = if m.obj.as_os_str().is_empty() {
-        vm::stock::as_built(dir, &m)
-    } else {
-        cache::as_built(dir, &m)
-    };
-    k.image = image.to_path_buf();
-    eprintln!(
-        "vm: {} is the cache entry of {} ({}){}",
-        image.display(),
-        m.name,
-        m.release,
-        if k.built_from.is_some() {
-            "; its source tree is known"
-        } else {
-            ""
-        }
-    );
-    Some(k)
-}
-
-fn parse_devices(list: &[String]) -> Result<Vec<DeviceKind>, VmError> {
-    let mut out = Vec::new();
-    for d in list {
-        if d == "all" {
-            out.extend(DeviceKind::ALL);
-            continue;
-        }
-        if d == "none" {
-            continue;
-        }
-        let k = DeviceKind::parse(d).ok_or_else(|| {
-            let names: Vec<&str> = DeviceKind::ALL.iter().map(|d| d.name()).collect();
-            VmError::new(format!(
-                "unknown device {d:?} (devices: {}, all, none)",
-                names.join(", ")
-            ))
-        })?;
-        out.push(k);
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// What `vm run` and `vm powercut` set up alike before their first boot.
-struct Prepared {
-    /// The payload's environment: every `--env KEY=VALUE`, then `VM_MISSING_FEATURES`.
-    envs: Vec<(String, String)>,
-    /// The kernel to boot.
-    kernel: BuiltKernel,
-    /// The guest's busybox.
-    busybox: PathBuf,
-    /// The accelerator, decided (and probed where `auto`).
-    decision: accel::Decision,
-}
-
-/// Checks `--accel` and `--env`, makes a program named by a relative path absolute (the
-/// guest shares the current directory), resolves the kernel, checks busybox and QEMU and
-/// decides the accelerator.
-fn prepare(k: &KernelArgs, env: &[String], argv: &mut [String]) -> Result<Prepared, VmError> {
-    let Some(choice) = AccelChoice::parse(&k.accel) else {
-        return Err(VmError::new(format!(
-            "--accel {:?}: use auto, kvm or tcg",
-            k.accel
-        )));
-    };
-    let mut envs = Vec::new();
-    for e in env {
-        match e.split_once('=') {
-            Some((a, b)) if !a.is_empty() => envs.push((a.to_string(), b.to_string())),
-            _ => return Err(VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
-        }
-    }
-    if argv[0].contains('/')
-        && let Ok(abs) = std::fs::canonicalize(&argv[0])
-    {
-        argv[0] = abs.to_string_lossy().into_owned();
-    }
-    let kernel = resolve_kernel(&k.kernel, k.modules.as_deref(), k.kernel_source.as_deref())?;
-    let missing = missing_features(&kernel);
-    if !missing.is_empty() {
-        envs.push(("VM_MISSING_FEATURES".into(), missing));
-    }
-    let busybox = guest::busybox_binary()?;
-    guest::qemu_binary()?;
-    let decision = accel::decide(choice, &kernel, &busybox);
-    Ok(Prepared {
-        envs,
-        kernel,
-        busybox,
-        decision,
-    })
-}
-
-fn run(
-    k: &KernelArgs,
-    devices: &[String],
-    timeout: u64,
-    env: &[String],
-    nvdimm_file: Option<PathBuf>,
-    mut argv: Vec<String>,
-) -> ExitCode {
-    let devices = match parse_devices(devices) {
-        Ok(d) => d,
-        Err(e) => return fail(&e),
-    };
-    let Prepared {
-        envs,
-        kernel,
-        busybox,
-        decision,
-    } = match prepare(k, env, &mut argv) {
-        Ok(p) => p,
-        Err(e) => return fail(&e),
-    };
-    eprintln!(
-        "vm: {} | kernel {} ({}){}",
-        decision.note,
-        kernel.name,
-        kernel.release,
-        decision.detail_text()
-    );
-    let spec = GuestSpec {
-        kernel,
-        devices,
-        payload: Payload {
-            argv,
-            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
-            env: envs,
-            host_root: true,
-        },
-        accel: decision.accel,
-        timeout: Duration::from_secs(timeout),
-        memory_mib: 1024,
-        probe_only: false,
-        stream_output: Stream::Plain,
-    };
-    let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-run") {
-        Ok(f) => f,
-        Err(e) => return fail(&e),
-    };
-    let opts = guest::BootOptions {
-        keep_nvdimm: nvdimm_file.is_some(),
-        power_cut: None,
-    };
-    if let Some(p) = nvdimm_file {
-        files.nvdimm = p;
-    }
-    let r = match guest::boot_with(&spec, files, &busybox, &opts) {
-        Ok(r) => r,
-        Err(e) => return fail(&e),
-    };
-    for rec in &r.parsed.records {
-        if let vm::stream::Record::Module {
-            name,
-            ok: false,
-            detail,
-        } = rec
-        {
-            eprintln!("vm: module {name} failed to load: {detail}");
-        }
-    }
-    eprintln!("vm: {}", boot_breakdown(&r));
-    match &r.ending {
-        Ending::Exited(code) => {
-            let _ = std::fs::remove_dir_all(&r.files.dir);
-            ExitCode::from(u8::try_from(*code).unwrap_or(1))
-        }
-        other => {
-            eprintln!("vm: guest failed: {}", other);
-            for l in &r.console_tail {
-                eprintln!("    | {l}");
-            }
-            eprintln!("vm: files kept in {}", r.files.dir.display());
-            ExitCode::from(125)
-        }
-    }
-}
-
-/// One line: where the guest's boot time went (guest uptime at each phase) and the host's
-/// wall time to init and to the payload.
-fn boot_breakdown(r: &guest::BootResult) -> String {
-    let mut parts = Vec::new();
-    for rec in &r.parsed.records {
-        match rec {
-            vm::stream::Record::Boot { uptime_s, .. } => parts.push(format!("init {uptime_s:.2}")),
-            vm::stream::Record::Note(n) => {
-                let w: Vec<&str> = n.split_whitespace().collect();
-                match w.as_slice() {
-                    ["phase", name, t] => parts.push(format!("{name} {t}")),
-                    ["payload", "start", t] => parts.push(format!("payload {t}")),
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-    }
-    let host =
-        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.2}", d.as_secs_f64()));
-    format!(
-        "guest uptime at: {} s; host wall to init {} s, to payload {} s",
-        parts.join(", "),
-        host(r.boot_time),
-        host(r.payload_time)
-    )
 }
 
 /// Builds the kernel-tests test binaries and returns their paths.
@@ -1088,7 +811,7 @@ fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<Stri
         kernel,
         busybox,
         decision,
-    } = match prepare(k, env, &mut argv) {
+    } = match prepare(&k.selection(), env, &mut argv) {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
@@ -1354,16 +1077,6 @@ fn guest_tests(
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// What the guest lacks by construction, for `VM_MISSING_FEATURES`: the kernel's missing
-/// features, plus `virgl` unless `VM_VIRGL=1` gives the guest a virgl-capable virtio-gpu.
-fn missing_features(kernel: &BuiltKernel) -> String {
-    let mut m = kernel.missing_features.clone();
-    if !guest::virgl() {
-        m.push("virgl".into());
-    }
-    m.join(",")
 }
 
 #[cfg(test)]
