@@ -24,6 +24,7 @@ pub mod error;
 pub mod guest;
 pub mod kconfig;
 pub mod lane;
+pub mod matrix;
 pub mod oops;
 pub mod prepare;
 pub mod program;

@@ -2,21 +2,17 @@
 //! runs programs and test suites inside.
 
 use clap::{Parser, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use vm::accel::{self, AccelChoice};
 use vm::build;
-use vm::cache::{self, BuiltKernel};
+use vm::cache;
 use vm::catalog;
 use vm::error::VmError;
 use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
-use vm::prepare::{
-    KernelSelection, Prepared, missing_features, prepare, resolve_kernel, unknown_kernel,
-};
+use vm::matrix::{self, GuestTests, TestOptions};
+use vm::prepare::{KernelSelection, Prepared, prepare, unknown_kernel};
 use vm::program::{self, RunRequest};
-use vm::report::{self, KernelReport};
-use vm::runner;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -194,6 +190,15 @@ fn exit(r: Result<ExitCode, VmError>) -> ExitCode {
     r.unwrap_or_else(|e| fail(&e))
 }
 
+/// 0 for a command that passed, 1 for one that failed.
+fn passed(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -230,7 +235,7 @@ fn main() -> ExitCode {
             };
             exit(program::run(&k.selection(), req).map(|o| o.exit_status().into()))
         }
-        Cmd::Test(a) => test(&a),
+        Cmd::Test(a) => exit(matrix::test(&a.options()).map(passed)),
         Cmd::Powercut {
             k,
             cuts,
@@ -266,14 +271,17 @@ fn main() -> ExitCode {
             selftests,
             libdrm,
             skip_units,
-        } => guest_tests(
-            &bins,
-            strict,
-            test_timeout,
-            selftests.as_deref(),
-            libdrm,
-            &skip_units,
-        ),
+        } => {
+            let g = GuestTests {
+                bins,
+                strict,
+                test_timeout: Duration::from_secs(test_timeout),
+                selftests,
+                libdrm,
+                skip_units,
+            };
+            passed(matrix::guest_tests(&g))
+        }
     }
 }
 
@@ -338,46 +346,6 @@ fn kernels() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Builds the kernel-tests test binaries and returns their paths.
-fn build_test_binaries(targets: &[String]) -> Result<Vec<PathBuf>, VmError> {
-    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "test",
-            "-p",
-            "kernel-tests",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(targets.iter().flat_map(|t| ["--test", t.as_str()]))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| {
-            VmError::with_fix(format!("cannot run cargo: {e}"), "install Rust (rustup)")
-        })?;
-    if !out.status.success() {
-        return Err(VmError::new(
-            "building the kernel-tests binaries failed (see above)",
-        ));
-    }
-    let mut bins = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] == "compiler-artifact"
-            && v["profile"]["test"] == true
-            && let Some(exe) = v["executable"].as_str()
-        {
-            bins.push(PathBuf::from(exe));
-        }
-    }
-    if bins.is_empty() {
-        return Err(VmError::new("cargo built no kernel-tests test binaries"));
-    }
-    bins.sort();
-    Ok(bins)
-}
-
 /// `vm test` settings.
 #[derive(clap::Args, Debug)]
 struct TestArgs {
@@ -427,335 +395,23 @@ struct TestArgs {
     jobs: usize,
 }
 
-/// What every kernel of a `vm test` run shares.
-#[derive(Clone)]
-struct TestPlan {
-    /// The guest's busybox.
-    busybox: PathBuf,
-    /// `vm guest-tests --strict --bin ...` (absolute paths).
-    argv: Vec<String>,
-    /// The libtest units of the test binaries, as `suite::name` (listed on the host), for
-    /// the not-run list of a lane that gives up.
-    units: Vec<String>,
-    /// `--env` pairs.
-    env: Vec<(String, String)>,
-    choice: AccelChoice,
-    timeout: Duration,
-    max_oopses: usize,
-    /// No kernel selftests, no libdrm programs.
-    kernel_tests_only: bool,
-}
-
-fn test(a: &TestArgs) -> ExitCode {
-    let Some(choice) = AccelChoice::parse(&a.accel) else {
-        return fail(&VmError::new(format!(
-            "--accel {:?}: use auto, kvm or tcg",
-            a.accel
-        )));
-    };
-    let mut env = Vec::new();
-    for e in &a.env {
-        match e.split_once('=') {
-            Some((k, v)) if !k.is_empty() => env.push((k.to_string(), v.to_string())),
-            _ => return fail(&VmError::new(format!("--env {e:?}: expected KEY=VALUE"))),
+impl TestArgs {
+    fn options(&self) -> TestOptions {
+        TestOptions {
+            kernel: self.kernel.clone(),
+            modules: self.modules.clone(),
+            kernel_source: self.kernel_source.clone(),
+            tests: self.tests.clone(),
+            env: self.env.clone(),
+            max_oopses: self.max_oopses,
+            kernel_tests_only: self.kernel_tests_only,
+            accel: self.accel.clone(),
+            json: self.json.clone(),
+            junit: self.junit.clone(),
+            timeout: Duration::from_secs(self.timeout),
+            jobs: self.jobs,
         }
     }
-    let names = if a.kernel_source.is_some() {
-        vec!["custom".to_string()]
-    } else if a.kernel == "all" {
-        catalog::default_matrix()
-            .into_iter()
-            .map(String::from)
-            .collect()
-    } else {
-        vec![a.kernel.clone()]
-    };
-    let busybox = match guest::busybox_binary() {
-        Ok(b) => b,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = guest::qemu_binary() {
-        return fail(&e);
-    }
-    let bins = match build_test_binaries(&a.tests) {
-        Ok(b) => b,
-        Err(e) => return fail(&e),
-    };
-    let me = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => return fail(&VmError::new(format!("cannot find the vm executable: {e}"))),
-    };
-    let mut argv = vec![
-        me.to_string_lossy().into_owned(),
-        "guest-tests".into(),
-        "--strict".into(),
-    ];
-    let mut units = Vec::new();
-    for b in &bins {
-        argv.push("--bin".into());
-        argv.push(b.to_string_lossy().into_owned());
-        let suite = runner::suite_name(b);
-        let (_, list, _) = runner::run_limited(
-            std::process::Command::new(b).args(["--list", "--format", "terse"]),
-            Duration::from_secs(30),
-        );
-        units.extend(
-            runner::parse_list(&list)
-                .iter()
-                .map(|n| runner::unit_id(&suite, n)),
-        );
-    }
-    let plan = TestPlan {
-        busybox,
-        argv,
-        units,
-        env,
-        choice,
-        timeout: Duration::from_secs(a.timeout),
-        max_oopses: a.max_oopses,
-        kernel_tests_only: a.kernel_tests_only,
-    };
-    let lane = |n: &str, stream: Stream| -> Result<KernelReport, VmError> {
-        eprintln!("\n=== {n} ===");
-        // A matrix lane that runs only some targets (CatalogKernel::matrix_suites).
-        let narrowed = catalog::find(n)
-            .and_then(|k| k.matrix_suites)
-            .filter(|_| a.kernel == "all" && a.tests.is_empty())
-            .map(|suites| {
-                eprintln!(
-                    "vm: {n}: the matrix runs only {} here (its catalog entry)",
-                    suites.join(", ")
-                );
-                only_suites(&plan, suites)
-            });
-        match resolve_kernel(n, a.modules.as_deref(), a.kernel_source.as_deref()) {
-            Ok(kernel) => test_kernel(n, kernel, narrowed.as_ref().unwrap_or(&plan), stream),
-            Err(e) => {
-                eprintln!("vm: {e}");
-                Ok(KernelReport::not_built(n, &e.to_string()))
-            }
-        }
-    };
-    let jobs = a.jobs.clamp(1, names.len().max(1));
-    let results: Vec<Result<KernelReport, VmError>> = if jobs == 1 {
-        names.iter().map(|n| lane(n, Stream::Plain)).collect()
-    } else {
-        eprintln!("vm: {} lanes, {jobs} at a time (--jobs)", names.len());
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let slots: Vec<std::sync::Mutex<Option<Result<KernelReport, VmError>>>> =
-            names.iter().map(|_| Default::default()).collect();
-        std::thread::scope(|s| {
-            for _ in 0..jobs {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(n) = names.get(i) else { break };
-                        let r = lane(n, Stream::Prefixed(format!("[{n}] ")));
-                        *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                    }
-                });
-            }
-        });
-        slots
-            .into_iter()
-            .map(|m| {
-                m.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or_else(|| Err(VmError::new("a lane ended without a report")))
-            })
-            .collect()
-    };
-    let mut reports = Vec::new();
-    for r in results {
-        match r {
-            Ok(rep) => reports.push(rep),
-            Err(e) => return fail(&e),
-        }
-    }
-    print!("{}", report::summary(&reports));
-    if let Some(p) = &a.json
-        && let Err(e) = std::fs::write(p, report::json(&reports))
-    {
-        return fail(&VmError::new(format!("{}: {e}", p.display())));
-    }
-    if let Some(p) = &a.junit
-        && let Err(e) = std::fs::write(p, report::junit(&reports))
-    {
-        return fail(&VmError::new(format!("{}: {e}", p.display())));
-    }
-    if reports.iter().all(|r| r.passed) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-/// `plan` with only the test binaries of `suites` (and their units), and no kernel
-/// selftests or libdrm programs.
-fn only_suites(plan: &TestPlan, suites: &[&str]) -> TestPlan {
-    let mut argv = Vec::new();
-    let mut args = plan.argv.iter();
-    while let Some(arg) = args.next() {
-        if arg == "--bin" {
-            let Some(bin) = args.next() else { break };
-            if suites.contains(&runner::suite_name(Path::new(bin)).as_str()) {
-                argv.extend([arg.clone(), bin.clone()]);
-            }
-        } else {
-            argv.push(arg.clone());
-        }
-    }
-    TestPlan {
-        argv,
-        units: plan
-            .units
-            .iter()
-            .filter(|u| suites.iter().any(|s| u.starts_with(&format!("{s}::"))))
-            .cloned()
-            .collect(),
-        kernel_tests_only: true,
-        ..plan.clone()
-    }
-}
-
-/// One kernel's lane: boots it with the full device set and runs the suite; after a boot
-/// that a kernel crash ended, boots again for what had not run (at most
-/// `plan.max_oopses` crashes).
-fn test_kernel(
-    n: &str,
-    kernel: BuiltKernel,
-    plan: &TestPlan,
-    stream: Stream,
-) -> Result<KernelReport, VmError> {
-    let t0 = std::time::Instant::now();
-    let mut argv = plan.argv.clone();
-    let mut units = plan.units.clone();
-    if plan.kernel_tests_only {
-        eprintln!("vm: {n}: --kernel-tests-only: no kernel selftests, no libdrm programs");
-    } else {
-        match vm::build::ensure_selftests(&kernel) {
-            Ok(dir) => {
-                argv.push("--selftests".into());
-                argv.push(dir.to_string_lossy().into_owned());
-                units.extend(
-                    vm::build::SELFTESTS
-                        .iter()
-                        .map(|(suite, _)| runner::unit_id(suite, runner::KSELFTEST_UNIT)),
-                );
-            }
-            Err(e) => eprintln!("vm: {n}: no kernel selftests: {e}"),
-        }
-        argv.push("--libdrm".into());
-        units.push(runner::unit_id("libdrm", "*"));
-    }
-    let decision = accel::decide(plan.choice, &kernel, &plan.busybox);
-    eprintln!(
-        "vm: {} | kernel {n} ({}){}",
-        decision.note,
-        kernel.release,
-        decision.detail_text()
-    );
-    let missing = missing_features(&kernel);
-    if !missing.is_empty() {
-        eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
-    }
-    let mut env = vec![
-        ("KERNEL_TESTS_STRICT".to_string(), "1".to_string()),
-        ("VM_KERNEL".into(), n.to_string()),
-        ("VM_MISSING_FEATURES".into(), missing.clone()),
-        ("VM_ACCEL".into(), decision.accel.name().into()),
-    ];
-    env.extend(plan.env.iter().cloned());
-    let mut spec = GuestSpec {
-        kernel,
-        devices: DeviceKind::ALL.to_vec(),
-        payload: Payload {
-            argv: argv.clone(),
-            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
-            env,
-            host_root: true,
-        },
-        accel: decision.accel,
-        timeout: plan.timeout,
-        // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
-        memory_mib: 2048,
-        probe_only: false,
-        stream_output: stream,
-    };
-    let tag = catalog::path_safe(n);
-    let mut lane = vm::lane::Lane::new(plan.max_oopses);
-    let mut boots = Vec::new();
-    let not_run = loop {
-        let files = RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}"))?;
-        let r = guest::boot(&spec, files, &plan.busybox)?;
-        let console = String::from_utf8_lossy(&std::fs::read(&r.files.console).unwrap_or_default())
-            .into_owned();
-        let panicked = matches!(r.ending, Ending::Panic(_) | Ending::Hang(_));
-        let (next, failed) =
-            lane.after_boot(&r.parsed.records, panicked, r.hang.as_deref(), &console);
-        if let Some(h) = &r.hang {
-            eprintln!(
-                "vm: {n}: boot {}: the guest hung: {h} (the monitor's registers: {})",
-                lane.boots,
-                r.files.hang.display()
-            );
-        }
-        if let Some(c) = lane.crashes.last().filter(|_| panicked) {
-            eprintln!(
-                "vm: {n}: boot {}: {} (files kept in {})",
-                lane.boots,
-                c.verdict(),
-                r.files.dir.display()
-            );
-            for l in &c.oops.excerpt {
-                eprintln!("    ! {l}");
-            }
-        }
-        boots.push((r, failed));
-        match next {
-            vm::lane::Next::Done => break Vec::new(),
-            vm::lane::Next::GiveUp => {
-                let nr = lane.not_run(&units);
-                eprintln!(
-                    "vm: {n}: NOT RUN: {} unit(s) after {} kernel crash(es){}",
-                    nr.len(),
-                    lane.crashes.len(),
-                    if lane.crashes.len() >= lane.max_oopses {
-                        " (the limit, --max-oopses)"
-                    } else {
-                        " (the crash came before any test)"
-                    }
-                );
-                break nr;
-            }
-            vm::lane::Next::Resume(done) => {
-                eprintln!(
-                    "vm: {n}: booting again (boot {}) for what had not run; {} unit(s) done",
-                    lane.boots + 1,
-                    done.len()
-                );
-                spec.payload.argv = argv.clone();
-                for u in done {
-                    spec.payload.argv.push("--skip-unit".into());
-                    spec.payload.argv.push(u);
-                }
-                // The kernel's time limit covers all its boots.
-                spec.timeout = plan
-                    .timeout
-                    .saturating_sub(t0.elapsed())
-                    .max(Duration::from_secs(120));
-            }
-        }
-    };
-    let rep = KernelReport::from_lane(n, decision.accel.name(), &boots, &lane, not_run);
-    for (r, _) in &boots {
-        if rep.passed {
-            let _ = std::fs::remove_dir_all(&r.files.dir);
-        } else {
-            eprintln!("vm: {n}: files kept in {}", r.files.dir.display());
-        }
-    }
-    Ok(rep)
 }
 
 /// `vm powercut` settings.
@@ -1026,99 +682,8 @@ fn matrix(format: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn guest_tests(
-    bins: &[PathBuf],
-    strict: bool,
-    test_timeout: u64,
-    selftests: Option<&Path>,
-    libdrm: bool,
-    skip_units: &[String],
-) -> ExitCode {
-    let mut sink = runner::Sink::from_env();
-    sink.done.extend(skip_units.iter().cloned());
-    if !skip_units.is_empty() {
-        sink.note(&format!(
-            "resumed after a kernel crash: {} unit(s) ran in earlier boots",
-            skip_units.len()
-        ));
-    }
-    let bins: Vec<runner::TestBinary> = bins
-        .iter()
-        .map(|p| runner::TestBinary {
-            suite: runner::suite_name(p),
-            path: p.clone(),
-        })
-        .collect();
-    let limit = Duration::from_secs(test_timeout);
-    runner::run_binaries(&bins, &mut sink, strict, limit);
-    if let Some(dir) = selftests {
-        for (suite, exe) in vm::build::SELFTESTS {
-            let run = |sink: &mut runner::Sink| {
-                runner::run_kselftest(&dir.join(exe), suite, sink, Duration::from_secs(600))
-            };
-            if *suite == "hmm-tests" {
-                runner::with_thp_madvise(|| run(&mut sink));
-            } else {
-                run(&mut sink);
-            }
-        }
-    }
-    if libdrm {
-        runner::run_libdrm(&mut sink, limit);
-    }
-    let [p, f, s] = sink.counts;
-    let known = sink.known;
-    println!(
-        "guest-tests: {p} passed, {} failed, {s} skipped, {known} known failures",
-        f - known
-    );
-    if f > known {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_narrowed_lane_keeps_only_its_binaries_and_units() {
-        let plan = TestPlan {
-            busybox: "/bb".into(),
-            argv: [
-                "/vm",
-                "guest-tests",
-                "--strict",
-                "--bin",
-                "/t/smoke-0123456789abcdef",
-            ]
-            .into_iter()
-            .chain([
-                "--bin",
-                "/t/atomic-0123456789abcdef",
-                "--bin",
-                "/t/dmabuf-0123456789abcdef",
-            ])
-            .map(String::from)
-            .collect(),
-            units: ["smoke::a", "atomic::b", "dmabuf::c", "smokey::d"]
-                .map(String::from)
-                .to_vec(),
-            env: Vec::new(),
-            choice: AccelChoice::Auto,
-            timeout: Duration::from_secs(1),
-            max_oopses: 3,
-            kernel_tests_only: false,
-        };
-        let n = only_suites(&plan, &["smoke", "dmabuf"]);
-        assert_eq!(
-            n.argv.join(" "),
-            "/vm guest-tests --strict --bin /t/smoke-0123456789abcdef --bin /t/dmabuf-0123456789abcdef"
-        );
-        assert_eq!(n.units, ["smoke::a", "dmabuf::c"]);
-        assert!(n.kernel_tests_only);
-    }
     use super::*;
 
     #[test]

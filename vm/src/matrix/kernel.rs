@@ -1,0 +1,367 @@
+//! One kernel's lane of `vm test`: its boots, until the suite ran or the lane gives up
+//! after kernel crashes.
+
+use super::TestPlan;
+use crate::accel::{self, Decision};
+use crate::build;
+use crate::cache::BuiltKernel;
+use crate::catalog;
+use crate::error::Result;
+use crate::guest::{self, BootResult, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
+use crate::lane::{Lane, Next};
+use crate::prepare::missing_features;
+use crate::report::KernelReport;
+use crate::runner;
+use crate::stream::Record;
+use std::time::{Duration, Instant};
+
+/// One kernel's lane: boots it with the full device set and runs the suite; after a boot
+/// that a kernel crash ended, boots again for what had not run (at most
+/// `plan.max_oopses` crashes). The files of a lane that passed are removed; those of one
+/// that failed are kept (and named).
+pub fn test_kernel(
+    n: &str,
+    kernel: BuiltKernel,
+    plan: &TestPlan,
+    stream: Stream,
+) -> Result<KernelReport> {
+    let t0 = Instant::now();
+    let (argv, units) = lane_payload(n, &kernel, plan);
+    let decision = accel::decide(plan.choice, &kernel, &plan.busybox);
+    eprintln!(
+        "vm: {} | kernel {n} ({}){}",
+        decision.note,
+        kernel.release,
+        decision.detail_text()
+    );
+    let spec = lane_spec(n, kernel, plan, &decision, &argv, stream);
+    let run = LaneRun {
+        n,
+        plan,
+        argv,
+        units,
+        t0,
+    };
+    let mut lane = Lane::new(plan.max_oopses);
+    let (boots, not_run) = run.boot_all(spec, &mut lane)?;
+    Ok(finish_lane(n, &decision, &boots, &lane, not_run))
+}
+
+/// The guest's command and the units it is to run: the plan's, plus the kernel's
+/// selftests (where they can be built) and libdrm's programs, unless the plan is of the
+/// kernel-tests binaries only.
+fn lane_payload(n: &str, kernel: &BuiltKernel, plan: &TestPlan) -> (Vec<String>, Vec<String>) {
+    let mut argv = plan.argv.clone();
+    let mut units = plan.units.clone();
+    if plan.kernel_tests_only {
+        eprintln!("vm: {n}: --kernel-tests-only: no kernel selftests, no libdrm programs");
+    } else {
+        match build::ensure_selftests(kernel) {
+            Ok(dir) => {
+                argv.push("--selftests".into());
+                argv.push(dir.to_string_lossy().into_owned());
+                units.extend(
+                    build::SELFTESTS
+                        .iter()
+                        .map(|(suite, _)| runner::unit_id(suite, runner::KSELFTEST_UNIT)),
+                );
+            }
+            Err(e) => eprintln!("vm: {n}: no kernel selftests: {e}"),
+        }
+        argv.push("--libdrm".into());
+        units.push(runner::unit_id("libdrm", "*"));
+    }
+    (argv, units)
+}
+
+/// The guest of a lane: the full device set, 2 GiB, the plan's time limit, and the
+/// strict environment ([`lane_env`]).
+fn lane_spec(
+    n: &str,
+    kernel: BuiltKernel,
+    plan: &TestPlan,
+    decision: &Decision,
+    argv: &[String],
+    stream: Stream,
+) -> GuestSpec {
+    let missing = missing_features(&kernel);
+    if !missing.is_empty() {
+        eprintln!("vm: {n} is not built with: {missing} (those tests skip, loudly)");
+    }
+    GuestSpec {
+        kernel,
+        devices: DeviceKind::ALL.to_vec(),
+        payload: Payload {
+            argv: argv.to_vec(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+            env: lane_env(n, &missing, decision.accel.name(), &plan.env),
+            host_root: true,
+        },
+        accel: decision.accel,
+        timeout: plan.timeout,
+        // hmm selftests migrate hundreds of MiB; tmpfs and the page cache live here too.
+        memory_mib: 2048,
+        probe_only: false,
+        stream_output: stream,
+    }
+}
+
+/// The environment of a lane's tests: strict, the kernel's name, what it lacks and the
+/// accelerator, then the `--env` pairs.
+fn lane_env(
+    n: &str,
+    missing: &str,
+    accel: &str,
+    extra: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("KERNEL_TESTS_STRICT".to_string(), "1".to_string()),
+        ("VM_KERNEL".into(), n.to_string()),
+        ("VM_MISSING_FEATURES".into(), missing.to_string()),
+        ("VM_ACCEL".into(), accel.into()),
+    ];
+    env.extend(extra.iter().cloned());
+    env
+}
+
+/// Every boot of a lane, with the failed result the lane recorded for the unit its crash
+/// interrupted.
+type Boots = Vec<(BootResult, Option<Record>)>;
+
+/// What the boots of one lane share.
+struct LaneRun<'a> {
+    /// The kernel's name.
+    n: &'a str,
+    plan: &'a TestPlan,
+    /// The guest's command of the first boot.
+    argv: Vec<String>,
+    /// Every unit the lane is to run.
+    units: Vec<String>,
+    /// When the lane started (its time limit covers all its boots).
+    t0: Instant,
+}
+
+impl LaneRun<'_> {
+    /// Boots until the lane is done or gives up; returns every boot, with the failed
+    /// result the lane recorded for the unit its crash interrupted, and what never ran.
+    fn boot_all(&self, mut spec: GuestSpec, lane: &mut Lane) -> Result<(Boots, Vec<String>)> {
+        let tag = catalog::path_safe(self.n);
+        let mut boots = Vec::new();
+        let not_run = loop {
+            let files = RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}"))?;
+            let r = guest::boot(&spec, files, &self.plan.busybox)?;
+            let (next, failed) = self.take_boot(lane, &r);
+            boots.push((r, failed));
+            match next {
+                Next::Done => break Vec::new(),
+                Next::GiveUp => break self.give_up(lane),
+                Next::Resume(done) => self.resume(&mut spec, lane, done),
+            }
+        };
+        Ok((boots, not_run))
+    }
+
+    /// Hands a finished boot to the lane and says how a hang or a crash ended it.
+    fn take_boot(&self, lane: &mut Lane, r: &BootResult) -> (Next, Option<Record>) {
+        let n = self.n;
+        let console = String::from_utf8_lossy(&std::fs::read(&r.files.console).unwrap_or_default())
+            .into_owned();
+        let panicked = matches!(r.ending, Ending::Panic(_) | Ending::Hang(_));
+        let (next, failed) =
+            lane.after_boot(&r.parsed.records, panicked, r.hang.as_deref(), &console);
+        if let Some(h) = &r.hang {
+            eprintln!(
+                "vm: {n}: boot {}: the guest hung: {h} (the monitor's registers: {})",
+                lane.boots,
+                r.files.hang.display()
+            );
+        }
+        if let Some(c) = lane.crashes.last().filter(|_| panicked) {
+            eprintln!(
+                "vm: {n}: boot {}: {} (files kept in {})",
+                lane.boots,
+                c.verdict(),
+                r.files.dir.display()
+            );
+            for l in &c.oops.excerpt {
+                eprintln!("    ! {l}");
+            }
+        }
+        (next, failed)
+    }
+
+    /// The units that never ran, said on stderr, when the lane gives up.
+    fn give_up(&self, lane: &Lane) -> Vec<String> {
+        let nr = lane.not_run(&self.units);
+        eprintln!(
+            "vm: {}: NOT RUN: {} unit(s) after {} kernel crash(es){}",
+            self.n,
+            nr.len(),
+            lane.crashes.len(),
+            give_up_reason(lane.crashes.len(), lane.max_oopses)
+        );
+        nr
+    }
+
+    /// Sets up the next boot: the first boot's command without the units done, and what is
+    /// left of the lane's time limit (at least 120 s).
+    fn resume(&self, spec: &mut GuestSpec, lane: &Lane, done: Vec<String>) {
+        eprintln!(
+            "vm: {}: booting again (boot {}) for what had not run; {} unit(s) done",
+            self.n,
+            lane.boots + 1,
+            done.len()
+        );
+        spec.payload.argv = resume_argv(&self.argv, done);
+        // The kernel's time limit covers all its boots.
+        spec.timeout = time_left(self.plan.timeout, self.t0.elapsed());
+    }
+}
+
+/// Why a lane gave up: the crash limit, or a crash before any test.
+fn give_up_reason(crashes: usize, max_oopses: usize) -> &'static str {
+    if crashes >= max_oopses {
+        " (the limit, --max-oopses)"
+    } else {
+        " (the crash came before any test)"
+    }
+}
+
+/// The guest's command `argv` with a `--skip-unit` for every unit done.
+fn resume_argv(argv: &[String], done: Vec<String>) -> Vec<String> {
+    let mut out = argv.to_vec();
+    for u in done {
+        out.push("--skip-unit".into());
+        out.push(u);
+    }
+    out
+}
+
+/// What is left of a lane's time limit after `elapsed`, at least 120 s.
+fn time_left(limit: Duration, elapsed: Duration) -> Duration {
+    limit.saturating_sub(elapsed).max(Duration::from_secs(120))
+}
+
+/// The lane's report; removes the files of every boot if it passed, else names them.
+fn finish_lane(
+    n: &str,
+    decision: &Decision,
+    boots: &[(BootResult, Option<Record>)],
+    lane: &Lane,
+    not_run: Vec<String>,
+) -> KernelReport {
+    let rep = KernelReport::from_lane(n, decision.accel.name(), boots, lane, not_run);
+    for (r, _) in boots {
+        if rep.passed {
+            let _ = std::fs::remove_dir_all(&r.files.dir);
+        } else {
+            eprintln!("vm: {n}: files kept in {}", r.files.dir.display());
+        }
+    }
+    rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::AccelChoice;
+    use std::path::PathBuf;
+
+    fn plan(kernel_tests_only: bool) -> TestPlan {
+        TestPlan {
+            busybox: "/bb".into(),
+            argv: ["/vm", "guest-tests", "--strict", "--bin", "/t/smoke-0"]
+                .map(String::from)
+                .to_vec(),
+            units: vec!["smoke::a".into()],
+            env: vec![("A".into(), "1".into())],
+            choice: AccelChoice::Auto,
+            timeout: Duration::from_secs(1500),
+            max_oopses: 3,
+            kernel_tests_only,
+        }
+    }
+
+    fn kernel(cache_dir: Option<PathBuf>) -> BuiltKernel {
+        BuiltKernel {
+            name: "k".into(),
+            image: "/k/bzImage".into(),
+            modules: None,
+            release: "6.12.0".into(),
+            built_from: cache_dir.as_ref().map(|d| (d.join("src"), d.join("obj"))),
+            cache_dir,
+            missing_features: Vec::new(),
+            extra_modules: Vec::new(),
+            early_modules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kernel_tests_only_lane_runs_the_plan_as_it_is() {
+        let p = plan(true);
+        assert_eq!(
+            lane_payload("k", &kernel(None), &p),
+            (p.argv.clone(), p.units.clone())
+        );
+    }
+
+    #[test]
+    fn a_full_lane_adds_libdrm_and_the_selftests_where_there_are_some() {
+        let p = plan(false);
+        let (argv, units) = lane_payload("k", &kernel(None), &p);
+        assert_eq!(argv[..p.argv.len()], p.argv[..]);
+        assert_eq!(argv[p.argv.len()..], ["--libdrm"]);
+        assert_eq!(units, ["smoke::a", "libdrm::*"]);
+
+        let dir = std::env::temp_dir().join(format!("vm-matrix-lane-{}", std::process::id()));
+        let built = dir.join(build::SELFTESTS_DIR);
+        std::fs::create_dir_all(&built).unwrap();
+        std::fs::write(built.join(".complete"), "").unwrap();
+        let (argv, units) = lane_payload("k", &kernel(Some(dir.clone())), &p);
+        assert_eq!(
+            argv[p.argv.len()..],
+            ["--selftests", built.to_str().unwrap(), "--libdrm"]
+        );
+        assert_eq!(units.len(), 1 + build::SELFTESTS.len() + 1);
+        assert_eq!(
+            units[1],
+            runner::unit_id(build::SELFTESTS[0].0, runner::KSELFTEST_UNIT)
+        );
+        assert_eq!(units.last().unwrap(), "libdrm::*");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_lane_environment_is_strict_and_names_the_kernel() {
+        let env = lane_env("debian-6.12", "virgl", "tcg", &[("X".into(), "y".into())]);
+        let want = [
+            ("KERNEL_TESTS_STRICT", "1"),
+            ("VM_KERNEL", "debian-6.12"),
+            ("VM_MISSING_FEATURES", "virgl"),
+            ("VM_ACCEL", "tcg"),
+            ("X", "y"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn a_resumed_boot_skips_what_ran_within_the_time_left() {
+        let argv = ["/vm", "guest-tests"].map(String::from);
+        assert_eq!(
+            resume_argv(&argv, vec!["a::x".into(), "b::y".into()]).join(" "),
+            "/vm guest-tests --skip-unit a::x --skip-unit b::y"
+        );
+        assert_eq!(resume_argv(&argv, Vec::new()), argv);
+        let s = Duration::from_secs;
+        assert_eq!(time_left(s(1500), s(600)), s(900));
+        assert_eq!(time_left(s(1500), s(1450)), s(120));
+        assert_eq!(time_left(s(1500), s(2000)), s(120));
+    }
+
+    #[test]
+    fn a_lane_gives_up_at_the_limit_or_on_a_crash_before_any_test() {
+        assert_eq!(give_up_reason(3, 3), " (the limit, --max-oopses)");
+        assert_eq!(give_up_reason(1, 3), " (the crash came before any test)");
+    }
+}
