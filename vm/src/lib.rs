@@ -26,6 +26,7 @@ pub mod kconfig;
 pub mod lane;
 pub mod matrix;
 pub mod oops;
+pub mod powercut;
 pub mod prepare;
 pub mod program;
 pub mod report;

@@ -9,9 +9,9 @@ use vm::build;
 use vm::cache;
 use vm::catalog;
 use vm::error::VmError;
-use vm::guest::{self, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
 use vm::matrix::{self, GuestTests, TestOptions};
-use vm::prepare::{KernelSelection, Prepared, prepare, unknown_kernel};
+use vm::powercut::{self, PowercutArgs};
+use vm::prepare::{KernelSelection, unknown_kernel};
 use vm::program::{self, RunRequest};
 
 #[derive(Parser, Debug)]
@@ -205,19 +205,7 @@ fn main() -> ExitCode {
         Cmd::Kernels => kernels(),
         Cmd::Kernel {
             cmd: KernelCmd::Build { names, rebuild },
-        } => {
-            let names = expand(&names);
-            for n in names {
-                let Some(k) = catalog::find(&n) else {
-                    return fail(&unknown_kernel(&n));
-                };
-                match build::ensure_catalog(k, rebuild) {
-                    Ok(b) => println!("{}: {} ({})", k.name, b.release, b.image.display()),
-                    Err(e) => return fail(&e),
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        } => kernel_build(&names, rebuild),
         Cmd::Run {
             k,
             devices,
@@ -248,9 +236,8 @@ fn main() -> ExitCode {
             allow_loss,
             env,
             argv,
-        } => powercut(
-            &k,
-            &PowercutArgs {
+        } => {
+            let a = PowercutArgs {
                 cuts,
                 min_acks,
                 max_delay: Duration::from_millis(max_delay_ms),
@@ -259,11 +246,10 @@ fn main() -> ExitCode {
                 cache,
                 timeout: Duration::from_secs(timeout),
                 allow_loss,
-            },
-            &env,
-            argv,
-        ),
-        Cmd::Matrix { format } => matrix(&format),
+            };
+            exit(powercut::powercut(&k.selection(), &a, &env, argv).map(|o| o.exit_status().into()))
+        }
+        Cmd::Matrix { format } => ci_matrix(&format),
         Cmd::GuestTests {
             bins,
             strict,
@@ -294,6 +280,22 @@ impl KernelArgs {
             accel: self.accel.clone(),
         }
     }
+}
+
+/// `vm kernel build`: builds (or finds cached) each kernel named, in order; stops at the
+/// first that fails.
+fn kernel_build(names: &[String], rebuild: bool) -> ExitCode {
+    let names = expand(names);
+    for n in names {
+        let Some(k) = catalog::find(&n) else {
+            return fail(&unknown_kernel(&n));
+        };
+        match build::ensure_catalog(k, rebuild) {
+            Ok(b) => println!("{}: {} ({})", k.name, b.release, b.image.display()),
+            Err(e) => return fail(&e),
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn expand(names: &[String]) -> Vec<String> {
@@ -414,261 +416,7 @@ impl TestArgs {
     }
 }
 
-/// `vm powercut` settings.
-#[derive(Debug)]
-struct PowercutArgs {
-    cuts: u32,
-    min_acks: u64,
-    max_delay: Duration,
-    seed: Option<u64>,
-    nvdimm_file: Option<PathBuf>,
-    cache: String,
-    timeout: Duration,
-    allow_loss: bool,
-}
-
-/// `--cache` of `vm powercut`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PmemCache {
-    /// The NVDIMM: stores reach the backing file at once.
-    Direct,
-    /// virtio-pmem on [`vm::wbcache`]: only flushed data survives a cut.
-    Volatile,
-}
-
-impl PmemCache {
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "direct" => Some(Self::Direct),
-            "volatile" => Some(Self::Volatile),
-            _ => None,
-        }
-    }
-}
-
-/// The first `REFUSED ...` line of a payload's output: it refused its mode on this device.
-fn parse_refused(out: &str) -> Option<&str> {
-    out.lines().find(|l| l.starts_with("REFUSED "))
-}
-
-/// The `CHECK acked=<n> intact=<i> lost=<l>` line of a payload's output.
-fn parse_check(out: &str) -> Option<(u64, u64, u64)> {
-    let l = out.lines().find(|l| l.starts_with("CHECK "))?;
-    let field = |k: &str| {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
-    };
-    Some((field("acked")?, field("intact")?, field("lost")?))
-}
-
-fn powercut(k: &KernelArgs, a: &PowercutArgs, env: &[String], mut argv: Vec<String>) -> ExitCode {
-    let Prepared {
-        envs,
-        kernel,
-        busybox,
-        decision,
-    } = match prepare(&k.selection(), env, &mut argv) {
-        Ok(p) => p,
-        Err(e) => return fail(&e),
-    };
-    let Some(cache) = PmemCache::parse(&a.cache) else {
-        return fail(&VmError::new(format!(
-            "--cache {:?}: use direct or volatile",
-            a.cache
-        )));
-    };
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    });
-    let scratch = match RunFiles::new(&std::env::temp_dir(), "vm-powercut") {
-        Ok(f) => f,
-        Err(e) => return fail(&e),
-    };
-    let nvdimm = a
-        .nvdimm_file
-        .clone()
-        .unwrap_or_else(|| scratch.nvdimm.clone());
-    // Round 0 starts from a zeroed NVDIMM unless the caller brought a file.
-    if a.nvdimm_file.is_none() {
-        let _ = std::fs::remove_file(&nvdimm);
-    }
-    // The cache layer serves a stable file that must exist with the device's size.
-    if cache == PmemCache::Volatile && !nvdimm.exists() {
-        let made = std::fs::File::create(&nvdimm)
-            .and_then(|f| f.set_len(u64::from(guest::NVDIMM_MIB) << 20));
-        if let Err(e) = made {
-            return fail(&VmError::new(format!("{}: {e}", nvdimm.display())));
-        }
-    }
-    let (device, setup) = match cache {
-        PmemCache::Direct => (DeviceKind::Nvdimm, "nvdimm"),
-        PmemCache::Volatile => (
-            DeviceKind::VirtioPmem,
-            "virtio-pmem on a volatile write-back cache (FUSE)",
-        ),
-    };
-    eprintln!(
-        "vm: {} | kernel {} ({}) | powercut: {} cuts, >= {} acks then 0..{} ms, seed {seed}, {setup}, backing file {}{}",
-        decision.note,
-        kernel.name,
-        kernel.release,
-        a.cuts,
-        a.min_acks,
-        a.max_delay.as_millis(),
-        nvdimm.display(),
-        decision.detail_text()
-    );
-    let mut rng = seed;
-    let (mut acked_total, mut lost_total) = (0u64, 0u64);
-    let mut prev_acks = 0u64;
-    let mut losses = Vec::new();
-    for round in 0..=a.cuts {
-        let last = round == a.cuts;
-        let mut env = envs.clone();
-        env.push(("POWERCUT_ROUND".into(), round.to_string()));
-        env.push(("POWERCUT_ACKED".into(), prev_acks.to_string()));
-        if last {
-            env.push(("POWERCUT_LAST".into(), "1".into()));
-        }
-        let spec = GuestSpec {
-            kernel: kernel.clone(),
-            devices: vec![device],
-            payload: Payload {
-                argv: argv.clone(),
-                cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
-                env,
-                host_root: true,
-            },
-            accel: decision.accel,
-            timeout: a.timeout,
-            memory_mib: 1024,
-            probe_only: false,
-            stream_output: Stream::Off,
-        };
-        let opts = guest::BootOptions {
-            keep_nvdimm: true,
-            power_cut: (!last).then(|| guest::PowerCut {
-                after_acks: a.min_acks,
-                max_delay: a.max_delay,
-                seed: guest::xorshift(&mut rng),
-            }),
-        };
-        // A boot that died before the payload started (a TCG timer-check panic on a loaded
-        // host was seen) touched nothing on the NVDIMM: it is retried once, visibly.
-        let mut attempt = 0;
-        let mut stats;
-        let r = loop {
-            let mut files = match RunFiles::new(&std::env::temp_dir(), "vm-powercut-round") {
-                Ok(f) => f,
-                Err(e) => return fail(&e),
-            };
-            files.nvdimm = nvdimm.clone();
-            let layer = match cache {
-                PmemCache::Direct => None,
-                PmemCache::Volatile => {
-                    match vm::wbcache::CacheLayer::start(&nvdimm, &scratch.dir.join("wbcache")) {
-                        Ok(l) => {
-                            files.nvdimm = l.file();
-                            Some(l)
-                        }
-                        Err(e) => return fail(&e),
-                    }
-                }
-            };
-            let r = guest::boot_with(&spec, files, &busybox, &opts);
-            // QEMU is dead (killed or exited): the cut of the cache drops what it held.
-            stats = layer.map(vm::wbcache::CacheLayer::cut);
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => return fail(&e),
-            };
-            if r.payload_time.is_none() && attempt == 0 {
-                eprintln!(
-                    "vm: powercut round {round}: the boot never reached the payload ({}); retrying once",
-                    r.ending
-                );
-                let _ = std::fs::remove_dir_all(&r.files.dir);
-                attempt += 1;
-                continue;
-            }
-            break r;
-        };
-        let out = String::from_utf8_lossy(&std::fs::read(&r.files.output).unwrap_or_default())
-            .into_owned();
-        let ok_ending = matches!(
-            (&r.ending, last),
-            (Ending::PowerCut { .. }, false) | (Ending::Exited(0), true)
-        );
-        let check = parse_check(&out);
-        if let (Some(refused), Ending::Exited(_)) = (parse_refused(&out), &r.ending) {
-            println!("round {round:>2}: {refused}");
-            println!("powercut: the payload refused its mode on {setup} (exit 3)");
-            let _ = std::fs::remove_dir_all(&r.files.dir);
-            let _ = std::fs::remove_dir_all(&scratch.dir);
-            return ExitCode::from(3);
-        }
-        if !ok_ending || (round > 0 && check.is_none()) {
-            eprintln!(
-                "vm: powercut round {round}: {} (expected {})",
-                r.ending,
-                if last { "exit 0" } else { "a power cut" }
-            );
-            for l in out.lines().filter(|l| !l.starts_with("ACK ")).take(40) {
-                eprintln!("    > {l}");
-            }
-            for l in &r.console_tail {
-                eprintln!("    | {l}");
-            }
-            eprintln!("vm: files kept in {}", r.files.dir.display());
-            return ExitCode::from(125);
-        }
-        let mut line = format!("round {round:>2}:");
-        if let Some((acked, intact, lost)) = check {
-            if acked != prev_acks {
-                eprintln!(
-                    "vm: powercut round {round}: the payload checked {acked} records, {prev_acks} were acknowledged"
-                );
-                return ExitCode::from(125);
-            }
-            acked_total += acked;
-            lost_total += lost;
-            losses.push(lost);
-            line.push_str(&format!(
-                " check of round {}: {intact}/{acked} intact, {lost} lost;",
-                round - 1
-            ));
-        }
-        if let Ending::PowerCut { acks } = r.ending {
-            prev_acks = acks;
-            line.push_str(&format!(" cut after {acks} acks"));
-        } else {
-            line.push_str(" final boot");
-        }
-        if let Some(st) = stats {
-            line.push_str(&format!(
-                "; cache: {} flushes, {} unflushed pages dropped",
-                st.commits, st.dropped_pages
-            ));
-        }
-        println!("{line}");
-        let _ = std::fs::remove_dir_all(&r.files.dir);
-    }
-    println!(
-        "powercut: {} cuts, {acked_total} records acknowledged, {lost_total} lost (per cut: {losses:?}), seed {seed}, {setup}",
-        a.cuts
-    );
-    // Holds the NVDIMM file unless the caller brought one (then it is empty).
-    let _ = std::fs::remove_dir_all(&scratch.dir);
-    if lost_total == 0 || a.allow_loss {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn matrix(format: &str) -> ExitCode {
+fn ci_matrix(format: &str) -> ExitCode {
     if format != "github" {
         return fail(&VmError::new(format!(
             "--format {format:?}: only github is supported"
@@ -680,22 +428,4 @@ fn matrix(format: &str) -> ExitCode {
         .collect();
     println!("{{\"kernel\": [{}]}}", kernels.join(", "));
     ExitCode::SUCCESS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn powercut_reads_check_and_refused_lines() {
-        let out = "mounted\nACK 0\nCHECK acked=5 intact=3 lost=2\nACK 1\n";
-        assert_eq!(parse_check(out), Some((5, 3, 2)));
-        assert_eq!(parse_check("CHECK acked=5 lost=2\n"), None);
-        assert_eq!(parse_refused(out), None);
-        let r = "READY\nREFUSED MAP_SYNC: EOPNOTSUPP\n";
-        assert_eq!(parse_refused(r), Some("REFUSED MAP_SYNC: EOPNOTSUPP"));
-        assert_eq!(PmemCache::parse("volatile"), Some(PmemCache::Volatile));
-        assert_eq!(PmemCache::parse("direct"), Some(PmemCache::Direct));
-        assert_eq!(PmemCache::parse("none"), None);
-    }
 }
