@@ -205,44 +205,58 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
     run(&args, &mut std::io::stdout(), &mut std::io::stdin())
 }
 
+/// A step of [`run`] that failed: what it was, and why (printed by [`fail`]).
+struct Failed(String, String);
+
+/// `r`, or the step `what` failed with its error.
+fn step<T, E: std::fmt::Display>(r: Result<T, E>, what: impl Into<String>) -> Result<T, Failed> {
+    r.map_err(|e| Failed(what.into(), e.to_string()))
+}
+
+/// The step `what` failed because of `why` (no error value).
+fn refused<T>(what: &str, why: &str) -> Result<T, Failed> {
+    Err(Failed(what.into(), why.into()))
+}
+
 /// Holds what `args` asks for, writes the [`Ready`] line to `out`, and returns when `wait`
 /// reaches end of file.
 pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
-    let node = match node_path(&args.device) {
-        Ok(n) => n,
-        Err(e) => return fail("cannot pick a node", e),
-    };
-    let dev = match Device::open(&node) {
-        Ok(d) => d,
-        Err(e) => return fail(&format!("cannot open {node}"), e),
-    };
+    match hold_all(args, out, wait) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(Failed(what, why)) => fail(&what, why),
+    }
+}
+
+/// The node of `--device`, the DRM file on it, and the extra fds on that file (`--dup`,
+/// `--share-drm`).
+fn open_drm(args: &Args) -> Result<(String, Device, Vec<OwnedFd>), Failed> {
+    let node = step(node_path(&args.device), "cannot pick a node")?;
+    let dev = step(Device::open(&node), format!("cannot open {node}"))?;
     let mut extra: Vec<OwnedFd> = Vec::new();
     if args.dup {
-        match rustix::io::fcntl_dupfd_cloexec(&dev, 0) {
-            Ok(fd) => extra.push(fd),
-            Err(e) => return fail("dup", e),
-        }
+        extra.push(step(rustix::io::fcntl_dupfd_cloexec(&dev, 0), "dup")?);
     }
     if let Some((pid, fd)) = args.share_drm {
-        match take_fd(pid, fd) {
-            Ok(fd) => extra.push(fd),
-            Err(e) => return fail(&format!("pidfd_getfd({pid}:{fd})"), e),
-        }
+        extra.push(step(take_fd(pid, fd), format!("pidfd_getfd({pid}:{fd})"))?);
     }
+    Ok((node, dev, extra))
+}
+
+/// The `--dumb` buffers, and what the [`Ready`] line says of each (`--map`: their offsets).
+fn dumb_buffers<'d>(
+    args: &Args,
+    dev: &'d Device,
+) -> Result<(Vec<DumbBuffer<&'d Device>>, Vec<HeldBuffer>), Failed> {
     let mut bufs = Vec::new();
     for s in &args.dumb {
-        match DumbBuffer::create(&dev, *s) {
-            Ok(b) => bufs.push(b),
-            Err(e) => return fail(&format!("dumb buffer {}x{}", s.width, s.height), e),
-        }
+        let what = format!("dumb buffer {}x{}", s.width, s.height);
+        bufs.push(step(DumbBuffer::create(dev, *s), what)?);
     }
     let mut held = Vec::new();
     for b in &bufs {
         let offset = if args.map {
-            match b.map_offset() {
-                Ok(o) => o,
-                Err(e) => return fail("MAP_DUMB", e),
-            }
+            step(b.map_offset(), "MAP_DUMB")?
         } else {
             0
         };
@@ -253,39 +267,101 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
             mapped: args.map,
         });
     }
+    Ok((bufs, held))
+}
+
+/// What the first buffer is shared as: its flink name (`--flink`), and the dma-buf exported
+/// (`--export`) or imported from another process (`--import`, with the GEM object the import
+/// made).
+type Shared<'d> = (
+    Option<u32>,
+    Option<DmaBuf>,
+    Option<drm_gem::GemObject<&'d Device>>,
+);
+
+/// [`Shared`] of `bufs` on `dev` as `args` asks.
+fn share<'d>(
+    args: &Args,
+    dev: &'d Device,
+    bufs: &[DumbBuffer<&'d Device>],
+) -> Result<Shared<'d>, Failed> {
     let flink = if args.flink {
-        match bufs.first().map(|b| b.gem().flink()) {
-            Some(Ok(n)) => Some(n.get()),
-            Some(Err(e)) => return fail("flink", e),
-            None => return fail("flink", "no buffer to name (add --dumb)"),
+        match bufs.first() {
+            Some(b) => Some(step(b.gem().flink(), "flink")?.get()),
+            None => return refused("flink", "no buffer to name (add --dumb)"),
         }
     } else {
         None
     };
     let mut dmabuf: Option<DmaBuf> = None;
     if args.export {
-        match bufs
-            .first()
-            .map(|b| dev.export(b.gem(), PrimeFlags::default()))
-        {
-            Some(Ok(d)) => dmabuf = Some(d),
-            Some(Err(e)) => return fail("PRIME export", e),
-            None => return fail("export", "no buffer to export (add --dumb)"),
+        match bufs.first() {
+            Some(b) => {
+                dmabuf = Some(step(
+                    dev.export(b.gem(), PrimeFlags::default()),
+                    "PRIME export",
+                )?)
+            }
+            None => return refused("export", "no buffer to export (add --dumb)"),
         }
     }
     let mut imported = None;
     if let Some((pid, fd)) = args.import {
-        let fd = match take_fd(pid, fd) {
-            Ok(fd) => fd,
-            Err(e) => return fail(&format!("pidfd_getfd({pid}:{fd})"), e),
-        };
+        let fd = step(take_fd(pid, fd), format!("pidfd_getfd({pid}:{fd})"))?;
         let d = DmaBuf::from_fd(fd);
-        match dev.import(d.as_fd()) {
-            Ok(obj) => imported = Some(obj),
-            Err(e) => return fail("PRIME import", e),
-        }
+        imported = Some(step(dev.import(d.as_fd()), "PRIME import")?);
         dmabuf = Some(d);
     }
+    Ok((flink, dmabuf, imported))
+}
+
+/// Writes `ready` to `out` and holds everything until `wait` ends; false when the line
+/// could not be written.
+fn hold(ready: &Ready, out: &mut dyn Write, wait: &mut dyn Read) -> bool {
+    let line = serde_json::to_string(ready).unwrap_or_default();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        return false;
+    }
+    // Hold everything until stdin closes. A signal (EINTR) is not the end of stdin: a
+    // client under a signal storm must keep what it holds.
+    let mut sink = [0u8; 64];
+    loop {
+        match wait.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    true
+}
+
+/// [`hold`], with the first connected output lit by a pattern framebuffer meanwhile.
+fn hold_lit(
+    dev: &Device,
+    ready: &mut Ready,
+    out: &mut dyn Write,
+    wait: &mut dyn Read,
+) -> Result<bool, Failed> {
+    let first = drm_gem::kms::Snapshot::take(dev).and_then(|s| s.first_output(dev));
+    let conn = match step(first, "light: reading the KMS state")? {
+        Some(o) => o.connector.get().to_string(),
+        None => return refused("light", "no connected output with a mode"),
+    };
+    let mut ok = false;
+    let lit = crate::kms::modeset(dev, &conn, None, &mut |lit| {
+        ready.lit = Some((lit.connector.clone(), lit.crtc));
+        ok = hold(ready, out, wait);
+    });
+    step(lit, "light")?;
+    Ok(ok)
+}
+
+/// [`run`]'s work: everything held, the [`Ready`] line written; whether it was.
+fn hold_all(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> Result<bool, Failed> {
+    let (node, dev, extra) = open_drm(args)?;
+    let (mut bufs, held) = dumb_buffers(args, &dev)?;
+    let (flink, dmabuf, imported) = share(args, &dev, &bufs)?;
     let (dmabuf_fd, dmabuf_inode, dmabuf_size) = match &dmabuf {
         Some(d) => {
             let ino = rustix::fs::fstat(d).map(|s| s.st_ino).ok();
@@ -297,27 +373,19 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
     let mut maps = Vec::new();
     if args.map {
         for b in &mut bufs {
-            match b.map() {
-                Ok(m) => maps.push(m),
-                Err(e) => return fail("mmap of a dumb buffer", e),
-            }
+            maps.push(step(b.map(), "mmap of a dumb buffer")?);
         }
     }
-    let mut dmabuf_map = None;
-    if args.map_dmabuf {
-        match dmabuf.as_ref().map(DmaBuf::map) {
-            Some(Ok(m)) => dmabuf_map = Some(m),
-            Some(Err(e)) => return fail("mmap of the dma-buf", e),
-            None => return fail("map-dmabuf", "no dma-buf (add --export or --import)"),
-        }
-    }
-    let mut child = None;
-    if args.fork {
-        match fork_holder(&dev, &node) {
-            Ok(c) => child = Some(c),
-            Err(e) => return fail("fork", e),
-        }
-    }
+    let dmabuf_map = match (args.map_dmabuf, &dmabuf) {
+        (false, _) => None,
+        (true, Some(d)) => Some(step(d.map(), "mmap of the dma-buf")?),
+        (true, None) => return refused("map-dmabuf", "no dma-buf (add --export or --import)"),
+    };
+    let child = if args.fork {
+        Some(step(fork_holder(&dev, &node), "fork")?)
+    } else {
+        None
+    };
     let mut ready = Ready {
         lit: None,
         fork_child: child.as_ref().map(|(c, fd)| (c.id(), *fd)),
@@ -332,45 +400,13 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
         dmabuf_size,
         dmabuf_mapped: dmabuf_map.is_some(),
     };
-    let mut hold = |ready: &Ready| -> bool {
-        let line = serde_json::to_string(ready).unwrap_or_default();
-        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-            return false;
-        }
-        // Hold everything until stdin closes. A signal (EINTR) is not the end of stdin: a
-        // client under a signal storm must keep what it holds.
-        let mut sink = [0u8; 64];
-        loop {
-            match wait.read(&mut sink) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        true
-    };
     let held_ok = if args.light {
-        let first = drm_gem::kms::Snapshot::take(&dev).and_then(|s| s.first_output(&dev));
-        let conn = match first {
-            Ok(Some(o)) => o.connector.get().to_string(),
-            Ok(None) => return fail("light", "no connected output with a mode"),
-            Err(e) => return fail("light: reading the KMS state", e),
-        };
-        let mut ok = false;
-        let lit = crate::kms::modeset(&dev, &conn, None, &mut |lit| {
-            ready.lit = Some((lit.connector.clone(), lit.crtc));
-            ok = hold(&ready);
-        });
-        if let Err(e) = lit {
-            return fail("light", e);
-        }
-        ok
+        hold_lit(&dev, &mut ready, out, wait)?
     } else {
-        hold(&ready)
+        hold(&ready, out, wait)
     };
     if !held_ok {
-        return ExitCode::FAILURE;
+        return Ok(false);
     }
     drop(dmabuf_map);
     drop(maps);
@@ -379,7 +415,7 @@ pub fn run(args: &Args, out: &mut dyn Write, wait: &mut dyn Read) -> ExitCode {
         // The child reads the same stdin: it has seen its end too.
         let _ = c.wait();
     }
-    ExitCode::SUCCESS
+    Ok(true)
 }
 
 /// Forks a child (`cat`, reading this process's stdin to its end) that inherits the DRM file

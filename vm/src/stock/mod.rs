@@ -174,7 +174,7 @@ pub fn resolve(k: &CatalogKernel) -> Result<StockImage> {
     let abi = newest_abi(series, &names).ok_or_else(|| {
         VmError::with_fix(
             format!("no linux-image-{series}.*-amd64-unsigned in the suites {suites:?}"),
-            "check VM_DEBIAN_MIRROR (default http://deb.debian.org) is reachable",
+            "check that the host's Debian mirror (its apt sources, or VM_DEBIAN_MIRROR) is reachable",
         )
     })?;
     let package = format!("linux-image-{abi}-amd64-unsigned");
