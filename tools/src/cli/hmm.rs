@@ -18,3 +18,13 @@ pub(super) enum HmmCmd {
     )]
     Probe,
 }
+
+/// `drmtool hmm probe`.
+pub(super) fn hmm_probe(json: bool, out: &mut dyn Write) -> ExitCode {
+    let r = crate::hmm_probe::probe();
+    if json {
+        emit_json(&r, out)
+    } else {
+        emit_text(&crate::hmm_probe::render(&r), out)
+    }
+}

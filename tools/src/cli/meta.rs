@@ -27,3 +27,29 @@ pub(super) fn man(out: &mut dyn Write) -> ExitCode {
         }
     }
 }
+
+/// The examples, exit codes and GPU grammar under `drmtool --help`.
+pub(super) const AFTER_HELP: &str = "Examples:\n  drmtool devices\n  drmtool devices --json\n  \
+                  drmtool info vkms\n  drmtool caps --json\n  \
+                  drmtool buffers\n  drmtool buffers --by client --json\n  \
+                  drmtool buffers --watch 1\n  drmtool buffers --skip maps,kcmp --watch 1\n  \
+                  drmtool kms list card0\n  \
+                  drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
+                  drmtool kms screenshot 38 -o crtc.png\n  \
+                  drmtool hmm probe\n  drmtool pmem list --json\n  \
+                  drmtool run --gpu 0 -- glxinfo -B\n  drmtool run --pick 1 --wait 60 -- ./job.sh\n  \
+                  drmtool pick -n 2 --format env\n  drmtool leases\n  \
+                  drmtool export --per cgroup\n  \
+                  drmtool trace record --duration 5 -o gpu.json\n  \
+                  drmtool completions bash > /etc/bash_completion.d/drmtool\n  \
+                  drmtool man > drmtool.1\n\n\
+                  Exit codes: 0 ok, 1 the command failed (an ioctl, /proc, the output), \
+                  2 bad usage, 3 a GPU/pid/connector/mode/CRTC matched nothing, \
+                  4 no DRM devices on this machine (pmem list: no persistent memory), \
+                  5 too few free GPUs (pick, run --pick); run: the command's status \
+                  (125: the isolation could not be set up).\n\n\
+                  GPU (every command): an index from `drmtool devices`, a PCI bus id \
+                  (00:04.0), a driver (vgem), a node (/dev/dri/card1, card1, 226:1) or a \
+                  /dev/dri/by-path name.\n\n\
+                  On a machine without /dev/dri, run it in a guest with real drivers:\n  \
+                  scripts/drmtool devices";

@@ -62,30 +62,7 @@ use std::time::{Duration, Instant};
     name = "drmtool",
     version,
     about = "Inspect DRM devices, capabilities, KMS state and who holds which GPU memory",
-    after_help = "Examples:\n  drmtool devices\n  drmtool devices --json\n  \
-                  drmtool info vkms\n  drmtool caps --json\n  \
-                  drmtool buffers\n  drmtool buffers --by client --json\n  \
-                  drmtool buffers --watch 1\n  drmtool buffers --skip maps,kcmp --watch 1\n  \
-                  drmtool kms list card0\n  \
-                  drmtool kms modeset Virtual-1 1024x768 --seconds 5\n  \
-                  drmtool kms screenshot 38 -o crtc.png\n  \
-                  drmtool hmm probe\n  drmtool pmem list --json\n  \
-                  drmtool run --gpu 0 -- glxinfo -B\n  drmtool run --pick 1 --wait 60 -- ./job.sh\n  \
-                  drmtool pick -n 2 --format env\n  drmtool leases\n  \
-                  drmtool export --per cgroup\n  \
-                  drmtool trace record --duration 5 -o gpu.json\n  \
-                  drmtool completions bash > /etc/bash_completion.d/drmtool\n  \
-                  drmtool man > drmtool.1\n\n\
-                  Exit codes: 0 ok, 1 the command failed (an ioctl, /proc, the output), \
-                  2 bad usage, 3 a GPU/pid/connector/mode/CRTC matched nothing, \
-                  4 no DRM devices on this machine (pmem list: no persistent memory), \
-                  5 too few free GPUs (pick, run --pick); run: the command's status \
-                  (125: the isolation could not be set up).\n\n\
-                  GPU (every command): an index from `drmtool devices`, a PCI bus id \
-                  (00:04.0), a driver (vgem), a node (/dev/dri/card1, card1, 226:1) or a \
-                  /dev/dri/by-path name.\n\n\
-                  On a machine without /dev/dri, run it in a guest with real drivers:\n  \
-                  scripts/drmtool devices"
+    after_help = meta::AFTER_HELP
 )]
 struct Cli {
     /// Print JSON (with a top-level schema_version) instead of a table.
@@ -248,14 +225,7 @@ pub fn main_with(
         Cmd::Info { device, probe } => info(device.as_ref(), probe, cli.json, out),
         Cmd::Caps { device } => caps(device.as_ref(), cli.json, out),
         Cmd::Kms(k) => kms(k, cli.json, out),
-        Cmd::Hmm(HmmCmd::Probe) => {
-            let r = crate::hmm_probe::probe();
-            if cli.json {
-                emit_json(&r, out)
-            } else {
-                emit_text(&crate::hmm_probe::render(&r), out)
-            }
-        }
+        Cmd::Hmm(HmmCmd::Probe) => hmm_probe(cli.json, out),
         Cmd::Pmem(PmemCmd::List) => pmem_list(cli.json, out),
         Cmd::Completions { shell } => meta::completions(shell, out),
         Cmd::Run(a) => run::exec(a, out),
