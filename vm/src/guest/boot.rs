@@ -103,6 +103,30 @@ pub fn classify(parsed: &Parsed, console: &str, timed_out: bool, qemu_err: Optio
     }
 }
 
+/// Under this much free space where the results are written, a broken result stream is
+/// said to be likely the full disk's doing (the host could not write what the guest sent).
+const LOW_DISK: u64 = 1 << 30;
+
+/// `ending`, and when it is a broken stream while the disk holding `dir` is nearly full, the
+/// free space said with it: a full disk otherwise shows only as lost results.
+fn with_disk_note(ending: Ending, dir: &Path) -> Ending {
+    match ending {
+        Ending::BrokenStream(why) => match crate::util::free_bytes(dir) {
+            Some(free) if free < LOW_DISK => Ending::BrokenStream(disk_note(&why, dir, free)),
+            _ => Ending::BrokenStream(why),
+        },
+        e => e,
+    }
+}
+
+fn disk_note(why: &str, dir: &Path, free: u64) -> String {
+    format!(
+        "{why} (the disk holding {} has {:.0} MiB free: a full disk loses results)",
+        dir.display(),
+        crate::util::mib(free)
+    )
+}
+
 /// Writes the host files a boot starts from: the initramfs, the empty logs and, for an
 /// NVDIMM or a virtio-pmem, a zeroed backing file (unless [`BootOptions::keep_nvdimm`] keeps
 /// the one there).
@@ -329,6 +353,7 @@ pub(super) fn finish(
         )),
         _ => classify(&parsed, &console, seen.timed_out, Some(&qemu_err)),
     };
+    let ending = with_disk_note(ending, files.results.parent().unwrap_or(Path::new("/")));
     BootResult {
         ending,
         parsed,
@@ -446,6 +471,26 @@ mod tests {
             classify(&no_exit, "", false, None),
             Ending::BrokenStream(_)
         ));
+    }
+
+    /// A broken stream says the free space only where the disk is nearly full.
+    #[test]
+    fn a_broken_stream_names_a_nearly_full_disk() {
+        let dir = Path::new("/tmp/vm-test-x");
+        assert_eq!(
+            disk_note("no exit record", dir, 12 << 20),
+            "no exit record (the disk holding /tmp/vm-test-x has 12 MiB free: a full disk loses results)"
+        );
+        // The real /tmp has far more than LOW_DISK free here: nothing is added.
+        let e = with_disk_note(
+            Ending::BrokenStream("no exit record".into()),
+            Path::new("/"),
+        );
+        let plenty = crate::util::free_bytes(Path::new("/")).is_some_and(|f| f >= LOW_DISK);
+        if plenty {
+            assert_eq!(e, Ending::BrokenStream("no exit record".into()));
+        }
+        assert_eq!(with_disk_note(Ending::Exited(0), dir), Ending::Exited(0));
     }
 
     #[test]
