@@ -46,7 +46,7 @@ pub enum FieldError {
     /// A percentage past any a kernel prints.
     #[error("percentage {0} out of range")]
     PercentOutOfRange(f64),
-    /// The value does not have the expected shape (`0`: the shape, like "<n> ns").
+    /// The value does not have the expected shape (`0`: the shape, like `<n> ns`).
     #[error("expected `{0}`")]
     Shape(&'static str),
     /// Text after the value and its unit.
