@@ -8,6 +8,8 @@
 //!   matrix and KMS state, the HMM and persistent-memory probes.
 //! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
 //!   device programs; [`export`]: the Prometheus exporter; [`trace`]: GPU work tracing.
+//! - [`vendor`]: the non-DRM nodes of GPUs and accelerators (NVIDIA, `/dev/kfd`,
+//!   `/dev/accel`) and which GPU each belongs to (discovery only so far, issue 28).
 //! - `cli` (feature `cli`, on by default): the command line, a thin layer that maps flags
 //!   to these calls and their errors to exit statuses (`cli::Exit`). Without the feature
 //!   the library has no clap in it.
@@ -64,6 +66,7 @@ pub mod scan;
 mod sys_call;
 pub mod trace;
 pub mod untrusted;
+pub mod vendor;
 
 pub use scan::{Options, Report, SCHEMA_VERSION, scan};
 pub use untrusted::Untrusted;
