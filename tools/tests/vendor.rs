@@ -4,7 +4,7 @@
 //! trees, odd names) reported as unidentified, never guessed.
 
 use drmtool::vendor::{
-    FieldError, MajorError, Reason, VendorNodeKind as K, VendorReport, VendorRoots, discover,
+    ValueError, MajorError, Reason, VendorNodeKind as K, VendorReport, VendorRoots, discover,
 };
 use std::path::{Path, PathBuf};
 
@@ -282,7 +282,7 @@ fn nvidia_mig_kfd_and_accel_nodes_with_their_owners() {
     assert_eq!(u.owner.as_deref(), Some("0000:86:00.0"));
     assert_eq!(
         u.reason,
-        Reason::Malformed(FieldError::NotDecimal {
+        Reason::Malformed(ValueError::NotDecimal {
             key: "Device Minor",
             value: "-1".into()
         })
@@ -517,7 +517,7 @@ fn hostile_trees_are_bounded_and_refused() {
     has("sys/class/accel", Reason::UnexpectedName("accelX".into()));
     has("sys/class/kfd/kfd/dev", Reason::NoFile);
     assert!(got.iter().any(|(s, _, r)| s == &format!("{caps}/bad")
-        && matches!(r, Reason::Malformed(FieldError::NotDecimal { .. }))));
+        && matches!(r, Reason::Malformed(ValueError::NotDecimal { .. }))));
     let npu = r
         .unidentified
         .iter()

@@ -47,7 +47,7 @@ mod parse;
 mod sysfs;
 
 pub use parse::{
-    CapFile, FieldError, MAX_MAJOR, MAX_MINOR, MAX_MODE, MAX_NVIDIA_GPU_MINOR, MajorError,
+    CapFile, ValueError, MAX_MAJOR, MAX_MINOR, MAX_MODE, MAX_NVIDIA_GPU_MINOR, MajorError,
     NvidiaInformation, ProcDevices, parse_cap_file, parse_dev, parse_nvidia_information,
     parse_proc_devices,
 };
@@ -191,7 +191,7 @@ pub enum Reason {
     },
     /// A value was refused.
     #[error("{0}")]
-    Malformed(FieldError),
+    Malformed(ValueError),
     /// The major its driver registered in `/proc/devices` is not known.
     #[error("{0}")]
     NoMajor(MajorError),

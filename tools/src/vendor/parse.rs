@@ -22,7 +22,7 @@ pub const MAX_MODE: u32 = 0o7777;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
-pub enum FieldError {
+pub enum ValueError {
     /// The key the figure comes from is not in the text.
     #[error("no {0:?} line")]
     Missing(&'static str),
@@ -50,9 +50,9 @@ pub enum FieldError {
 }
 
 /// Plain decimal digits (leading zeros allowed) no larger than `max`.
-fn decimal(key: &'static str, value: &str, max: u32) -> Result<u32, FieldError> {
+fn decimal(key: &'static str, value: &str, max: u32) -> Result<u32, ValueError> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(FieldError::NotDecimal {
+        return Err(ValueError::NotDecimal {
             key,
             value: value.into(),
         });
@@ -65,7 +65,7 @@ fn decimal(key: &'static str, value: &str, max: u32) -> Result<u32, FieldError> 
     };
     match n {
         Some(n) if n <= u64::from(max) => Ok(n as u32),
-        _ => Err(FieldError::OutOfRange {
+        _ => Err(ValueError::OutOfRange {
             key,
             value: value.into(),
             max,
@@ -75,7 +75,7 @@ fn decimal(key: &'static str, value: &str, max: u32) -> Result<u32, FieldError> 
 
 /// The value of the one `key: value` line whose key (spaces and tabs trimmed) is `key`, with
 /// spaces and tabs trimmed; `Missing` or `Duplicate` otherwise. Other lines are ignored.
-fn unique_value<'t>(text: &'t str, key: &'static str) -> Result<&'t str, FieldError> {
+fn unique_value<'t>(text: &'t str, key: &'static str) -> Result<&'t str, ValueError> {
     let blank = |c: char| c == ' ' || c == '\t';
     let mut found = None;
     for line in text.lines() {
@@ -86,11 +86,11 @@ fn unique_value<'t>(text: &'t str, key: &'static str) -> Result<&'t str, FieldEr
             continue;
         }
         if found.is_some() {
-            return Err(FieldError::Duplicate(key));
+            return Err(ValueError::Duplicate(key));
         }
         found = Some(v.trim_matches(blank));
     }
-    found.ok_or(FieldError::Missing(key))
+    found.ok_or(ValueError::Missing(key))
 }
 
 /// The character devices of `/proc/devices` ([`parse_proc_devices`]).
@@ -194,12 +194,12 @@ pub struct NvidiaInformation {
 ///     "Model:           NVIDIA A100-SXM4-40GB\nBus Location:    0000:3b:00.0\nDevice Minor:    1\n",
 /// )?;
 /// assert_eq!(info.device_minor, 1);
-/// # Ok::<(), drmtool::vendor::FieldError>(())
+/// # Ok::<(), drmtool::vendor::ValueError>(())
 /// ```
 ///
 /// # Errors
-/// [`FieldError`]: the line is missing or repeated, or its value is no minor.
-pub fn parse_nvidia_information(text: &str) -> Result<NvidiaInformation, FieldError> {
+/// [`ValueError`]: the line is missing or repeated, or its value is no minor.
+pub fn parse_nvidia_information(text: &str) -> Result<NvidiaInformation, ValueError> {
     const KEY: &str = "Device Minor";
     let v = unique_value(text, KEY)?;
     Ok(NvidiaInformation {
@@ -225,12 +225,12 @@ pub struct CapFile {
 ///     "DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
 /// )?;
 /// assert_eq!((cap.minor, cap.mode), (12, 0o444));
-/// # Ok::<(), drmtool::vendor::FieldError>(())
+/// # Ok::<(), drmtool::vendor::ValueError>(())
 /// ```
 ///
 /// # Errors
-/// [`FieldError`]: a line is missing or repeated, or a value is out of range.
-pub fn parse_cap_file(text: &str) -> Result<CapFile, FieldError> {
+/// [`ValueError`]: a line is missing or repeated, or a value is out of range.
+pub fn parse_cap_file(text: &str) -> Result<CapFile, ValueError> {
     const MINOR: &str = "DeviceFileMinor";
     const MODE: &str = "DeviceFileMode";
     let minor = decimal(MINOR, unique_value(text, MINOR)?, MAX_MINOR)?;
@@ -245,12 +245,12 @@ pub fn parse_cap_file(text: &str) -> Result<CapFile, FieldError> {
 /// ```
 ///
 /// # Errors
-/// [`FieldError`] naming `dev`: no colon, or a part that is not decimal or out of range.
-pub fn parse_dev(text: &str) -> Result<(u32, u32), FieldError> {
+/// [`ValueError`] naming `dev`: no colon, or a part that is not decimal or out of range.
+pub fn parse_dev(text: &str) -> Result<(u32, u32), ValueError> {
     const KEY: &str = "dev";
     let t = text.strip_suffix('\n').unwrap_or(text);
     let Some((major, minor)) = t.split_once(':') else {
-        return Err(FieldError::NotDecimal {
+        return Err(ValueError::NotDecimal {
             key: KEY,
             value: t.into(),
         });
@@ -332,17 +332,17 @@ mod tests {
     #[test]
     fn information_refuses_hostile_minors() {
         let bad = |t: &str| parse_nvidia_information(t).unwrap_err();
-        assert_eq!(bad("Model: x\n"), FieldError::Missing("Device Minor"));
-        assert_eq!(bad(""), FieldError::Missing("Device Minor"));
+        assert_eq!(bad("Model: x\n"), ValueError::Missing("Device Minor"));
+        assert_eq!(bad(""), ValueError::Missing("Device Minor"));
         assert_eq!(
             bad("Device Minor: 0\nDevice Minor: 1\n"),
-            FieldError::Duplicate("Device Minor")
+            ValueError::Duplicate("Device Minor")
         );
         for v in ["-1", "+1", "0x1", "1 2", "", "1\0", "\x1b[2J1", "١"] {
             assert!(
                 matches!(
                     bad(&format!("Device Minor: {v}\n")),
-                    FieldError::NotDecimal { .. }
+                    ValueError::NotDecimal { .. }
                 ),
                 "{v:?}"
             );
@@ -351,17 +351,17 @@ mod tests {
             assert!(
                 matches!(
                     bad(&format!("Device Minor: {v}\n")),
-                    FieldError::OutOfRange { .. }
+                    ValueError::OutOfRange { .. }
                 ),
                 "{v:?}"
             );
         }
         let huge = format!("Device Minor: {}\n", "9".repeat(1 << 16));
-        assert!(matches!(bad(&huge), FieldError::OutOfRange { .. }));
+        assert!(matches!(bad(&huge), ValueError::OutOfRange { .. }));
         // A key with other bytes in it is another key.
         assert_eq!(
             bad("Device\0Minor: 1\n"),
-            FieldError::Missing("Device Minor")
+            ValueError::Missing("Device Minor")
         );
         // What is shown of a refused value is escaped.
         let e = bad("Device Minor: \x1b]0;owned\x07\n").to_string();
@@ -388,27 +388,27 @@ mod tests {
         let bad = |t: &str| parse_cap_file(t).unwrap_err();
         assert_eq!(
             bad("DeviceFileMode: 292\n"),
-            FieldError::Missing("DeviceFileMinor")
+            ValueError::Missing("DeviceFileMinor")
         );
         assert_eq!(
             bad("DeviceFileMinor: 3\n"),
-            FieldError::Missing("DeviceFileMode")
+            ValueError::Missing("DeviceFileMode")
         );
         assert_eq!(
             bad("DeviceFileMinor: 3\nDeviceFileMinor: 3\nDeviceFileMode: 292\n"),
-            FieldError::Duplicate("DeviceFileMinor")
+            ValueError::Duplicate("DeviceFileMinor")
         );
         assert!(matches!(
             bad("DeviceFileMinor: 1048576\nDeviceFileMode: 292\n"),
-            FieldError::OutOfRange { max: MAX_MINOR, .. }
+            ValueError::OutOfRange { max: MAX_MINOR, .. }
         ));
         assert!(matches!(
             bad("DeviceFileMinor: 1\nDeviceFileMode: 4096\n"),
-            FieldError::OutOfRange { max: MAX_MODE, .. }
+            ValueError::OutOfRange { max: MAX_MODE, .. }
         ));
         assert!(matches!(
             bad("DeviceFileMinor: -3\nDeviceFileMode: 292\n"),
-            FieldError::NotDecimal { .. }
+            ValueError::NotDecimal { .. }
         ));
     }
 
@@ -428,17 +428,17 @@ mod tests {
             "261:\x1b",
         ] {
             assert!(
-                matches!(parse_dev(t), Err(FieldError::NotDecimal { key: "dev", .. })),
+                matches!(parse_dev(t), Err(ValueError::NotDecimal { key: "dev", .. })),
                 "{t:?}"
             );
         }
         assert!(matches!(
             parse_dev("4096:0"),
-            Err(FieldError::OutOfRange { .. })
+            Err(ValueError::OutOfRange { .. })
         ));
         assert!(matches!(
             parse_dev("1:1048576"),
-            Err(FieldError::OutOfRange { .. })
+            Err(ValueError::OutOfRange { .. })
         ));
     }
 }
