@@ -2,42 +2,74 @@
 //! plain TCP or TLS ([`Access`], from `--web.config.file`), with HTTP basic auth when users
 //! are configured (401 before anything else).
 //!
-//! Synchronous, one thread per connection, one request per connection (`Connection:
-//! close`). At most [`MAX_CONNECTIONS`] connections hold a slot ([`Slots`]); a connection
-//! that has not sent a complete request head (the TLS handshake included) within
-//! [`HEADER_TIMEOUT`] is dropped (408), and when every slot is taken the oldest connection
-//! still waiting for its head, once it has had [`EVICT_AFTER`], gives way to the next one
-//! in the listen queue. The answer is written within [`WRITE_TIMEOUT`] as a whole, however
-//! slowly the client reads. So idle or slow connections, from any address, cannot keep a
-//! scrape out: a slot is held at most [`HEADER_TIMEOUT`] without a request and at most
+//! Synchronous, one thread per connection that has spoken, one request per connection
+//! (`Connection: close`). The listener is non-blocking and polled (`poll(2)`) together with
+//! the connections that have sent nothing yet; each round accepts what the listen queue
+//! holds (up to [`ACCEPT_BATCH`] at a time), so a connection never waits in the kernel's
+//! FIFO behind others. A connection that has sent nothing waits in the [`Lobby`]: it costs
+//! one file descriptor and no thread nor slot, and it is closed when it has sent nothing
+//! for [`HEADER_TIMEOUT`], when its peer goes away, or when it is the oldest silent one in
+//! a lobby full at [`LOBBY_MAX`] and another connection arrives. A connection whose first
+//! bytes arrive (a request line, a TLS ClientHello) is a speaker: it takes one of the
+//! [`MAX_CONNECTIONS`] slots ([`Slots`]) and a thread at once when one is free; else the
+//! oldest slot still without a complete request head gives way to it once it has held its
+//! slot [`EVICT_AFTER`]; else (every slot answering) it waits, speakers in the order they
+//! spoke, until a slot is released. So silent connections, however many, never delay a
+//! speaker nor take its place: only speakers compete for slots. In a slot the request head
+//! (the TLS handshake included) must be complete within [`HEADER_TIMEOUT`] (408), and the
+//! answer is written within [`WRITE_TIMEOUT`] as a whole, however slowly the client reads:
+//! a slot is held at most [`HEADER_TIMEOUT`] without a request and at most
 //! [`WRITE_TIMEOUT`] (plus the scan) with one. At most [`MAX_REQUEST`] bytes of head are
 //! read; the body of any request is never read. Parsing is `httparse`'s (hyper's parser).
 
 use super::webconfig::BasicAuth;
 use super::{Exporter, Format, negotiate};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::OwnedFd;
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes of request head read at most; a longer head is answered 431.
 pub const MAX_REQUEST: usize = 8192;
-/// The whole request head (after the TLS handshake, within the same time) must arrive
-/// within this; a slower client is dropped (408).
+/// A connection in the [`Lobby`] that has sent nothing for this long since it was
+/// accepted is closed; a connection in a slot must have sent its whole request head (after
+/// the TLS handshake, within the same time) this long after it took the slot, else it is
+/// dropped (408).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The whole answer must be written within this; a client that reads slower is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// With every slot taken, a connection still without a complete request head gives way to
-/// a new one once it has been open this long.
+/// With every slot taken and a speaker waiting for one, the oldest slot whose connection
+/// has not sent a complete request head gives way (it is shut) once it has held its slot
+/// this long; a slot answering a request never gives way.
 pub const EVICT_AFTER: Duration = Duration::from_millis(500);
-/// With every slot taken, a connection that has sent nothing at all gives way first, once
-/// it has been open this long: a client that connects and sends nothing keeps no scraper
-/// waiting, and a scraper that has begun its TLS handshake or request is not cut off while
-/// such connections remain.
+/// [`Slots`]' rule for a slot holder that has sent nothing at all: with every slot taken it
+/// gives way first, once it has held its slot this long, before any that has begun.
+/// [`serve_with`] gives slots only to connections that have spoken (silent ones wait in
+/// the [`Lobby`], holding no slot), so there it never applies.
 pub const SILENT_GRACE: Duration = Duration::from_millis(100);
-/// Connections served at once.
+/// Connections served at once: slots, each with a thread. A connection that has sent
+/// nothing holds none (it waits in the [`Lobby`]).
 pub const MAX_CONNECTIONS: usize = 16;
+/// Connections accepted that have sent nothing yet, kept at most: each costs one file
+/// descriptor and no thread. A connection accepted into a full lobby puts out the oldest
+/// silent one (closed); when every connection there has spoken and waits for a slot, the
+/// new one is closed instead (a silent connection never puts out a speaker). A fixed
+/// bound: nothing of it comes from what clients send or how many connect. A silent flood
+/// larger than this shortens the time a silent connection is kept to about `LOBBY_MAX`
+/// over the flood's rate (a client sends its request right after connecting, so it is a
+/// speaker, out of reach of the flood, well within that).
+pub const LOBBY_MAX: usize = 256;
+/// Connections accepted at most per round of the accept loop before the lobby is polled
+/// again: an endless flood of reconnects cannot keep the loop from seeing who has spoken.
+/// The listener stays readable, so the next round accepts the rest at once.
+pub const ACCEPT_BATCH: usize = 64;
+/// How long the listener rests after an accept failed for want of resources (EMFILE,
+/// ENFILE, ENOMEM...): the lobby and the slots are served meanwhile.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What one connection got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,13 +421,13 @@ pub fn serve_conn_flagged(
     Served::Metrics
 }
 
-/// What [`Slots::make_room`] says to do before accepting the next connection.
+/// What [`Slots::make_room`] says to do before a waiting connection takes a slot.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Room<H> {
-    /// A slot is free: accept.
+    /// A slot is free: take it.
     Free,
     /// Every slot is taken; this idle connection (removed from the slots) gives way: shut
-    /// it, then accept.
+    /// it, then take its slot.
     Evict(H),
     /// Every slot is taken; the oldest idle connection may be evicted at this instant.
     WaitUntil(Instant),
@@ -442,9 +474,10 @@ impl<H> Slots<H> {
         self.held.is_empty()
     }
 
-    /// What to do at `now` before the next accept, when every slot is taken: the oldest
-    /// connection that has sent nothing gives way once it has had [`SILENT_GRACE`], else
-    /// the oldest idle one (no complete request head) once it has had [`EVICT_AFTER`].
+    /// What to do at `now` before a waiting connection takes a slot, when every slot is
+    /// taken: the oldest connection that has sent nothing gives way once it has had
+    /// [`SILENT_GRACE`], else the oldest idle one (no complete request head) once it has
+    /// had [`EVICT_AFTER`].
     pub fn make_room(&mut self, now: Instant) -> Room<H> {
         if self.held.len() < self.cap {
             return Room::Free;
@@ -504,6 +537,16 @@ impl<H> Slots<H> {
         id
     }
 
+    /// Takes a slot, as [`Slots::take`], for a connection that has already spoken (what
+    /// [`serve_with`] promotes from its [`Lobby`]): [`SILENT_GRACE`] does not apply to it.
+    pub fn take_spoken(&mut self, handle: H, now: Instant) -> u64 {
+        let id = self.take(handle, now);
+        if let Some(s) = self.held.last() {
+            s.spoke.store(true, Ordering::Relaxed);
+        }
+        id
+    }
+
     /// The connection `id` has sent its request head: it is no longer idle, so no new
     /// connection can evict it.
     pub fn answering(&mut self, id: u64) {
@@ -518,18 +561,224 @@ impl<H> Slots<H> {
     }
 }
 
-/// Whether bytes from the client wait in `s`'s receive queue (a non-blocking peek: the
-/// file's blocking mode, shared with the serving thread, is left alone).
-fn has_pending(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    matches!(
-        rustix::net::recv(s, &mut b, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT),
-        Ok((n, _)) if n > 0
-    )
+/// What [`Lobby::admit`] did with a newly accepted connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admit<H> {
+    /// It waits in the lobby under this id.
+    In(u64),
+    /// It waits under this id; the lobby was full, and this, its oldest silent connection,
+    /// was put out for it: close it.
+    Displaced(u64, H),
+    /// The lobby is full of speakers waiting for a slot, which a silent connection never
+    /// puts out: close the new connection (this).
+    Refused(H),
 }
 
-/// The slots and the condition the accept loop waits on.
-type Shared = (Mutex<Slots<TcpStream>>, Condvar);
+/// What [`Lobby::promote`] did: speakers given a slot, slot holders that gave way for them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Promoted<H, S> {
+    /// Speakers that took a slot, in the order they spoke: the connection and its slot id
+    /// (its `spoke` flag already set). Serve each.
+    pub admitted: Vec<(H, u64)>,
+    /// Slot holders that gave way (idle past [`EVICT_AFTER`]): shut them.
+    pub evicted: Vec<S>,
+    /// Speakers whose slot handle could not be made: close them.
+    pub dropped: Vec<H>,
+    /// Speakers still wait and the oldest idle slot may give way at this instant (`None`
+    /// while they wait for a release, or when none waits).
+    pub retry_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Guest<H> {
+    id: u64,
+    arrived: Instant,
+    handle: H,
+}
+
+/// The connections of [`serve_with`] that hold no slot: the silent ones (accepted, nothing
+/// received yet), in the order they were accepted, and the speakers (first bytes received)
+/// waiting for a slot, in the order they spoke (those seen in the same round in the order
+/// they were accepted). At most `cap` in all; a silent one is closed at [`HEADER_TIMEOUT`]
+/// or put out by a newcomer when the lobby is full; a speaker leaves only for a slot or
+/// when its peer goes away. Pure bookkeeping; `H` is the connection.
+#[derive(Debug)]
+pub struct Lobby<H> {
+    cap: usize,
+    next: u64,
+    silent: VecDeque<Guest<H>>,
+    speakers: VecDeque<Guest<H>>,
+}
+
+impl<H> Lobby<H> {
+    /// A lobby of at most `cap` connections (at least one).
+    pub fn new(cap: usize) -> Self {
+        Lobby {
+            cap: cap.max(1),
+            next: 0,
+            silent: VecDeque::new(),
+            speakers: VecDeque::new(),
+        }
+    }
+
+    /// Connections in the lobby, silent or waiting.
+    pub fn len(&self) -> usize {
+        self.silent.len() + self.speakers.len()
+    }
+
+    /// Whether the lobby is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Speakers waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.speakers.len()
+    }
+
+    /// Lets in a connection accepted at `now`, silent: when the lobby is full, the oldest
+    /// silent connection is put out for it, or, all of them having spoken, it is refused.
+    pub fn admit(&mut self, handle: H, now: Instant) -> Admit<H> {
+        let out = if self.len() >= self.cap {
+            // Silent connections are kept in the order they were accepted.
+            match self.silent.pop_front() {
+                Some(g) => Some(g.handle),
+                None => return Admit::Refused(handle),
+            }
+        } else {
+            None
+        };
+        let id = self.next;
+        self.next += 1;
+        self.silent.push_back(Guest {
+            id,
+            arrived: now,
+            handle,
+        });
+        match out {
+            Some(h) => Admit::Displaced(id, h),
+            None => Admit::In(id),
+        }
+    }
+
+    /// The silent connection `id` has sent its first bytes: it waits for a slot behind the
+    /// speakers seen before it. False when `id` is no silent connection of the lobby.
+    pub fn spoke(&mut self, id: u64) -> bool {
+        let Some(i) = self.silent.iter().position(|g| g.id == id) else {
+            return false;
+        };
+        match self.silent.remove(i) {
+            Some(g) => {
+                self.speakers.push_back(g);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the connection `id` out (its peer went away): what to close.
+    pub fn remove(&mut self, id: u64) -> Option<H> {
+        for q in [&mut self.silent, &mut self.speakers] {
+            if let Some(i) = q.iter().position(|g| g.id == id) {
+                return q.remove(i).map(|g| g.handle);
+            }
+        }
+        None
+    }
+
+    /// Takes out every silent connection that has been in the lobby [`HEADER_TIMEOUT`] at
+    /// `now`: what to close. Speakers do not expire here (their head's deadline starts
+    /// with their slot).
+    pub fn expire(&mut self, now: Instant) -> Vec<H> {
+        if self.next_expiry().is_none_or(|at| at > now) {
+            return Vec::new();
+        }
+        let (gone, kept) = std::mem::take(&mut self.silent)
+            .into_iter()
+            .partition(|g| g.arrived + HEADER_TIMEOUT <= now);
+        self.silent = kept;
+        gone.into_iter().map(|g: Guest<H>| g.handle).collect()
+    }
+
+    /// When the next silent connection expires.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.silent.iter().map(|g| g.arrived + HEADER_TIMEOUT).min()
+    }
+
+    /// Every connection in the lobby, waiting speakers first: its id, the connection, and
+    /// whether it has spoken.
+    pub fn guests(&self) -> impl Iterator<Item = (u64, &H, bool)> {
+        let speakers = self.speakers.iter().map(|g| (g.id, &g.handle, true));
+        speakers.chain(self.silent.iter().map(|g| (g.id, &g.handle, false)))
+    }
+
+    /// Gives waiting speakers slots at `now`, in the order they spoke, as [`Slots`] makes
+    /// room ([`Slots::make_room`]: a free slot, else the oldest idle one once it has had
+    /// [`EVICT_AFTER`]); `slot_handle` makes what the slot keeps to shut the connection.
+    /// Room is asked for only while a speaker waits, so no slot gives way for nothing;
+    /// silent connections never take a slot.
+    pub fn promote<S>(
+        &mut self,
+        slots: &mut Slots<S>,
+        now: Instant,
+        mut slot_handle: impl FnMut(&H) -> Option<S>,
+    ) -> Promoted<H, S> {
+        let mut out = Promoted {
+            admitted: Vec::new(),
+            evicted: Vec::new(),
+            dropped: Vec::new(),
+            retry_at: None,
+        };
+        while !self.speakers.is_empty() {
+            match slots.make_room(now) {
+                Room::Free => {}
+                Room::Evict(h) => out.evicted.push(h),
+                Room::WaitUntil(at) => {
+                    out.retry_at = Some(at);
+                    break;
+                }
+                Room::WaitForRelease => break,
+            }
+            let Some(g) = self.speakers.pop_front() else {
+                break;
+            };
+            match slot_handle(&g.handle) {
+                Some(s) => {
+                    let id = slots.take_spoken(s, now);
+                    out.admitted.push((g.handle, id));
+                }
+                None => out.dropped.push(g.handle),
+            }
+        }
+        out
+    }
+}
+
+/// What a non-blocking peek at a socket's receive queue found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peeked {
+    /// Bytes from the client wait (read or not yet).
+    Bytes,
+    /// The client closed its side without sending anything.
+    End,
+    /// Nothing yet.
+    Nothing,
+    /// The connection failed (reset).
+    Failed,
+}
+
+/// Peeks at `s`'s receive queue (`MSG_PEEK | MSG_DONTWAIT`: nothing is consumed and the
+/// file's blocking mode, shared with the serving thread, is left alone).
+fn peek(s: &TcpStream) -> Peeked {
+    let mut b = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    match rustix::net::recv(s, &mut b, flags) {
+        Ok((0, _)) => Peeked::End,
+        Ok(_) => Peeked::Bytes,
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Peeked::Nothing,
+        Err(_) => Peeked::Failed,
+    }
+}
 
 /// Accepts plain-HTTP connections on `listener` forever, each served on a thread of its own
 /// ([`serve_with`] without TLS or authentication).
@@ -537,98 +786,480 @@ pub fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>) -> io::Error
     serve_with(listener, exporter, Arc::new(Access::default()))
 }
 
-/// Accepts connections on `listener` forever under `access`, each served on a thread of
-/// its own, at most [`MAX_CONNECTIONS`] at once ([`Slots`]): when every slot is taken the
-/// next connection waits in the listen queue until a slot frees or an idle connection
-/// gives way.
+/// Accepts connections on `listener` forever under `access` (the listener is made
+/// non-blocking): connections that have sent nothing wait in a [`Lobby`] of
+/// [`LOBBY_MAX`], without a thread; each that speaks is served on a thread of its own, at
+/// most [`MAX_CONNECTIONS`] at once ([`Slots`]), waiting in the lobby while every slot is
+/// taken until one is released or an idle one gives way. Returns the error that ended it:
+/// the listener's (EBADF), the wake-up eventfd's at the start, or `poll(2)`'s.
 pub fn serve_with(
     listener: TcpListener,
     exporter: Arc<Mutex<Exporter>>,
     access: Arc<Access>,
 ) -> io::Error {
-    let shared: Arc<Shared> = Arc::new((Mutex::new(Slots::new(MAX_CONNECTIONS)), Condvar::new()));
-    let last = Arc::new(LastServed::default());
+    let flags = rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK;
+    let wake = match rustix::event::eventfd(0, flags) {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => return e.into(),
+    };
+    if let Err(e) = listener.set_nonblocking(true) {
+        return e;
+    }
+    let mut server = Server {
+        listener,
+        wake,
+        lobby: Lobby::new(LOBBY_MAX),
+        slots: Arc::new(Mutex::new(Slots::new(MAX_CONNECTIONS))),
+        exporter,
+        last: Arc::new(LastServed::default()),
+        access,
+        rest_until: None,
+    };
     loop {
-        // Room first, then accept: a new connection never evicts one younger than
-        // EVICT_AFTER, so a flood of connections cannot cut a scraper off mid-handshake.
-        {
-            let (lock, cv) = &*shared;
-            let mut slots = lock.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                // A client whose first bytes wait in the socket has spoken, even if its
-                // thread has not run yet (a loaded machine): it is no silent connection.
-                slots.refresh_spoken(has_pending);
-                match slots.make_room(Instant::now()) {
-                    Room::Free => break,
-                    Room::Evict(s) => {
-                        let _ = s.shutdown(Shutdown::Both);
-                        break;
-                    }
-                    Room::WaitUntil(at) => {
-                        let wait = at.saturating_duration_since(Instant::now());
-                        slots = cv
-                            .wait_timeout(slots, wait)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                    }
-                    Room::WaitForRelease => {
-                        slots = cv.wait(slots).unwrap_or_else(|p| p.into_inner());
-                    }
-                }
-            }
+        if let Err(e) = server.round() {
+            return e;
         }
-        let s = match listener.accept() {
-            Ok((s, _)) => s,
-            // EMFILE and the like: back off instead of spinning.
-            Err(e) if e.kind() != io::ErrorKind::Interrupted => {
-                if e.raw_os_error() == Some(rustix::io::Errno::BADF.raw_os_error()) {
-                    return e;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-            Err(_) => continue,
+    }
+}
+
+/// What one `poll(2)` of the accept loop found.
+#[derive(Debug, Default)]
+struct Ready {
+    /// The listener has connections to accept (or failed: accept tells).
+    listener: bool,
+    /// Silent connections that have sent their first bytes.
+    spoke: Vec<u64>,
+    /// Connections whose peer went away (closed without a byte, reset, hung up).
+    gone: Vec<u64>,
+}
+
+/// The state of [`serve_with`]'s accept loop.
+struct Server {
+    listener: TcpListener,
+    /// Written by a connection's thread when it releases its slot: the loop wakes to give
+    /// it to a waiting speaker.
+    wake: Arc<OwnedFd>,
+    lobby: Lobby<TcpStream>,
+    slots: Arc<Mutex<Slots<TcpStream>>>,
+    exporter: Arc<Mutex<Exporter>>,
+    last: Arc<LastServed>,
+    access: Arc<Access>,
+    /// After an accept failed for want of resources: the listener is not polled until then.
+    rest_until: Option<Instant>,
+}
+
+impl Server {
+    /// One round: silent connections past their time closed, waiting speakers given slots,
+    /// then a poll for new connections, first bytes, peers gone and released slots.
+    fn round(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        drop(self.lobby.expire(now));
+        let retry_at = self.promote(now);
+        if self.rest_until.is_some_and(|t| t <= now) {
+            self.rest_until = None;
+        }
+        let until = [retry_at, self.lobby.next_expiry(), self.rest_until]
+            .into_iter()
+            .flatten()
+            .min();
+        let ready = self.poll(until)?;
+        for id in ready.gone {
+            drop(self.lobby.remove(id));
+        }
+        for id in ready.spoke {
+            self.lobby.spoke(id);
+        }
+        if ready.listener {
+            self.accept_all()?;
+        }
+        Ok(())
+    }
+
+    /// Gives waiting speakers the slots there is room for and starts their threads; when
+    /// an idle slot may give way later.
+    fn promote(&mut self, now: Instant) -> Option<Instant> {
+        if self.lobby.waiting() == 0 {
+            return None;
+        }
+        let p = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            self.lobby.promote(&mut slots, now, |s| s.try_clone().ok())
         };
-        let Ok(handle) = s.try_clone() else {
-            continue;
-        };
-        let (id, spoke) = {
-            let mut slots = shared.0.lock().unwrap_or_else(|p| p.into_inner());
-            let id = slots.take(handle, Instant::now());
-            (id, slots.spoke_flag(id).unwrap_or_default())
-        };
-        let (e, sh, l, a) = (
-            exporter.clone(),
-            shared.clone(),
-            last.clone(),
-            access.clone(),
+        for s in p.evicted {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        drop(p.dropped);
+        for (s, id) in p.admitted {
+            self.spawn(s, id);
+        }
+        p.retry_at
+    }
+
+    /// Serves `s`, holding slot `id`, on a thread of its own, which releases the slot and
+    /// wakes the loop when done.
+    fn spawn(&self, s: TcpStream, id: u64) {
+        let (e, sh, l, a, w) = (
+            self.exporter.clone(),
+            self.slots.clone(),
+            self.last.clone(),
+            self.access.clone(),
+            self.wake.clone(),
         );
         let spawned = std::thread::Builder::new()
             .name("export-conn".into())
             .spawn(move || {
                 let mark = || {
-                    if let Ok(mut slots) = sh.0.lock() {
+                    if let Ok(mut slots) = sh.lock() {
                         slots.answering(id);
                     }
                 };
-                serve_conn_flagged(s, &e, Some(&l), &a, mark, &spoke);
-                let mut slots = sh.0.lock().unwrap_or_else(|p| p.into_inner());
-                slots.release(id);
-                sh.1.notify_all();
+                // It has spoken (its first bytes wait in the socket).
+                serve_conn_flagged(s, &e, Some(&l), &a, mark, &AtomicBool::new(true));
+                sh.lock().unwrap_or_else(|p| p.into_inner()).release(id);
+                wake_up(&w);
             });
         if spawned.is_err() {
-            shared
-                .0
+            // The connection went with the closure; its slot is free for the next speaker.
+            self.slots
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .release(id);
+            wake_up(&self.wake);
         }
     }
+
+    /// Waits until something happens or `until`, and sorts out what did.
+    fn poll(&self, until: Option<Instant>) -> io::Result<Ready> {
+        let listening = self.rest_until.is_none();
+        let mut fds = Vec::with_capacity(2 + self.lobby.len());
+        fds.push(PollFd::new(&*self.wake, PollFlags::IN));
+        if listening {
+            fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        }
+        let first_guest = fds.len();
+        for (_, s, spoken) in self.lobby.guests() {
+            // A waiting speaker is watched only for its peer going away (POLLHUP and
+            // POLLERR come unasked); a silent one for its first bytes or its end too.
+            let events = if spoken {
+                PollFlags::empty()
+            } else {
+                PollFlags::IN
+            };
+            fds.push(PollFd::new(s, events));
+        }
+        let timeout = until
+            .and_then(|t| Timespec::try_from(t.saturating_duration_since(Instant::now())).ok());
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(Ready::default()),
+            Err(rustix::io::Errno::NOMEM) => {
+                std::thread::sleep(ACCEPT_BACKOFF);
+                return Ok(Ready::default());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut ready = Ready {
+            listener: listening && !fds[1].revents().is_empty(),
+            ..Ready::default()
+        };
+        let woken = !fds[0].revents().is_empty();
+        for ((id, s, spoken), fd) in self.lobby.guests().zip(&fds[first_guest..]) {
+            let ev = fd.revents();
+            if ev.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+                ready.gone.push(id);
+            } else if !spoken && ev.contains(PollFlags::IN) {
+                match peek(s) {
+                    Peeked::Bytes => ready.spoke.push(id),
+                    Peeked::End | Peeked::Failed => ready.gone.push(id),
+                    Peeked::Nothing => {}
+                }
+            }
+        }
+        drop(fds);
+        if woken {
+            // Reset the eventfd's count (non-blocking; nothing to read is fine).
+            let mut count = [0u8; 8];
+            let _ = rustix::io::read(&*self.wake, &mut count);
+        }
+        Ok(ready)
+    }
+
+    /// Accepts up to [`ACCEPT_BATCH`] connections into the lobby (all the listen queue
+    /// holds, short of a flood). Ends `serve_with` only when the listener itself is bad
+    /// (EBADF); on EMFILE and the like the listener rests [`ACCEPT_BACKOFF`].
+    fn accept_all(&mut self) -> io::Result<()> {
+        for _ in 0..ACCEPT_BATCH {
+            let s = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BADF.raw_os_error()) => {
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.rest_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return Ok(());
+                }
+            };
+            // The serving thread reads and writes with blocking timeouts (Linux's accept
+            // does not pass the listener's O_NONBLOCK on; made sure of all the same).
+            if s.set_nonblocking(false).is_err() {
+                continue;
+            }
+            match self.lobby.admit(s, Instant::now()) {
+                Admit::In(_) => {}
+                Admit::Displaced(_, old) => drop(old),
+                Admit::Refused(new) => drop(new),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Wakes the accept loop (an eventfd write; a full count already wakes it).
+fn wake_up(fd: &OwnedFd) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn has_pending(s: &TcpStream) -> bool {
+        peek(s) == Peeked::Bytes
+    }
+
+    /// [`Lobby::promote`] with the connection's name for its slot handle.
+    fn promote(
+        l: &mut Lobby<&'static str>,
+        s: &mut Slots<&'static str>,
+        now: Instant,
+    ) -> Promoted<&'static str, &'static str> {
+        l.promote(s, now, |h| Some(*h))
+    }
+
+    fn names(p: &Promoted<&'static str, &'static str>) -> Vec<&'static str> {
+        p.admitted.iter().map(|(h, _)| *h).collect()
+    }
+
+    /// However many silent connections come (more than the lobby holds), a speaker takes a
+    /// free slot at once; silent ones never take a slot.
+    #[test]
+    fn silent_floods_never_delay_a_speaker() {
+        let t0 = Instant::now();
+        let (mut l, mut s) = (Lobby::new(8), Slots::new(2));
+        for _ in 0..100 {
+            let _ = l.admit("silent", t0);
+        }
+        assert_eq!(l.len(), 8);
+        let p = promote(&mut l, &mut s, t0);
+        assert!(
+            p.admitted.is_empty() && s.is_empty(),
+            "no slot for the silent"
+        );
+        let Admit::Displaced(scraper, "silent") = l.admit("scraper", t0) else {
+            panic!("the oldest silent one makes room");
+        };
+        assert!(l.spoke(scraper));
+        // Once it has spoken, no flood puts it out.
+        for _ in 0..100 {
+            let _ = l.admit("silent", t0);
+        }
+        let p = promote(&mut l, &mut s, t0);
+        assert_eq!(names(&p), ["scraper"]);
+        assert_eq!(p.retry_at, None);
+        assert_eq!(s.len(), 1);
+        assert_eq!(l.len(), 7);
+    }
+
+    /// A full lobby puts out its oldest silent connection for a newcomer, never a speaker;
+    /// full of speakers, it refuses the newcomer.
+    #[test]
+    fn the_lobby_bound_puts_out_the_oldest_silent() {
+        let t0 = Instant::now();
+        let mut l = Lobby::new(3);
+        let Admit::In(_) = l.admit("a", t0) else {
+            panic!()
+        };
+        let Admit::In(b) = l.admit("b", t0 + Duration::from_millis(1)) else {
+            panic!()
+        };
+        let Admit::In(c) = l.admit("c", t0 + Duration::from_millis(2)) else {
+            panic!()
+        };
+        assert!(l.spoke(b));
+        let Admit::Displaced(d, "a") = l.admit("d", t0 + Duration::from_millis(3)) else {
+            panic!("a, the oldest silent")
+        };
+        let Admit::Displaced(_, "c") = l.admit("e", t0 + Duration::from_millis(4)) else {
+            panic!("c: b has spoken")
+        };
+        assert!(l.spoke(d));
+        let Admit::Displaced(_, "e") = l.admit("f", t0) else {
+            panic!("e, the only silent one")
+        };
+        assert!(!l.spoke(c), "gone");
+        assert_eq!(l.remove(c), None);
+        let f = l.guests().find(|g| *g.1 == "f").unwrap().0;
+        assert!(l.spoke(f));
+        assert_eq!(
+            l.admit("g", t0),
+            Admit::Refused("g"),
+            "all three wait for a slot"
+        );
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.waiting(), 3);
+    }
+
+    /// A speaker waits for a free slot or an idle one that has had EVICT_AFTER (answering
+    /// slots never give way), and silent newcomers never put it out meanwhile.
+    #[test]
+    fn a_speaker_waits_for_a_free_or_evictable_slot() {
+        let t0 = Instant::now();
+        let (mut l, mut s) = (Lobby::new(2), Slots::new(2));
+        let busy = s.take_spoken("busy", t0);
+        s.answering(busy);
+        s.take_spoken("idle", t0 + Duration::from_millis(100));
+        let Admit::In(x) = l.admit("speaker", t0) else {
+            panic!()
+        };
+        assert!(l.spoke(x));
+        let now = t0 + Duration::from_millis(200);
+        let p = promote(&mut l, &mut s, now);
+        assert!(p.admitted.is_empty());
+        let at = t0 + Duration::from_millis(100) + EVICT_AFTER;
+        assert_eq!(p.retry_at, Some(at), "when the idle slot may give way");
+        for _ in 0..10 {
+            let _ = l.admit("silent", now);
+        }
+        assert_eq!(l.waiting(), 1, "still waiting, not put out");
+        let p = promote(&mut l, &mut s, at);
+        assert_eq!((names(&p), p.evicted), (vec!["speaker"], vec!["idle"]));
+        // The speaker's slot has spoken: it is never taken for a silent one, and gives way
+        // only as an idle one does.
+        let speaker = p.admitted[0].1;
+        assert!(s.spoke_flag(speaker).unwrap().load(Ordering::Relaxed));
+        let Some((y, _, _)) = l.guests().next() else {
+            panic!()
+        };
+        assert!(l.spoke(y));
+        s.answering(speaker);
+        let p = promote(&mut l, &mut s, at + EVICT_AFTER * 10);
+        assert_eq!(
+            (p.admitted.len(), p.retry_at),
+            (0, None),
+            "every slot answering"
+        );
+        s.release(busy);
+        let p = promote(&mut l, &mut s, at + EVICT_AFTER * 10);
+        assert_eq!(names(&p), ["silent"]);
+        assert_eq!(l.waiting(), 0);
+    }
+
+    /// A silent connection is closed once it has been in the lobby HEADER_TIMEOUT; a
+    /// speaker waiting for a slot is not.
+    #[test]
+    fn silent_connections_expire_at_the_header_timeout() {
+        let t0 = Instant::now();
+        let mut l = Lobby::new(4);
+        let Admit::In(_) = l.admit("early", t0) else {
+            panic!()
+        };
+        let later = t0 + Duration::from_millis(300);
+        let Admit::In(_) = l.admit("later", later) else {
+            panic!()
+        };
+        let Admit::In(sp) = l.admit("speaker", t0) else {
+            panic!()
+        };
+        assert!(l.spoke(sp));
+        assert_eq!(l.next_expiry(), Some(t0 + HEADER_TIMEOUT));
+        let just_before = t0 + HEADER_TIMEOUT - Duration::from_millis(1);
+        assert!(l.expire(just_before).is_empty());
+        assert_eq!(l.expire(t0 + HEADER_TIMEOUT), ["early"]);
+        assert_eq!(l.next_expiry(), Some(later + HEADER_TIMEOUT));
+        assert_eq!(l.expire(later + HEADER_TIMEOUT * 5), ["later"]);
+        assert_eq!(l.next_expiry(), None);
+        assert_eq!(l.waiting(), 1, "the speaker stays");
+        assert_eq!(l.remove(sp), Some("speaker"), "until its peer goes away");
+        assert!(l.is_empty());
+    }
+
+    /// Speakers take slots in the order they spoke (in the order they were accepted when
+    /// seen in the same round), whatever the silent ones around them.
+    #[test]
+    fn speakers_take_slots_in_the_order_they_spoke() {
+        let t0 = Instant::now();
+        let (mut l, mut s) = (Lobby::new(8), Slots::new(8));
+        let ids: Vec<u64> = ["a", "b", "c", "d", "e"]
+            .into_iter()
+            .map(|n| match l.admit(n, t0) {
+                Admit::In(id) => id,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // Seen in this order: d, then b and a in the same round (accept order: a, b).
+        for i in [3, 0, 1] {
+            assert!(l.spoke(ids[i]));
+        }
+        let spoken: Vec<_> = l.guests().filter(|g| g.2).map(|g| *g.1).collect();
+        assert_eq!(spoken, ["d", "a", "b"]);
+        let p = promote(&mut l, &mut s, t0);
+        assert_eq!(names(&p), ["d", "a", "b"]);
+        assert_eq!(l.len(), 2);
+        // With one slot, the first speaker waits for it, then the next.
+        let (mut l, mut s) = (Lobby::new(8), Slots::new(1));
+        let first = s.take_spoken("holder", t0);
+        s.answering(first);
+        for n in ["x", "y"] {
+            let Admit::In(id) = l.admit(n, t0) else {
+                panic!()
+            };
+            assert!(l.spoke(id));
+        }
+        assert!(promote(&mut l, &mut s, t0).admitted.is_empty());
+        s.release(first);
+        let p = promote(&mut l, &mut s, t0);
+        assert_eq!(names(&p), ["x"]);
+    }
+
+    /// A slot handle that cannot be made drops that speaker, not the next one.
+    #[test]
+    fn a_speaker_without_a_slot_handle_is_dropped() {
+        let t0 = Instant::now();
+        let (mut l, mut s) = (Lobby::new(4), Slots::new(1));
+        for n in ["bad", "good"] {
+            let Admit::In(id) = l.admit(n, t0) else {
+                panic!()
+            };
+            assert!(l.spoke(id));
+        }
+        let p = l.promote(&mut s, t0, |h| (*h != "bad").then_some(*h));
+        assert_eq!((names(&p), p.dropped), (vec!["good"], vec!["bad"]));
+    }
+
+    /// Over a real socket: a peer that closed without a byte reads as the end, one that sent
+    /// a byte as bytes, one that sent nothing as nothing.
+    #[test]
+    fn a_peek_tells_bytes_from_the_end() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let quiet = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (srv, _) = l.accept().unwrap();
+        assert_eq!(peek(&srv), Peeked::Nothing);
+        drop(quiet);
+        let t = Instant::now();
+        while peek(&srv) == Peeked::Nothing && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(peek(&srv), Peeked::End);
+    }
 
     /// A connection that has sent nothing gives way after SILENT_GRACE, before an older one
     /// that has begun (a scraper mid-handshake), which keeps its slot until EVICT_AFTER and

@@ -33,9 +33,9 @@ mod model;
 pub mod webconfig;
 
 pub use http::{
-    Access, EVICT_AFTER, HEADER_TIMEOUT, LastServed, MAX_CONNECTIONS, MAX_REQUEST, Room,
-    SILENT_GRACE, Served, Slots, WRITE_TIMEOUT, serve, serve_conn, serve_conn_flagged, serve_one,
-    serve_one_with, serve_with,
+    ACCEPT_BATCH, Access, Admit, EVICT_AFTER, HEADER_TIMEOUT, LOBBY_MAX, LastServed, Lobby,
+    MAX_CONNECTIONS, MAX_REQUEST, Promoted, Room, SILENT_GRACE, Served, Slots, WRITE_TIMEOUT,
+    serve, serve_conn, serve_conn_flagged, serve_one, serve_one_with, serve_with,
 };
 pub use model::{Counters, Group, Per, build};
 
