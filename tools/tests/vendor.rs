@@ -4,7 +4,7 @@
 //! trees, odd names) reported as unidentified, never guessed.
 
 use drmtool::vendor::{
-    ValueError, MajorError, Reason, VendorNodeKind as K, VendorReport, VendorRoots, discover,
+    MajorError, Reason, ValueError, VendorNodeKind as K, VendorReport, VendorRoots, discover,
 };
 use std::path::{Path, PathBuf};
 

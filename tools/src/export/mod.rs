@@ -28,16 +28,20 @@
 //! backwards: what a client that exited had counted stays in its group's counter while the
 //! group has live clients ([`Counters`]), and each series is clamped to its last value.
 
+mod admission;
 mod http;
 mod model;
+mod server;
 pub mod webconfig;
 
+pub use admission::{Admit, Lobby, Promoted, Room, Slots};
 pub use http::{
-    ACCEPT_BATCH, Access, Admit, EVICT_AFTER, HEADER_TIMEOUT, LOBBY_MAX, LastServed, Lobby,
-    MAX_CONNECTIONS, MAX_REQUEST, Promoted, Room, SILENT_GRACE, Served, Slots, WRITE_TIMEOUT,
-    serve, serve_conn, serve_conn_flagged, serve_one, serve_one_with, serve_with,
+    ACCEPT_BATCH, Access, EVICT_AFTER, HEADER_TIMEOUT, LOBBY_MAX, LastServed, MAX_CONNECTIONS,
+    MAX_REQUEST, SILENT_GRACE, Served, WRITE_TIMEOUT, serve_conn, serve_conn_flagged, serve_one,
+    serve_one_with,
 };
 pub use model::{Counters, Group, Per, build};
+pub use server::{serve, serve_with};
 
 use crate::gpu::Gpu;
 use crate::scan::{self, Options};

@@ -47,8 +47,8 @@ mod parse;
 mod sysfs;
 
 pub use parse::{
-    CapFile, ValueError, MAX_MAJOR, MAX_MINOR, MAX_MODE, MAX_NVIDIA_GPU_MINOR, MajorError,
-    NvidiaInformation, ProcDevices, parse_cap_file, parse_dev, parse_nvidia_information,
+    CapFile, MAX_MAJOR, MAX_MINOR, MAX_MODE, MAX_NVIDIA_GPU_MINOR, MajorError, NvidiaInformation,
+    ProcDevices, ValueError, parse_cap_file, parse_dev, parse_nvidia_information,
     parse_proc_devices,
 };
 
