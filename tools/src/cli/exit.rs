@@ -51,7 +51,7 @@ impl Exit {
             RunError::Usage(_) | RunError::Spec(_) | RunError::Who(_) => Exit::Usage,
             RunError::Select(s) => Exit::of_select(s),
             RunError::NoGpu(_) => Exit::NoGpu,
-            RunError::Setup(_) | RunError::Anchor(_) => Exit::Setup,
+            RunError::Setup(_) | RunError::Anchor(_) | RunError::Unidentified { .. } => Exit::Setup,
         }
     }
 

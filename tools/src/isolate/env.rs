@@ -5,7 +5,8 @@
 //! ROCm's `ROCR_VISIBLE_DEVICES` and Level Zero's `ZE_AFFINITY_MASK` (with
 //! `ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`): each the chosen GPUs' positions among that vendor's
 //! GPUs in PCI bus order, set wherever the machine has such GPUs (empty when none is
-//! chosen, which hides them all).
+//! chosen, which hides them all). Inside a `drmtool run` job, which can open only its
+//! GPUs, the positions count among the chosen ones ([`vendor_env_in_job`]).
 
 use crate::gpu::Gpu;
 
@@ -14,7 +15,17 @@ const NVIDIA: u16 = 0x10de;
 const AMD: u16 = 0x1002;
 const INTEL: u16 = 0x8086;
 
-/// The variables for a job given `chosen` (in selector order) out of `all`.
+/// The variables inside a `drmtool run` job, which sees only `chosen`: the positions count
+/// among the chosen GPUs of each vendor in bus order (CUDA numbers the GPUs it can open
+/// from 0, as Slurm's local indices under ConstrainDevices do), in selector order.
+pub fn vendor_env_in_job(chosen: &[&Gpu]) -> Vec<(String, String)> {
+    let mut seen: Vec<Gpu> = chosen.iter().map(|g| (*g).clone()).collect();
+    seen.sort_by_key(|g| g.index);
+    vendor_env(chosen, &seen)
+}
+
+/// The variables for a job given `chosen` (in selector order) out of `all`, where the job
+/// sees all of them (`run --env-only`, `pick --format env`).
 pub fn vendor_env(chosen: &[&Gpu], all: &[Gpu]) -> Vec<(String, String)> {
     let mut v = Vec::new();
     if let Some(g) = chosen.iter().find(|g| g.bus_id.is_some()) {
@@ -104,5 +115,23 @@ mod tests {
         assert_eq!(get("ZE_AFFINITY_MASK"), None, "no Intel GPU here");
         assert_eq!(get("DRI_PRIME"), Some("pci-0000_41_00_0"));
         assert_eq!(get("MESA_VK_DEVICE_SELECT"), Some("10de:1234"));
+    }
+
+    /// Inside a job, which sees only its GPUs, CUDA numbers them from 0 in bus order:
+    /// chosen 81 then 41 are "1,0"; a vendor with no chosen GPU is absent (nothing to hide).
+    #[test]
+    fn in_a_job_the_indices_count_among_the_chosen() {
+        let all = order(vec![
+            gpu("0000:41:00.0", NVIDIA),
+            gpu("0000:01:00.0", NVIDIA),
+            gpu("0000:02:00.0", AMD),
+            gpu("0000:81:00.0", NVIDIA),
+        ]);
+        let chosen = [&all[3], &all[2]];
+        let env = vendor_env_in_job(&chosen);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("1,0"));
+        assert_eq!(get("ROCR_VISIBLE_DEVICES"), None);
+        assert_eq!(get("DRI_PRIME"), Some("pci-0000_81_00_0"));
     }
 }

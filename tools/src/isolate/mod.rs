@@ -15,4 +15,5 @@ pub mod lease;
 pub mod pick;
 pub mod run;
 pub mod slurm;
+pub mod vendor_access;
 pub mod who;

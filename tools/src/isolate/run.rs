@@ -16,10 +16,11 @@
 
 use super::anchor::{self, JobCgroup, Parent};
 use super::devprog::{self, Policy};
-use super::env::vendor_env;
+use super::env::{vendor_env, vendor_env_in_job};
 use super::job::{self, Identity, JobPlan};
 use super::lease::{self, Lease, LeaseError, Sharing};
 use super::pick::{self, Want};
+use super::vendor_access;
 use super::who::{self, Caller, UserSpec};
 use crate::gpu::{self, Gpu, GpuSpec};
 use drm_gem::NodeKind;
@@ -85,6 +86,21 @@ pub enum RunError {
     /// Not enough eligible GPUs, or all of them leased by others until the deadline.
     #[error("{0}")]
     NoGpu(String),
+    /// A chosen GPU has a vendor node drmtool could not identify: a job on it is refused
+    /// rather than given a guessed node (or none of the ones it needs).
+    #[error(
+        "GPU {gpu}: its {kind:?} node is not identified ({}: {}); refusing to run a job on it",
+        node.source.display(),
+        node.reason
+    )]
+    Unidentified {
+        /// The GPU (bus id or name).
+        gpu: String,
+        /// What was not identified.
+        kind: crate::vendor::VendorNodeKind,
+        /// The report's entry.
+        node: Box<crate::vendor::Unidentified>,
+    },
 }
 
 /// The variable that tells the command which leases its job holds: `KEY` (exclusive) or
@@ -387,14 +403,13 @@ pub fn nvidia_majors(devices: &str) -> Vec<u32> {
 }
 
 /// Refuses an fd the command would inherit (0-2, `--keep-fd`) that is a GPU device node
-/// (DRM, accel or NVIDIA) outside `allowed` (major, minor), or is not open.
-pub fn check_inherited(fds: &[i32], allowed: &[(u32, u32)]) -> Result<(), RunError> {
-    use std::io::Read;
-    let mut devices = String::new();
-    let _ = std::fs::File::open("/proc/devices")
-        .and_then(|f| f.take(64 * 1024).read_to_string(&mut devices));
-    let mut majors = GPU_MAJORS.to_vec();
-    majors.extend(nvidia_majors(&devices));
+/// (a node of `majors`: DRM, accel, NVIDIA, KFD) outside `allowed` (major, minor), or is
+/// not open.
+pub fn check_inherited(
+    fds: &[i32],
+    allowed: &[(u32, u32)],
+    majors: &[u32],
+) -> Result<(), RunError> {
     for &fd in fds {
         let st = crate::sys_call::fstat_raw(fd)
             .map_err(|e| RunError::Usage(format!("--keep-fd {fd}: not an open fd here ({e})")))?;
@@ -476,13 +491,26 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     };
     let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
+    // The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
+    // accel), and every GPU major the job is limited on.
+    let report = crate::vendor::discover(&crate::vendor::VendorRoots::default());
+    if let Some((g, u)) = vendor_access::unidentified_of(&chosen, &report) {
+        return Err(RunError::Unidentified {
+            gpu: g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
+            kind: u.kind,
+            node: Box::new(u.clone()),
+        });
+    }
+    let vendor =
+        vendor_access::vendor_access(&chosen, &report, &vendor_access::read_proc_devices());
     let allowed: Vec<(u32, u32)> = chosen
         .iter()
         .flat_map(|g| g.nodes.iter().map(|n| n.dev))
+        .chain(vendor.nodes.iter().map(|n| n.dev))
         .collect();
-    check_inherited(&keep, &allowed)?;
+    check_inherited(&keep, &allowed, &vendor.majors)?;
 
-    let env = job_env(&chosen, &all, user.as_ref(), &leases);
+    let env = job_env(&chosen, user.as_ref(), &leases);
     let program = find_program(
         argv0,
         env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
@@ -500,7 +528,11 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     let exec = crate::sys_call::ExecImage::new(program.as_os_str(), &req.argv, &env_list)
         .map_err(|_| RunError::Usage("an argument or variable holds a NUL byte".into()))?;
 
-    let (held, steps) = job_mounts(&chosen, &all, &idx, req.renumber, user.as_ref());
+    let (held, mut steps) = job_mounts(&chosen, &all, &idx, req.renumber, user.as_ref());
+    steps.extend(vendor_access::dev_steps(
+        &vendor.nodes,
+        user.as_ref().map(|u| u.uid),
+    ));
     let identity = match &user {
         Some(u) => Identity::User {
             uid: u.uid,
@@ -521,7 +553,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
         exec,
     };
 
-    launch(req, &plan, &allowed, user.as_ref(), leases)
+    launch(req, &plan, &allowed, &vendor.majors, user.as_ref(), leases)
 }
 
 /// Makes the job's cgroup under the parent (checked), attaches its device program, records
@@ -531,6 +563,7 @@ fn launch(
     req: &RunRequest,
     plan: &JobPlan,
     allowed: &[(u32, u32)],
+    majors: &[u32],
     user: Option<&who::JobUser>,
     leases: Vec<Lease>,
 ) -> Result<u8, RunError> {
@@ -546,7 +579,7 @@ fn launch(
     let start = anchor::start_ticks(me).unwrap_or(0);
     let n = JOB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cg = JobCgroup::create(&parent, &anchor::job_name(me, start, n))?;
-    let policy = Policy::only_nodes(allowed, &GPU_MAJORS);
+    let policy = Policy::only_nodes(allowed, majors);
     attach_checked(&parent, &cg, &policy)?;
     let record = lease::JobRecord {
         pid: me,
@@ -623,12 +656,11 @@ fn kept_fds(asked: &[i32]) -> Result<Vec<i32>, RunError> {
 /// user's job, and [`LEASES_ENV`].
 fn job_env(
     chosen: &[&Gpu],
-    all: &[Gpu],
     user: Option<&who::JobUser>,
     leases: &[Lease],
 ) -> BTreeMap<OsString, OsString> {
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    for (k, v) in vendor_env(chosen, all) {
+    for (k, v) in vendor_env_in_job(chosen) {
         env.insert(k.into(), v.into());
     }
     if let Some(u) = user {
@@ -996,12 +1028,12 @@ mod tests {
     #[test]
     fn inherited_gpu_nodes_are_refused() {
         // fd 0 of a test is never a GPU node; a closed fd is refused.
-        assert!(check_inherited(&[0], &[]).is_ok());
-        assert!(check_inherited(&[999_999], &[]).is_err());
+        assert!(check_inherited(&[0], &[], &GPU_MAJORS).is_ok());
+        assert!(check_inherited(&[999_999], &[], &GPU_MAJORS).is_err());
         let f = std::fs::File::open("/dev/null").unwrap();
         use std::os::fd::AsRawFd;
         assert!(
-            check_inherited(&[f.as_raw_fd()], &[]).is_ok(),
+            check_inherited(&[f.as_raw_fd()], &[], &GPU_MAJORS).is_ok(),
             "1:3 is no GPU"
         );
     }

@@ -1,0 +1,242 @@
+//! Issue 28 in the guest: `drmtool run --gpu` gives a job the NVIDIA node of its GPU and
+//! the shared control node, and denies every other NVIDIA node, on synthetic NVIDIA
+//! nodes (no NVIDIA GPU or driver here). Two of the guest's PCI GPUs are made "NVIDIA"
+//! by a `/proc/driver/nvidia/gpus/<bus id>/information` tree (a tmpfs over /proc/driver)
+//! giving them the device minors 0 and 1, and by the nodes `/dev/nvidia0`,
+//! `/dev/nvidia1` (195:0, 195:1) and `/dev/nvidiactl` (195:255). With no driver bound to
+//! major 195, an open the device program allows fails with ENXIO and one it denies with
+//! EPERM, which tells the verdicts apart; the test process itself (no program) gets ENXIO
+//! for every node, which shows the EPERM is the job's program's.
+
+use drmtool::gpu;
+use drmtool::isolate::run::{self, RunRequest};
+use drmtool::isolate::who::Caller;
+use kernel_tests::{in_guest, skip};
+use serde_json::Value;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+const PROBE_ENV: &str = "DRMTOOL_VENDOR_PROBE_OUT";
+const DIRFD_ENV: &str = "DRMTOOL_VENDOR_PROBE_DIRFD";
+const NODES: [&str; 3] = ["nvidia0", "nvidia1", "nvidiactl"];
+
+/// How an open of `/dev/name`, or of `name` in the directory `dir` (a path), for read and
+/// write ends: `ok` or the errno's name.
+fn verdict(dir: Option<&str>, name: &str) -> String {
+    let path = format!("{}/{name}", dir.unwrap_or("/dev"));
+    let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC;
+    match rustix::fs::open(path.as_str(), flags, rustix::fs::Mode::empty()) {
+        Ok(_) => "ok".into(),
+        Err(rustix::io::Errno::NXIO) => "ENXIO".into(),
+        Err(rustix::io::Errno::PERM) => "EPERM".into(),
+        Err(rustix::io::Errno::NOENT) => "ENOENT".into(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+/// What the job sees: each synthetic node in its own /dev, then in the guest's /dev
+/// through the kept directory fd (`/proc/self/fd/N`), and its CUDA variable.
+fn probe(out: &Path) {
+    let fd: i32 = std::env::var(DIRFD_ENV).unwrap().parse().unwrap();
+    let host = format!("/proc/self/fd/{fd}");
+    let mut own = serde_json::Map::new();
+    let mut through_host = serde_json::Map::new();
+    for n in NODES {
+        own.insert(n.into(), verdict(None, n).into());
+        through_host.insert(n.into(), verdict(Some(&host), n).into());
+    }
+    let v = serde_json::json!({
+        "own_dev": own,
+        "host_dev": through_host,
+        "cuda": std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+    });
+    std::fs::write(out, v.to_string()).unwrap();
+}
+
+/// The test that doubles as the job's command.
+#[test]
+fn probe_entry() {
+    if let Some(out) = std::env::var_os(PROBE_ENV) {
+        probe(Path::new(&out));
+        std::process::exit(0);
+    }
+}
+
+/// The synthetic NVIDIA GPUs, undone on drop.
+struct SyntheticNvidia;
+
+impl SyntheticNvidia {
+    /// `gpus`: (PCI bus id, device minor).
+    fn new(gpus: &[(&str, u32)]) -> SyntheticNvidia {
+        use rustix::fs::{CWD, FileType, Mode, mknodat};
+        for (name, minor) in [("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)] {
+            let p = format!("/dev/{name}");
+            let _ = std::fs::remove_file(&p);
+            mknodat(
+                CWD,
+                p.as_str(),
+                FileType::CharacterDevice,
+                Mode::from_raw_mode(0o666),
+                rustix::fs::makedev(195, minor),
+            )
+            .unwrap_or_else(|e| panic!("mknod {p}: {e}"));
+        }
+        rustix::mount::mount(
+            "drmtool-test",
+            "/proc/driver",
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            c"mode=755",
+        )
+        .expect("a tmpfs over /proc/driver");
+        for (bus, minor) in gpus {
+            let d = PathBuf::from(format!("/proc/driver/nvidia/gpus/{bus}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("information"),
+                format!(
+                    "Model: \t\t Synthetic GPU\nIRQ:   \t\t 0\nGPU UUID: \t GPU-0000\n\
+                     Device Minor: \t {minor}\nBus Location: \t {bus}\n"
+                ),
+            )
+            .unwrap();
+        }
+        SyntheticNvidia
+    }
+}
+
+impl Drop for SyntheticNvidia {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount("/proc/driver", rustix::mount::UnmountFlags::DETACH);
+        for n in NODES {
+            let _ = std::fs::remove_file(format!("/dev/{n}"));
+        }
+    }
+}
+
+fn entry_argv(out: &Path, dirfd: i32) -> Vec<OsString> {
+    vec![
+        "env".into(),
+        "-u".into(),
+        "KERNEL_TESTS_SIGNAL_STORM".into(),
+        format!("{PROBE_ENV}={}", out.display()).into(),
+        format!("{DIRFD_ENV}={dirfd}").into(),
+        std::env::current_exe().unwrap().into_os_string(),
+        "probe_entry".into(),
+        "--exact".into(),
+        "--nocapture".into(),
+        "-q".into(),
+        "--test-threads=1".into(),
+    ]
+}
+
+/// The probe under `drmtool run --as-root --gpu spec`, with the guest's /dev kept.
+fn probe_under(spec: &str) -> Value {
+    use rustix::fd::AsRawFd;
+    let out = PathBuf::from(format!("/tmp/drmtool-vendor-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&out);
+    let dev = rustix::fs::open(
+        "/dev",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .expect("/dev");
+    let req = RunRequest {
+        gpus: vec![spec.parse::<gpu::GpuSpec>().unwrap()],
+        argv: entry_argv(&out, dev.as_raw_fd()),
+        as_root: true,
+        keep_fds: vec![dev.as_raw_fd()],
+        caller: Some(Caller { uid: 0, sudo: None }),
+        ..Default::default()
+    };
+    let code = run::run(&req, &mut std::io::sink()).unwrap_or_else(|e| panic!("run {spec}: {e}"));
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("the probe wrote no report ({e}); exit {code}"));
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(code, 0, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A job on synthetic NVIDIA GPU 0 opens its `/dev/nvidia0` and `nvidiactl` (ENXIO: past
+/// the program, no driver) and is denied `/dev/nvidia1` (EPERM), which is not in its /dev
+/// either; a job on a GPU that is not NVIDIA is denied every NVIDIA node. The verdict
+/// table is printed for the issue's note.
+#[test]
+fn run_gives_a_job_only_its_nvidia_nodes() {
+    if !in_guest() {
+        skip!("not in a vm guest: no cgroup v2 and GPUs to isolate with here");
+    }
+    let gpus = gpu::gpus().expect("the guest has DRM devices");
+    let pci: Vec<&gpu::Gpu> = gpus.iter().filter(|g| g.bus_id.is_some()).collect();
+    assert!(pci.len() >= 3, "the guest has three PCI GPUs: {gpus:?}");
+    let bus = |g: &gpu::Gpu| g.bus_id.clone().unwrap();
+    let (nv0, nv1, other) = (bus(pci[0]), bus(pci[1]), bus(pci[2]));
+    let _synthetic = SyntheticNvidia::new(&[(nv0.as_str(), 0), (nv1.as_str(), 1)]);
+    // Without a device program every node gets as far as the missing driver.
+    for n in NODES {
+        assert_eq!(verdict(None, n), "ENXIO", "/dev/{n} from the test itself");
+    }
+    let r = drmtool::vendor::discover(&drmtool::vendor::VendorRoots::default());
+    assert!(r.unidentified.is_empty(), "{r:?}");
+    let on0 = probe_under(&nv0);
+    let on1 = probe_under(&nv1);
+    let elsewhere = probe_under(&other);
+    eprintln!("verdicts (own /dev | the guest's /dev):");
+    for (what, v) in [("GPU 0", &on0), ("GPU 1", &on1), ("not NVIDIA", &elsewhere)] {
+        eprintln!("  job on {what}: {} | {}", v["own_dev"], v["host_dev"]);
+    }
+    let table = |v: &Value, k: &str| -> Vec<String> {
+        NODES
+            .iter()
+            .map(|n| v[k][*n].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        table(&on0, "own_dev"),
+        ["ENXIO", "ENOENT", "ENXIO"],
+        "{on0}"
+    );
+    assert_eq!(
+        table(&on0, "host_dev"),
+        ["ENXIO", "EPERM", "ENXIO"],
+        "{on0}"
+    );
+    assert_eq!(
+        table(&on1, "own_dev"),
+        ["ENOENT", "ENXIO", "ENXIO"],
+        "{on1}"
+    );
+    assert_eq!(
+        table(&on1, "host_dev"),
+        ["EPERM", "ENXIO", "ENXIO"],
+        "{on1}"
+    );
+    assert_eq!(
+        table(&elsewhere, "own_dev"),
+        ["ENOENT", "ENOENT", "ENOENT"],
+        "{elsewhere}"
+    );
+    assert_eq!(
+        table(&elsewhere, "host_dev"),
+        ["EPERM", "EPERM", "EPERM"],
+        "{elsewhere}"
+    );
+    // A GPU whose NVIDIA information names no valid minor is refused, never guessed.
+    let d = PathBuf::from(format!("/proc/driver/nvidia/gpus/{other}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("information"), "Model: x\nDevice Minor: \t banana\n").unwrap();
+    let req = RunRequest {
+        gpus: vec![other.parse::<gpu::GpuSpec>().unwrap()],
+        argv: vec!["true".into()],
+        as_root: true,
+        caller: Some(Caller { uid: 0, sudo: None }),
+        ..Default::default()
+    };
+    match run::run(&req, &mut std::io::sink()) {
+        Err(e @ run::RunError::Unidentified { .. }) => {
+            assert_eq!(drmtool::cli::Exit::of_run(&e) as u8, 125);
+            eprintln!("refused: {e}");
+        }
+        other => panic!("a GPU with an unidentified NVIDIA node ran a job: {other:?}"),
+    }
+}
