@@ -13,6 +13,9 @@ use drmtool::isolate::run::{self, RunRequest};
 use drmtool::isolate::who::Caller;
 use kernel_tests::{in_guest, skip};
 use serde_json::Value;
+
+mod schema_common;
+use schema_common::validate;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -178,6 +181,40 @@ fn run_gives_a_job_only_its_nvidia_nodes() {
     }
     let r = drmtool::vendor::discover(&drmtool::vendor::VendorRoots::default());
     assert!(r.unidentified.is_empty(), "{r:?}");
+    // `devices` lists them with their GPUs' indices.
+    let (code, out) = drmtool::cli::run_captured(&["devices", "--json"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "devices.schema.json", "devices --json");
+    let listed: Vec<(String, Value, String)> = v["vendor_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["path"].as_str().unwrap().to_string(),
+                n["index"].clone(),
+                n["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "/dev/nvidia0".into(),
+                Value::from(pci[0].index),
+                "nvidia-gpu".into()
+            ),
+            (
+                "/dev/nvidia1".into(),
+                Value::from(pci[1].index),
+                "nvidia-gpu".into()
+            ),
+            ("/dev/nvidiactl".into(), Value::Null, "nvidia-ctl".into()),
+        ],
+        "{out}"
+    );
     let on0 = probe_under(&nv0);
     let on1 = probe_under(&nv1);
     let elsewhere = probe_under(&other);

@@ -38,6 +38,36 @@ pub struct DeviceRow {
     pub error: Option<String>,
 }
 
+/// One vendor node ([`crate::vendor`]): NVIDIA, KFD, accel.
+#[derive(Debug, Clone, Serialize)]
+pub struct VendorRow {
+    /// The index of the GPU it belongs to, when that GPU is in the ordering.
+    pub index: Option<usize>,
+    /// The device it belongs to (PCI bus id); `None`: shared by every GPU of its vendor.
+    pub owner: Option<String>,
+    /// The node (`/dev/nvidia0`).
+    pub path: String,
+    /// What it is (`nvidia-gpu`, `nvidia-ctl`, `kfd`, `accel`, ...).
+    pub kind: crate::vendor::VendorNodeKind,
+    /// `major:minor`, from the kernel's text.
+    pub dev: String,
+    /// Whether the file is in /dev now.
+    pub present: bool,
+}
+
+/// A vendor node the discovery could not identify, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnidentifiedRow {
+    /// What it would have been.
+    pub kind: crate::vendor::VendorNodeKind,
+    /// The file whose text or name was refused (escaped).
+    pub source: String,
+    /// The device it belongs to, where known.
+    pub owner: Option<String>,
+    /// Why (escaped).
+    pub reason: String,
+}
+
 /// `drmtool devices --json` (`tools/schema/devices.schema.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct DevicesReport {
@@ -46,15 +76,58 @@ pub struct DevicesReport {
     /// Every node, in the ordering: GPUs by bus id then name, each card before its render
     /// node.
     pub devices: Vec<DeviceRow>,
+    /// The vendor nodes (NVIDIA, KFD, accel) of this machine, per GPU then shared.
+    pub vendor_nodes: Vec<VendorRow>,
+    /// Vendor nodes that could not be identified (`run` refuses their GPUs).
+    pub unidentified: Vec<UnidentifiedRow>,
     /// Why the list is empty, when it is ([`crate::gpu::no_devices_message`]).
     pub reason: Option<String>,
 }
 
+/// The vendor rows of `report`, each with the index of its GPU in `gpus`.
+pub fn vendor_rows(
+    report: &crate::vendor::VendorReport,
+    gpus: &[crate::gpu::Gpu],
+) -> (Vec<VendorRow>, Vec<UnidentifiedRow>) {
+    let index = |owner: &Option<String>| {
+        owner.as_deref().and_then(|o| {
+            gpus.iter()
+                .find(|g| g.bus_id.as_deref() == Some(o) || g.name == o)
+                .map(|g| g.index)
+        })
+    };
+    let text = |s: &str| crate::Untrusted::from(s).to_string();
+    let nodes = report
+        .nodes
+        .iter()
+        .map(|n| VendorRow {
+            index: index(&n.owner),
+            owner: n.owner.clone(),
+            path: text(&n.path.to_string_lossy()),
+            kind: n.kind,
+            dev: format!("{}:{}", n.dev.0, n.dev.1),
+            present: n.present,
+        })
+        .collect();
+    let unidentified = report
+        .unidentified
+        .iter()
+        .map(|u| UnidentifiedRow {
+            kind: u.kind,
+            source: text(&u.source.to_string_lossy()),
+            owner: u.owner.as_deref().map(text),
+            reason: text(&u.reason.to_string()),
+        })
+        .collect();
+    (nodes, unidentified)
+}
+
 /// Every DRM node of this machine, in the ordering.
 pub fn list() -> DevicesReport {
+    let mut gpus = Vec::new();
     let (devices, reason) = match drm_gem::enumerate() {
         Ok(nodes) => {
-            let gpus = crate::gpu::group(nodes.clone(), std::path::Path::new("/dev/dri"));
+            gpus = crate::gpu::group(nodes.clone(), std::path::Path::new("/dev/dri"));
             let mut rows = Vec::new();
             for g in &gpus {
                 for n in &g.nodes {
@@ -70,9 +143,13 @@ pub fn list() -> DevicesReport {
             Some(crate::gpu::no_devices_message(&e).to_string()),
         ),
     };
+    let vendor = crate::vendor::discover(&crate::vendor::VendorRoots::default());
+    let (vendor_nodes, unidentified) = vendor_rows(&vendor, &gpus);
     DevicesReport {
         schema_version: crate::SCHEMA_VERSION,
         devices,
+        vendor_nodes,
+        unidentified,
         reason,
     }
 }
@@ -107,10 +184,52 @@ pub fn render(r: &DevicesReport) -> String {
             r.sysfs.clone(),
         ]
     }));
-    crate::render::align(&rows)
+    let mut out: String = crate::render::align(&rows)
         .into_iter()
         .map(|l| l + "\n")
-        .collect()
+        .collect();
+    out.push_str(&render_vendor(r));
+    out
+}
+
+/// The vendor nodes' table and the unidentified ones, after the DRM nodes (nothing when
+/// there are none).
+fn render_vendor(r: &DevicesReport) -> String {
+    let mut out = String::new();
+    if !r.vendor_nodes.is_empty() {
+        let mut rows: Vec<Vec<String>> = vec![
+            ["GPU", "NODE", "KIND", "DEV", "BELONGS TO", "IN /dev"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        rows.extend(r.vendor_nodes.iter().map(|v| {
+            vec![
+                v.index.map_or("-".into(), |i| i.to_string()),
+                v.path.clone(),
+                serde_json::to_value(v.kind)
+                    .ok()
+                    .and_then(|k| k.as_str().map(String::from))
+                    .unwrap_or_default(),
+                v.dev.clone(),
+                v.owner.clone().unwrap_or_else(|| "shared".into()),
+                if v.present { "yes" } else { "no" }.into(),
+            ]
+        }));
+        out.push('\n');
+        for l in crate::render::align(&rows) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    for u in &r.unidentified {
+        out.push_str(&format!(
+            "unidentified: {} ({}): {}; `drmtool run` refuses its GPU\n",
+            u.source,
+            u.owner.as_deref().unwrap_or("no device"),
+            u.reason
+        ));
+    }
+    out
 }
 
 /// A row of `devices`. The driver version is read from a render node (`DRM_IOCTL_VERSION`),
@@ -148,5 +267,91 @@ fn row(n: drm_gem::NodeInfo, g: &crate::gpu::Gpu, by_path: Option<String>) -> De
         pci_id: n.pci_id.map(|(v, d)| format!("{v:04x}:{d:04x}")),
         sysfs: n.sysfs.display().to_string(),
         error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vendor::VendorNodeKind;
+
+    /// The vendor table follows the DRM one; an unidentified node says `run` refuses its
+    /// GPU; hostile text arrives escaped (the rows hold what `vendor_rows` escaped).
+    #[test]
+    fn vendor_nodes_are_listed_after_the_drm_nodes() {
+        let r = DevicesReport {
+            schema_version: 1,
+            devices: Vec::new(),
+            vendor_nodes: vec![
+                VendorRow {
+                    index: Some(2),
+                    owner: Some("0000:3b:00.0".into()),
+                    path: "/dev/nvidia0".into(),
+                    kind: VendorNodeKind::NvidiaGpu,
+                    dev: "195:0".into(),
+                    present: true,
+                },
+                VendorRow {
+                    index: None,
+                    owner: None,
+                    path: "/dev/nvidia-uvm".into(),
+                    kind: VendorNodeKind::NvidiaUvm,
+                    dev: "509:0".into(),
+                    present: false,
+                },
+            ],
+            unidentified: vec![UnidentifiedRow {
+                kind: VendorNodeKind::NvidiaGpu,
+                source: "/proc/driver/nvidia/gpus/0000:5e:00.0/information".into(),
+                owner: Some("0000:5e:00.0".into()),
+                reason: "no \"Device Minor\" line".into(),
+            }],
+            reason: None,
+        };
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>()[..3],
+            ["GPU", "NODE", "KIND"]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            [
+                "2",
+                "/dev/nvidia0",
+                "nvidia-gpu",
+                "195:0",
+                "0000:3b:00.0",
+                "yes"
+            ]
+        );
+        assert_eq!(
+            lines[4].split_whitespace().collect::<Vec<_>>(),
+            [
+                "-",
+                "/dev/nvidia-uvm",
+                "nvidia-uvm",
+                "509:0",
+                "shared",
+                "no"
+            ]
+        );
+        assert!(lines[5].starts_with("unidentified: /proc/driver/nvidia/gpus/0000:5e:00.0"));
+        assert!(
+            lines[5].ends_with("`drmtool run` refuses its GPU"),
+            "{}",
+            lines[5]
+        );
+        let hostile = crate::vendor::VendorReport {
+            nodes: Vec::new(),
+            unidentified: vec![crate::vendor::Unidentified {
+                kind: VendorNodeKind::NvidiaGpu,
+                source: std::path::PathBuf::from("/proc/driver/nvidia/gpus/\u{1b}[2Jx"),
+                owner: None,
+                reason: crate::vendor::Reason::NoFile,
+            }],
+        };
+        let (_, u) = vendor_rows(&hostile, &[]);
+        assert!(!u[0].source.contains('\u{1b}'), "{:?}", u[0].source);
     }
 }
