@@ -277,3 +277,58 @@ fn run_gives_a_job_only_its_nvidia_nodes() {
         other => panic!("a GPU with an unidentified NVIDIA node ran a job: {other:?}"),
     }
 }
+
+/// What `sh` says when it opens `/dev/nvidia0` for read and write from inside `cg`.
+fn open_in(cg: &Path) -> String {
+    let o = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "echo $$ > {}/cgroup.procs && exec 3<>/dev/nvidia0 && echo opened",
+                cg.display()
+            ),
+        ])
+        .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `cgroup deny-gpus` denies the NVIDIA majors too (EPERM where the node otherwise gets as
+/// far as the missing driver, ENXIO), and `allow-gpus` lifts it.
+#[test]
+fn deny_gpus_denies_nvidia_nodes_too() {
+    if !in_guest() {
+        skip!("not in a vm guest: no cgroup v2 here");
+    }
+    let gpus = gpu::gpus().expect("the guest has DRM devices");
+    let bus = gpus
+        .iter()
+        .find_map(|g| g.bus_id.clone())
+        .expect("a PCI GPU");
+    let _synthetic = SyntheticNvidia::new(&[(bus.as_str(), 0)]);
+    let cg = PathBuf::from(format!(
+        "/sys/fs/cgroup/drmtool-vendor-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&cg).unwrap();
+    let before = open_in(&cg);
+    let denied = drmtool::isolate::deny::deny_gpus(cg.to_str().unwrap()).unwrap();
+    let during = open_in(&cg);
+    let (code, rules) = drmtool::cli::run_captured(&["cgroup", "devices", cg.to_str().unwrap()]);
+    let allowed = drmtool::isolate::deny::allow_gpus(cg.to_str().unwrap()).unwrap();
+    let after = open_in(&cg);
+    let _ = std::fs::remove_dir(&cg);
+    eprintln!("before: {before}during: {during}after: {after}");
+    assert!(before.contains("No such device or address"), "{before}");
+    assert!(denied.majors.contains(&195), "{denied:?}");
+    assert!(during.contains("Operation not permitted"), "{during}");
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    assert!(rules.contains("deny c 195:* rwm"), "{rules}");
+    assert_eq!(allowed.detached.len(), 1, "{allowed:?}");
+    assert!(after.contains("No such device or address"), "{after}");
+}

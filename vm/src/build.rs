@@ -6,9 +6,7 @@ use crate::cache::{BuiltKernel, Manifest, as_built, cached, collect_files};
 use crate::catalog::{self, CatalogKernel, Source};
 use crate::error::{Result, VmError};
 use crate::kconfig::KConfig;
-use crate::util::{
-    copy, free_bytes, mib, mkdirs, progress, read, run_capture, run_checked, run_logged, write,
-};
+use crate::util::{copy, mib, mkdirs, progress, read, run_capture, run_checked, run_logged, write};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -312,20 +310,7 @@ fn build_tree(
 
 /// Refuses a build with less than [`NEEDED_BYTES`] free under the cache root.
 fn check_free_space(root: &Path) -> Result<()> {
-    if let Some(free) = free_bytes(root)
-        && free < NEEDED_BYTES
-    {
-        return Err(VmError::with_fix(
-            format!(
-                "disk full: {:.1} GiB free under {}, a kernel build needs {:.0} GiB",
-                free as f64 / (1u64 << 30) as f64,
-                root.display(),
-                NEEDED_BYTES as f64 / (1u64 << 30) as f64
-            ),
-            "free space there, or point VM_CACHE_DIR at a larger disk",
-        ));
-    }
-    Ok(())
+    crate::util::require_free(root, NEEDED_BYTES, "a kernel build")
 }
 
 /// One build of a kernel tree out of tree: what the phases of [`build_tree`] share.

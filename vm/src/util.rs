@@ -21,6 +21,23 @@ pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
+/// Refuses to start `what` (a kernel build, preparing a stock kernel) under `dir` when it has
+/// less than `needed` bytes free: a full disk midway fails far from its cause.
+pub(crate) fn require_free(dir: &Path, needed: u64, what: &str) -> crate::error::Result<()> {
+    match free_bytes(dir) {
+        Some(free) if free < needed => Err(crate::error::VmError::with_fix(
+            format!(
+                "disk full: {:.1} GiB free under {}, {what} needs {:.0} GiB",
+                free as f64 / (1u64 << 30) as f64,
+                dir.display(),
+                needed as f64 / (1u64 << 30) as f64
+            ),
+            "free space there, or point VM_CACHE_DIR at a larger disk",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Runs a command with its output appended to `log` (one log per build attempt: see
 /// [`crate::buildlog::fresh_log`]), printing elapsed time every 30 s; on failure shows the
 /// log's error lines with some context ([`crate::buildlog::error_lines`]) and a fix that

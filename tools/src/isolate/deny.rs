@@ -1,7 +1,8 @@
 //! "No GPU outside a job": `drmtool cgroup deny-gpus CGROUP` attaches a device program
-//! (named `drmtool_deny`) that denies every node of the GPU majors ([`GPU_MAJORS`]: DRM
-//! 226, accel 261, whole majors so that a GPU added later is covered) to a cgroup such as
-//! `user.slice`; `allow-gpus` detaches the programs so named. The program is attached
+//! (named `drmtool_deny`) that denies every node of the GPU majors ([`machine_majors`]:
+//! DRM 226, accel 261, NVIDIA's 195, every `/proc/devices` major named `nvidia*` and the
+//! major of every vendor node found, such as kfd's; whole majors, so that a GPU added
+//! later is covered) to a cgroup such as `user.slice`; `allow-gpus` detaches the programs so named. The program is attached
 //! with `BPF_F_ALLOW_MULTI`, so it adds to what the cgroup's other programs deny, and the
 //! cgroup's descendants (login sessions, user services) cannot lift it.
 
@@ -66,19 +67,31 @@ fn open(dir: &std::path::Path) -> Result<rustix::fd::OwnedFd, DenyError> {
     })
 }
 
-/// Whether `p` is a deny-gpus program: its name and, read back from the kernel, exactly
-/// the deny policy's rules.
-fn is_deny(p: &inspect::Program) -> bool {
-    p.name == PROG_NAME && p.kind == "drmtool" && p.rules == inspect::rule_lines(&policy())
+/// The majors a program's rules (read back from the kernel) deny, when they are exactly a
+/// deny policy's ([`policy_for`]) and cover at least [`GPU_MAJORS`]: a deny-gpus program
+/// attached before a vendor module loaded (fewer majors) is still one.
+pub fn denied_majors(rules: &[String]) -> Option<Vec<u32>> {
+    let majors: Vec<u32> = rules
+        .iter()
+        .filter_map(|l| l.strip_prefix("deny c ")?.split_once(":*")?.0.parse().ok())
+        .collect();
+    let canonical = inspect::rule_lines(&policy_for(&majors));
+    (canonical == rules && GPU_MAJORS.iter().all(|m| majors.contains(m))).then_some(majors)
 }
 
-/// The ids of the deny-gpus programs attached to the cgroup itself.
-fn ours(dir: &std::path::Path) -> Result<Vec<u32>, DenyError> {
+/// Whether `p` is a deny-gpus program: its name and, read back from the kernel, a deny
+/// policy's rules ([`denied_majors`]).
+fn is_deny(p: &inspect::Program) -> bool {
+    p.name == PROG_NAME && p.kind == "drmtool" && denied_majors(&p.rules).is_some()
+}
+
+/// The deny-gpus programs attached to the cgroup itself: ids and the majors each denies.
+fn ours(dir: &std::path::Path) -> Result<Vec<(u32, Vec<u32>)>, DenyError> {
     let r = inspect::inspect(dir).map_err(DenyError::Inspect)?;
     Ok(r.attached
         .iter()
-        .filter(|p| is_deny(p))
-        .map(|p| p.id)
+        .filter(|p| p.name == PROG_NAME && p.kind == "drmtool")
+        .filter_map(|p| Some((p.id, denied_majors(&p.rules)?)))
         .collect())
 }
 
@@ -147,10 +160,27 @@ pub fn render_shown(s: &Shown) -> String {
     }
 }
 
-/// The deny policy: every node of [`GPU_MAJORS`] denied, everything else left to the
+/// The majors deny-gpus denies on this machine: [`GPU_MAJORS`], NVIDIA's 195, every
+/// `/proc/devices` major named `nvidia*` and every vendor node's
+/// ([`vendor_access`](super::vendor_access::vendor_access) of no GPU).
+pub fn machine_majors() -> Vec<u32> {
+    super::vendor_access::vendor_access(
+        &[],
+        &crate::vendor::discover(&crate::vendor::VendorRoots::default()),
+        &super::vendor_access::read_proc_devices(),
+    )
+    .majors
+}
+
+/// The deny policy of `majors`: every node of them denied, everything else left to the
 /// cgroup's other programs.
+pub fn policy_for(majors: &[u32]) -> Policy {
+    Policy::only_nodes(&[], majors)
+}
+
+/// The deny policy of this machine ([`machine_majors`]).
 pub fn policy() -> Policy {
-    Policy::only_nodes(&[], &GPU_MAJORS)
+    policy_for(&machine_majors())
 }
 
 /// Attaches the deny program to `cgroup` (a path under /sys/fs/cgroup or absolute) unless
@@ -162,19 +192,26 @@ pub fn policy() -> Policy {
 pub fn deny_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
     let dir: PathBuf = inspect::resolve(Some(cgroup)).map_err(DenyError::Inspect)?;
     let fd = open(&dir)?;
-    let there = ours(&dir)?;
+    let majors = machine_majors();
+    // One already there that denies every major of this machine now: nothing to add (one
+    // from before a vendor module loaded stays, and a fuller one joins it).
+    let covering: Vec<u32> = ours(&dir)?
+        .into_iter()
+        .filter(|(_, m)| majors.iter().all(|x| m.contains(x)))
+        .map(|(id, _)| id)
+        .collect();
     let mut o = Outcome {
         schema_version: crate::scan::SCHEMA_VERSION,
         cgroup: dir.display().to_string(),
-        attached: there.clone(),
+        attached: covering.clone(),
         detached: Vec::new(),
-        already: !there.is_empty(),
-        majors: GPU_MAJORS.to_vec(),
+        already: !covering.is_empty(),
+        majors: majors.clone(),
     };
     if o.already {
         return Ok(o);
     }
-    let prog = load(&policy(), PROG_NAME)?;
+    let prog = load(&policy_for(&majors), PROG_NAME)?;
     crate::sys_call::bpf_attach_cgroup_device(
         fd.as_fd(),
         prog.as_fd(),
@@ -209,9 +246,14 @@ pub fn allow_gpus(cgroup: &str) -> Result<Outcome, DenyError> {
         attached: Vec::new(),
         detached: Vec::new(),
         already: false,
-        majors: GPU_MAJORS.to_vec(),
+        majors: Vec::new(),
     };
-    for id in ours(&dir)? {
+    for (id, majors) in ours(&dir)? {
+        for m in majors {
+            if !o.majors.contains(&m) {
+                o.majors.push(m);
+            }
+        }
         let sys = |what: &'static str| {
             let path = o.cgroup.clone();
             move |errno| DenyError::Sys { what, path, errno }
@@ -257,19 +299,51 @@ mod tests {
     use super::*;
     use crate::isolate::devprog::{Access, DevType, Request};
 
+    /// A program is ours whatever majors it denies beyond GPU_MAJORS (one attached before
+    /// nvidia-uvm loaded is still found and detached), never one with fewer or any other
+    /// rule.
+    #[test]
+    fn deny_programs_are_told_by_their_shape() {
+        let rules = |m: &[u32]| inspect::rule_lines(&policy_for(m));
+        assert_eq!(
+            denied_majors(&rules(&[195, 226, 261, 509])),
+            Some(vec![195, 226, 261, 509])
+        );
+        assert_eq!(denied_majors(&rules(&[226, 261])), Some(vec![226, 261]));
+        assert_eq!(
+            denied_majors(&rules(&[226])),
+            None,
+            "GPU_MAJORS not covered"
+        );
+        let mut extra = rules(&[226, 261]);
+        extra.insert(0, "allow c 226:0 rwm".into());
+        assert_eq!(denied_majors(&extra), None);
+        let mut default_deny = rules(&[226, 261]);
+        *default_deny.last_mut().unwrap() = "default deny".into();
+        assert_eq!(denied_majors(&default_deny), None);
+    }
+
     #[test]
     fn deny_covers_whole_majors_and_nothing_else() {
-        let p = policy();
+        let p = policy_for(&[195, 226, 261]);
         let req = |major, minor| Request {
             dev_type: DevType::Char,
             major,
             minor,
             access: Access::READ | Access::WRITE,
         };
-        for (ma, mi) in [(226, 0), (226, 128), (226, 255), (261, 0), (261, 7)] {
+        for (ma, mi) in [
+            (226, 0),
+            (226, 128),
+            (226, 255),
+            (261, 0),
+            (261, 7),
+            (195, 0),
+            (195, 255),
+        ] {
             assert!(!p.allows(req(ma, mi)), "{ma}:{mi}");
         }
-        for (ma, mi) in [(1, 3), (5, 0), (136, 1), (195, 0)] {
+        for (ma, mi) in [(1, 3), (5, 0), (136, 1), (10, 229)] {
             assert!(p.allows(req(ma, mi)), "{ma}:{mi}");
         }
         assert!(PROG_NAME.len() <= 15);

@@ -177,21 +177,7 @@ fn check_tools(patched: bool) -> Result<()> {
 
 /// Refuses to start with less than [`NEEDED_BYTES`] free under the cache root.
 fn check_free_space(root_cache: &Path) -> Result<()> {
-    if let Some(free) = util::free_bytes(root_cache)
-        && free < NEEDED_BYTES
-    {
-        return Err(VmError::with_fix(
-            format!(
-                "disk full: {:.1} GiB free under {}, a stock kernel needs {:.0} GiB while it \
-                 is prepared",
-                free as f64 / (1u64 << 30) as f64,
-                root_cache.display(),
-                NEEDED_BYTES as f64 / (1u64 << 30) as f64
-            ),
-            "free space there, or point VM_CACHE_DIR at a larger disk",
-        ));
-    }
-    Ok(())
+    util::require_free(root_cache, NEEDED_BYTES, "a stock kernel being prepared")
 }
 
 impl Prep<'_> {
