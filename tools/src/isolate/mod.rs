@@ -6,6 +6,7 @@
 pub mod anchor;
 pub mod bpf;
 pub mod cgroup;
+pub mod choose;
 pub mod deny;
 pub mod devprog;
 pub mod env;

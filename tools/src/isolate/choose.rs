@@ -1,0 +1,205 @@
+//! Which GPUs a `drmtool run` job gets: the machine's GPUs resolved from `--gpu` specs,
+//! the candidates of `--pick`, their ranking now ([`choose`]), and the leases taken on the
+//! chosen ones ([`pick_and_lease`], [`lease_chosen`]), waiting while others hold them.
+//! Re-exported by [`super::run`], where `run` calls them.
+
+use super::lease::{self, Lease, LeaseError, Sharing};
+use super::pick::{self, Want};
+use super::run::{PickRequest, RunError};
+use crate::gpu::{self, Gpu, GpuSpec};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The machine's GPUs in the ordering and the indices the selectors chose, in selector
+/// order (each GPU once).
+pub fn resolve(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+    if gpus.is_empty() {
+        return Err(RunError::Usage("--gpu needs at least one selector".into()));
+    }
+    let all = all_gpus()?;
+    let chosen = gpu::select(gpus, &all)?;
+    let idx = chosen.iter().map(|g| g.index).collect();
+    Ok((all, idx))
+}
+
+/// The machine's GPUs in the ordering, or why there are none.
+pub fn all_gpus() -> Result<Vec<Gpu>, RunError> {
+    Ok(gpu::gpus()?)
+}
+
+/// The GPUs `pick` and `run --pick` choose among: the selectors' (as [`resolve`]), or every
+/// GPU when there are none.
+pub fn candidates(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+    if gpus.is_empty() {
+        let all = all_gpus()?;
+        let cand = (0..all.len()).collect();
+        Ok((all, cand))
+    } else {
+        resolve(gpus)
+    }
+}
+
+/// The candidates (indices into `all`) ranked now: `report`'s figures, the leases held in
+/// `d` at this moment.
+fn rank_now(
+    all: &[Gpu],
+    cand: &[usize],
+    report: Option<&crate::scan::Report>,
+    want: &Want,
+    d: &Path,
+) -> Vec<pick::Candidate> {
+    let held = held_by_index(all, cand, d);
+    let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
+    pick::rank(&gs, report, &held, &pick::sysfs_free, want)
+}
+
+/// `drmtool pick --json` (`tools/schema/pick.schema.json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PickReport {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The indices chosen, in rank order (fewer than asked when fewer are eligible).
+    pub chosen: Vec<usize>,
+    /// Every candidate in rank order, with its figures and why it is excluded.
+    pub candidates: Vec<pick::Candidate>,
+}
+
+/// What `drmtool pick -n N` chooses among `cand` (indices into `all`): one scan, the
+/// leases held now, the first `n` eligible candidates in rank order. Leases nothing
+/// (`run --pick` does: [`pick_and_lease`]).
+pub fn choose(all: &[Gpu], cand: &[usize], want: &Want, n: usize) -> PickReport {
+    let report = crate::scan::scan(&crate::scan::Options::default()).ok();
+    let candidates = rank_now(all, cand, report.as_ref(), want, &lease::dir());
+    PickReport {
+        schema_version: crate::SCHEMA_VERSION,
+        chosen: candidates
+            .iter()
+            .filter(|c| c.excluded.is_none())
+            .take(n)
+            .map(|c| c.index)
+            .collect(),
+        candidates,
+    }
+}
+
+/// Holders per GPU index among `cand`, from the lease directory and `/proc/locks`.
+pub fn held_by_index(all: &[Gpu], cand: &[usize], d: &Path) -> BTreeMap<usize, usize> {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let counts = lease::held_counts(&lease::holders(d, &locks));
+    cand.iter()
+        .map(|&i| (i, counts.get(&lease::key(&all[i])).copied().unwrap_or(0)))
+        .collect()
+}
+
+/// Chooses `p.n` of the candidate GPUs (indices into `all`) in rank order and leases them,
+/// retrying until `p.wait` has passed while others hold them.
+pub fn pick_and_lease(
+    all: &[Gpu],
+    cand: &[usize],
+    p: &PickRequest,
+) -> Result<Vec<Lease>, RunError> {
+    if p.n == 0 {
+        return Err(RunError::Usage("--pick needs a number of GPUs >= 1".into()));
+    }
+    let d = lease::dir();
+    let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
+    // One scan ranks the candidates; the leases are re-read on every try.
+    let report = crate::scan::scan(&crate::scan::Options::default()).ok();
+    // None: a wait longer than the clock can count (--wait 1e19) waits for ever.
+    let deadline = std::time::Instant::now().checked_add(p.wait);
+    loop {
+        let ranked = rank_now(all, cand, report.as_ref(), &p.want, &d);
+        let eligible: Vec<&pick::Candidate> =
+            ranked.iter().filter(|c| c.excluded.is_none()).collect();
+        if eligible.len() < p.n {
+            let why: Vec<String> = ranked
+                .iter()
+                .filter_map(|c| c.excluded.as_ref().map(|e| format!("{}: {e}", c.name)))
+                .collect();
+            return Err(RunError::NoGpu(format!(
+                "--pick {}: only {} eligible GPU(s) ({})",
+                p.n,
+                eligible.len(),
+                why.join("; ")
+            )));
+        }
+        let mut got: Vec<Lease> = Vec::new();
+        for c in &eligible {
+            if got.len() == p.n {
+                break;
+            }
+            match lease::try_lease(&dir, &all[c.index], p.sharing) {
+                Ok(l) => got.push(l),
+                Err(LeaseError::Busy) => continue,
+                Err(e) => return Err(RunError::Setup(e.to_string())),
+            }
+        }
+        if got.len() == p.n {
+            return Ok(got);
+        }
+        // Not enough: give back what was taken (so two jobs that want two each cannot
+        // hold one apiece forever) and try again until the deadline.
+        drop(got);
+        if !wait_turn(deadline) {
+            let busy: Vec<String> = eligible
+                .iter()
+                .map(|c| format!("{} ({} holder(s))", c.name, c.leases))
+                .collect();
+            return Err(RunError::NoGpu(format!(
+                "--pick {}: every eligible GPU is leased by others: {} (hint: --wait SECS, \
+                 drmtool leases)",
+                p.n,
+                busy.join(", ")
+            )));
+        }
+    }
+}
+
+/// Between two tries at leases: `false` once `deadline` has passed (`None`: never), else a
+/// pause of 50-150 ms (varied by pid, so that waiters do not retry in lockstep, and never
+/// past the deadline) and `true`.
+fn wait_turn(deadline: Option<std::time::Instant>) -> bool {
+    let now = std::time::Instant::now();
+    if deadline.is_some_and(|d| now >= d) {
+        return false;
+    }
+    let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
+    std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
+    true
+}
+
+/// Leases each of `idx` (a `run --gpu` job): exclusive, or one of K with `sharing`;
+/// retries until `wait` has passed while others hold one.
+pub fn lease_chosen(
+    all: &[Gpu],
+    idx: &[usize],
+    sharing: Sharing,
+    wait: std::time::Duration,
+) -> Result<Vec<Lease>, RunError> {
+    let d = lease::dir();
+    let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
+    let deadline = std::time::Instant::now().checked_add(wait);
+    loop {
+        let mut got = Vec::new();
+        let mut busy = None;
+        for &i in idx {
+            match lease::try_lease(&dir, &all[i], sharing) {
+                Ok(l) => got.push(l),
+                Err(LeaseError::Busy) => {
+                    busy = Some(i);
+                    break;
+                }
+                Err(e) => return Err(RunError::Setup(e.to_string())),
+            }
+        }
+        let Some(b) = busy else { return Ok(got) };
+        drop(got);
+        if !wait_turn(deadline) {
+            return Err(RunError::NoGpu(format!(
+                "{} is leased by another job (hint: drmtool leases; --wait SECS; --shared K \
+                 when every holder agrees to share)",
+                all[b].name
+            )));
+        }
+    }
+}
