@@ -702,7 +702,7 @@ fn cgroup_devices_decodes_what_runc_and_crun_attach() {
         let list: Vec<devprog::Entry> = p
             .list
             .iter()
-            .map(|l| parse_entry(l).unwrap_or_else(|| panic!("{rt}: entry {l:?}")))
+            .map(|l| l.parse().unwrap_or_else(|e| panic!("{rt}: {e}")))
             .collect();
         let ask = |major, minor, access| {
             devprog::list_allows(
@@ -738,40 +738,6 @@ fn cgroup_devices_decodes_what_runc_and_crun_attach() {
         checked.push(rt);
     }
     assert!(checked.contains(&"runc"), "{checked:?}");
-}
-
-/// `c 226:128 rwm` back into an entry.
-fn parse_entry(s: &str) -> Option<devprog::Entry> {
-    let mut it = s.split(' ');
-    let dev_type = match it.next()? {
-        "b" => devprog::DevType::Block,
-        "c" => devprog::DevType::Char,
-        _ => return None,
-    };
-    let (ma, mi) = it.next()?.split_once(':')?;
-    let num = |v: &str| {
-        if v == "*" {
-            Some(None)
-        } else {
-            v.parse().ok().map(Some)
-        }
-    };
-    let mut access = devprog::Access::empty();
-    for ch in it.next()?.chars() {
-        access |= match ch {
-            'r' => devprog::Access::READ,
-            'w' => devprog::Access::WRITE,
-            'm' => devprog::Access::MKNOD,
-            '-' => devprog::Access::empty(),
-            _ => return None,
-        };
-    }
-    Some(devprog::Entry {
-        dev_type,
-        major: num(ma)?,
-        minor: num(mi)?,
-        access,
-    })
 }
 
 /// A root-owned cgroup under drmtool.slice with a device program of `policy` attached with

@@ -14,7 +14,9 @@ use drmtool::isolate::who::Caller;
 use kernel_tests::{in_guest, skip};
 use serde_json::Value;
 
+mod nvidia_common;
 mod schema_common;
+use nvidia_common::SyntheticNvidia;
 use schema_common::validate;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -62,58 +64,6 @@ fn probe_entry() {
     if let Some(out) = std::env::var_os(PROBE_ENV) {
         probe(Path::new(&out));
         std::process::exit(0);
-    }
-}
-
-/// The synthetic NVIDIA GPUs, undone on drop.
-struct SyntheticNvidia;
-
-impl SyntheticNvidia {
-    /// `gpus`: (PCI bus id, device minor).
-    fn new(gpus: &[(&str, u32)]) -> SyntheticNvidia {
-        use rustix::fs::{CWD, FileType, Mode, mknodat};
-        for (name, minor) in [("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)] {
-            let p = format!("/dev/{name}");
-            let _ = std::fs::remove_file(&p);
-            mknodat(
-                CWD,
-                p.as_str(),
-                FileType::CharacterDevice,
-                Mode::from_raw_mode(0o666),
-                rustix::fs::makedev(195, minor),
-            )
-            .unwrap_or_else(|e| panic!("mknod {p}: {e}"));
-        }
-        rustix::mount::mount(
-            "drmtool-test",
-            "/proc/driver",
-            "tmpfs",
-            rustix::mount::MountFlags::empty(),
-            c"mode=755",
-        )
-        .expect("a tmpfs over /proc/driver");
-        for (bus, minor) in gpus {
-            let d = PathBuf::from(format!("/proc/driver/nvidia/gpus/{bus}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(
-                d.join("information"),
-                format!(
-                    "Model: \t\t Synthetic GPU\nIRQ:   \t\t 0\nGPU UUID: \t GPU-0000\n\
-                     Device Minor: \t {minor}\nBus Location: \t {bus}\n"
-                ),
-            )
-            .unwrap();
-        }
-        SyntheticNvidia
-    }
-}
-
-impl Drop for SyntheticNvidia {
-    fn drop(&mut self) {
-        let _ = rustix::mount::unmount("/proc/driver", rustix::mount::UnmountFlags::DETACH);
-        for n in NODES {
-            let _ = std::fs::remove_file(format!("/dev/{n}"));
-        }
     }
 }
 

@@ -494,6 +494,60 @@ impl std::fmt::Display for Entry {
     }
 }
 
+/// Why a text is not a device-list entry (`c 226:128 rw`, `c *:* m`, `b 8:* -`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a device-list entry (TYPE MAJOR:MINOR ACCESS, as `c 226:128 rw`)")]
+pub struct EntryError {
+    /// The text refused.
+    pub text: String,
+}
+
+impl std::str::FromStr for Entry {
+    type Err = EntryError;
+
+    /// Reads back what [`Entry`]'s `Display` writes: `b`/`c`, numbers or `*`, and the
+    /// access letters `rwm` or `-` for none.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || EntryError {
+            text: s.to_string(),
+        };
+        let mut it = s.split(' ');
+        let dev_type = match it.next() {
+            Some("b") => DevType::Block,
+            Some("c") => DevType::Char,
+            _ => return Err(bad()),
+        };
+        let (ma, mi) = it.next().and_then(|n| n.split_once(':')).ok_or_else(bad)?;
+        let num = |v: &str| -> Result<Option<u32>, EntryError> {
+            match v {
+                "*" => Ok(None),
+                v => v.parse().map(Some).map_err(|_| bad()),
+            }
+        };
+        let letters = it.next().ok_or_else(bad)?;
+        if it.next().is_some() || letters.is_empty() {
+            return Err(bad());
+        }
+        let mut access = Access::empty();
+        if letters != "-" {
+            for ch in letters.chars() {
+                access |= match ch {
+                    'r' => Access::READ,
+                    'w' => Access::WRITE,
+                    'm' => Access::MKNOD,
+                    _ => return Err(bad()),
+                };
+            }
+        }
+        Ok(Entry {
+            dev_type,
+            major: num(ma)?,
+            minor: num(mi)?,
+            access,
+        })
+    }
+}
+
 /// A value no compare of `prog` names, for the "any other" cells.
 fn fresh(used: &BTreeSet<u32>) -> u32 {
     (0x7ff0_0000u32..)
@@ -693,6 +747,46 @@ pub fn ours(prog: &[Insn]) -> Option<Policy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_read_back_what_display_writes() {
+        for text in [
+            "c 226:128 rw",
+            "c *:* m",
+            "b 8:* -",
+            "c 195:255 rwm",
+            "b *:0 r",
+        ] {
+            let e: Entry = text.parse().unwrap();
+            assert_eq!(e.to_string(), text);
+        }
+        let e: Entry = "c 226:128 rw".parse().unwrap();
+        assert_eq!(
+            (e.dev_type, e.major, e.minor, e.access),
+            (
+                DevType::Char,
+                Some(226),
+                Some(128),
+                Access::READ | Access::WRITE
+            )
+        );
+        for bad in [
+            "",
+            "x 1:2 r",
+            "c 1 r",
+            "c 1:2",
+            "c 1:2 rx",
+            "c a:2 r",
+            "c 1:2 r extra",
+            "c 1:2 ",
+        ] {
+            assert_eq!(
+                bad.parse::<Entry>(),
+                Err(EntryError { text: bad.into() }),
+                "{bad:?}"
+            );
+        }
+    }
 
     /// Every (type, access, major, minor) a policy names, with neighbours and a stranger.
     fn requests(policy: &Policy) -> Vec<Request> {
