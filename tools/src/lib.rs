@@ -9,7 +9,8 @@
 //! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
 //!   device programs; [`export`]: the Prometheus exporter; [`trace`]: GPU work tracing.
 //! - [`vendor`]: the non-DRM nodes of GPUs and accelerators (NVIDIA, `/dev/kfd`,
-//!   `/dev/accel`) and which GPU each belongs to (discovery only so far, issue 28).
+//!   `/dev/accel`) and which GPU each belongs to (issue 28); [`cdi`]: Container Device
+//!   Interface specs for them (`drmtool cdi generate`).
 //! - `cli` (feature `cli`, on by default): the command line, a thin layer that maps flags
 //!   to these calls and their errors to exit statuses (`cli::Exit`). Without the feature
 //!   the library has no clap in it.
@@ -40,6 +41,7 @@
 #![deny(missing_docs)]
 
 pub mod caps;
+pub mod cdi;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod debugfs;
