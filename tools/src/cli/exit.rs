@@ -1,5 +1,6 @@
 //! The one table of exit statuses, and the mapping from the library's typed errors to it.
 
+use crate::cdi::CdiError;
 use crate::gpu::SelectError;
 use crate::isolate::run::{self, RunError};
 use crate::isolate::who::WhoError;
@@ -52,6 +53,15 @@ impl Exit {
             RunError::Select(s) => Exit::of_select(s),
             RunError::NoGpu(_) => Exit::NoGpu,
             RunError::Setup(_) | RunError::Anchor(_) | RunError::Unidentified { .. } => Exit::Setup,
+        }
+    }
+
+    /// For `cdi generate`: 3/4 as [`Exit::of_select`], else 1 (no GPU could be described,
+    /// the spec could not be written).
+    pub fn of_cdi(e: &CdiError) -> Exit {
+        match e {
+            CdiError::Select(s) => Exit::of_select(s),
+            _ => Exit::Failure,
         }
     }
 

@@ -9,8 +9,8 @@
 //!   could not be written).
 //! - 2: bad usage (unknown option, bad value, a malformed GPU spec).
 //! - 3: a GPU spec, `--pid`, connector, mode or CRTC matched nothing.
-//! - 4: this machine has no DRM devices at all (every command that names a GPU, and
-//!   `devices`), or no persistent memory (`pmem list`); with `--json`, `devices` and `pmem
+//! - 4: this machine has no DRM devices at all (every command that names a GPU,
+//!   `devices` and `cdi generate`), or no persistent memory (`pmem list`); with `--json`, `devices` and `pmem
 //!   list` print the document too, with its `reason`.
 //! - 5: `pick`/`run --pick` found too few eligible or free GPUs; 125: `run` could not set
 //!   up the isolation.
@@ -23,6 +23,7 @@
 //! reported as `no` with the reason.
 
 mod buffers;
+mod cdi;
 mod cgroup;
 mod devices;
 mod emit;
@@ -162,12 +163,14 @@ enum Cmd {
     /// Choose the least used GPUs: fewest lease holders, then clients, then memory held
     /// (what the buffers model knows; unknown figures are said so and rank last).
     ///
-    /// Prints the choice (bus ids or platform device names, the vendor variables, or the
-    /// whole ranking as JSON). It leases nothing: `drmtool run --pick N` does. Exit 5 when
-    /// fewer than N GPUs are eligible.
+    /// Prints the choice (bus ids or platform device names, the vendor variables, the CDI
+    /// device names, or the whole ranking as JSON). It leases nothing, whatever the format
+    /// (two jobs picking at once may get the same GPU): `drmtool run --pick N` leases.
+    /// Exit 5 when fewer than N GPUs are eligible.
     #[command(
         after_help = "Examples:\n  drmtool pick\n  drmtool pick -n 2 --max-clients 0 --format env\n  \
-                      drmtool pick --driver virtio_gpu --format json"
+                      drmtool pick --driver virtio_gpu --format json\n  \
+                      podman run $(drmtool pick -n 2 --format cdi | sed 's/^/--device /') IMAGE CMD"
     )]
     Pick(PickArgs),
     /// Who holds which GPU lease (`drmtool run`): device, mode, pid, user, since, cgroup
@@ -181,6 +184,10 @@ enum Cmd {
     /// Slurm: gres.conf lines for the DRM GPUs, a TaskProlog's vendor variables.
     #[command(subcommand)]
     Slurm(SlurmCmd),
+    /// Container Device Interface: a spec of every GPU for podman, containerd, CRI-O and
+    /// Kubernetes device plugins (`podman run --device drmtool.dev/gpu=0`).
+    #[command(subcommand)]
+    Cdi(cdi::CdiCmd),
     /// GPU timelines: record fence, vblank and scheduler tracepoints (perf) and GPU memory
     /// as a Perfetto/Chrome JSON trace; summarise one.
     #[command(subcommand)]
@@ -233,6 +240,7 @@ pub fn main_with(
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
         Cmd::Leases => leases_cmd(cli.json, out),
         Cmd::Slurm(c) => slurm_cmd(&c, out),
+        Cmd::Cdi(c) => cdi::exec(&c, cli.json, out),
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),
         Cmd::Trace(TraceCmd::Summary { file }) => trace_summary(&file, cli.json, out),
         Cmd::Cgroup(c) => cgroup::exec(&c, cli.json, out),

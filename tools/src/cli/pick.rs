@@ -22,9 +22,14 @@ pub(super) struct PickArgs {
     #[arg(long = "gpu", value_delimiter = ',')]
     gpus: Vec<GpuSpec>,
     /// bdf: one bus id (or platform device name) per line; env: the vendor variables;
-    /// json: the ranking with every figure and its source.
-    #[arg(long, default_value = "bdf", value_parser = ["bdf", "env", "json"])]
+    /// json: the ranking with every figure and its source; cdi: the CDI names of the
+    /// chosen GPUs (KIND=<bus id>, as `drmtool cdi generate` names them), one per line,
+    /// for `podman run --device`. No format takes a lease: `run --pick` does.
+    #[arg(long, default_value = "bdf", value_parser = ["bdf", "env", "json", "cdi"])]
     format: String,
+    /// With --format cdi: the kind of the spec (`drmtool cdi generate --kind`).
+    #[arg(long, value_name = "VENDOR/CLASS")]
+    kind: Option<crate::cdi::CdiKind>,
 }
 
 pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCode {
@@ -33,6 +38,9 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
         eprintln!("drmtool: pick: {e}");
         Exit::of_run(&e).into()
     };
+    if a.kind.is_some() && a.format != "cdi" {
+        return fail(run::RunError::Usage("--kind needs --format cdi".into()));
+    }
     let (all, cand) = match run::candidates(&a.gpus) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -80,6 +88,12 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
         crate::isolate::env::vendor_env(&gpus, &all)
             .iter()
             .map(|(k, v)| format!("{k}={v}\n"))
+            .collect()
+    } else if a.format == "cdi" {
+        let kind = a.kind.clone().unwrap_or_default();
+        crate::cdi::qualified_names(&kind, &all, &r.chosen)
+            .iter()
+            .map(|n| format!("{n}\n"))
             .collect()
     } else {
         gpus.iter()
