@@ -1,5 +1,7 @@
-//! `drmtool devices`: every DRM node in the one ordering ([`crate::gpu`]), with its GPU's
-//! index, bus id and NUMA node, its driver and sysfs identity.
+//! `drmtool devices`: every GPU in the one ordering ([`crate::gpu`]) with its nodes: each
+//! DRM node with its GPU's index, bus id and NUMA node, its driver and sysfs identity; a GPU
+//! without a DRM node (NVIDIA without nvidia-drm, an accelerator) by its vendor node; then
+//! every vendor node, per GPU and shared.
 
 use serde::Serialize;
 
@@ -55,6 +57,47 @@ pub struct VendorRow {
     pub present: bool,
 }
 
+/// One GPU of the ordering and the paths of its nodes.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuRow {
+    /// Its position in the one ordering.
+    pub index: usize,
+    /// PCI bus id (its transport's for virtio-gpu); `None` for a platform device.
+    pub bus_id: Option<String>,
+    /// The sysfs device's name (its bus id for a GPU without a DRM node).
+    pub name: String,
+    /// The DRM driver, or for a GPU without a DRM node the driver bound to its device.
+    pub driver: Option<String>,
+    /// PCI `vendor:device`.
+    pub pci_id: Option<String>,
+    /// NUMA node of the PCI function.
+    pub numa_node: Option<u32>,
+    /// CPUs local to it.
+    pub local_cpulist: Option<String>,
+    /// Its DRM nodes, card first; empty for a GPU that has none.
+    pub drm_nodes: Vec<String>,
+    /// Its own vendor nodes (`/dev/nvidia0`, its MIG capability nodes, `/dev/accel/accel0`).
+    pub vendor_nodes: Vec<String>,
+}
+
+/// The rows of `gpus` (paths escaped).
+pub fn gpu_rows(gpus: &[crate::gpu::Gpu]) -> Vec<GpuRow> {
+    let text = |p: &std::path::Path| crate::Untrusted::from(&*p.to_string_lossy()).to_string();
+    gpus.iter()
+        .map(|g| GpuRow {
+            index: g.index,
+            bus_id: g.bus_id.clone(),
+            name: text(std::path::Path::new(&g.name)),
+            driver: g.driver.clone(),
+            pci_id: g.pci_id.map(|(v, d)| format!("{v:04x}:{d:04x}")),
+            numa_node: g.numa_node,
+            local_cpulist: g.local_cpulist.clone(),
+            drm_nodes: g.nodes.iter().map(|n| text(&n.path)).collect(),
+            vendor_nodes: g.vendor_nodes.iter().map(|n| text(&n.path)).collect(),
+        })
+        .collect()
+}
+
 /// A vendor node the discovery could not identify, and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnidentifiedRow {
@@ -73,8 +116,11 @@ pub struct UnidentifiedRow {
 pub struct DevicesReport {
     /// [`crate::SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// Every node, in the ordering: GPUs by bus id then name, each card before its render
-    /// node.
+    /// Every GPU in the ordering, with the paths of its DRM and vendor nodes (a GPU without
+    /// a DRM node is here and in `vendor_nodes`, not in `devices`).
+    pub gpus: Vec<GpuRow>,
+    /// Every DRM node, in the ordering: GPUs by bus id then name, each card before its
+    /// render node.
     pub devices: Vec<DeviceRow>,
     /// The vendor nodes (NVIDIA, KFD, accel) of this machine, per GPU then shared.
     pub vendor_nodes: Vec<VendorRow>,
@@ -122,31 +168,26 @@ pub fn vendor_rows(
     (nodes, unidentified)
 }
 
-/// Every DRM node of this machine, in the ordering.
+/// Every GPU and node of this machine, in the ordering.
 pub fn list() -> DevicesReport {
-    let mut gpus = Vec::new();
-    let (devices, reason) = match drm_gem::enumerate() {
-        Ok(nodes) => {
-            gpus = crate::gpu::group(nodes.clone(), std::path::Path::new("/dev/dri"));
-            let mut rows = Vec::new();
-            for g in &gpus {
-                for n in &g.nodes {
-                    if let Some(info) = nodes.iter().find(|i| i.path == n.path) {
-                        rows.push(row(info.clone(), g, n.by_path.clone()));
-                    }
-                }
+    let m = crate::gpu::Machine::read();
+    let infos = m.drm.as_deref().unwrap_or_default();
+    let mut devices = Vec::new();
+    for g in &m.gpus {
+        for n in &g.nodes {
+            if let Some(info) = infos.iter().find(|i| i.path == n.path) {
+                devices.push(row(info.clone(), g, n.by_path.clone()));
             }
-            (rows, None)
         }
-        Err(e) => (
-            Vec::new(),
-            Some(crate::gpu::no_devices_message(&e).to_string()),
-        ),
+    }
+    let reason = match (&m.drm, m.gpus.is_empty()) {
+        (Err(e), true) => Some(crate::gpu::no_devices_message(e).to_string()),
+        _ => None,
     };
-    let vendor = crate::vendor::discover(&crate::vendor::VendorRoots::default());
-    let (vendor_nodes, unidentified) = vendor_rows(&vendor, &gpus);
+    let (vendor_nodes, unidentified) = vendor_rows(&m.vendor, &m.gpus);
     DevicesReport {
         schema_version: crate::SCHEMA_VERSION,
+        gpus: gpu_rows(&m.gpus),
         devices,
         vendor_nodes,
         unidentified,
@@ -165,7 +206,7 @@ pub fn render(r: &DevicesReport) -> String {
         .map(String::from)
         .to_vec(),
     ];
-    rows.extend(r.devices.iter().map(|r| {
+    let drm_row = |r: &DeviceRow| {
         vec![
             r.index.to_string(),
             opt(&r.bus_id),
@@ -183,13 +224,62 @@ pub fn render(r: &DevicesReport) -> String {
             r.numa_node.map_or("-".into(), |n| n.to_string()),
             r.sysfs.clone(),
         ]
-    }));
+    };
+    // A report without GPU rows (none read) lists its DRM nodes as they are.
+    if r.gpus.is_empty() {
+        rows.extend(r.devices.iter().map(drm_row));
+    }
+    for g in &r.gpus {
+        let drm: Vec<&DeviceRow> = r.devices.iter().filter(|d| d.index == g.index).collect();
+        if drm.is_empty() {
+            rows.extend(vendor_only_rows(r, g));
+        }
+        rows.extend(drm.into_iter().map(drm_row));
+    }
     let mut out: String = crate::render::align(&rows)
         .into_iter()
         .map(|l| l + "\n")
         .collect();
     out.push_str(&render_vendor(r));
     out
+}
+
+/// The rows of a GPU without a DRM node in the nodes' table: its own GPU node
+/// (`/dev/nvidiaN`, `/dev/accel/accelN`; its MIG capability nodes are in the vendor table),
+/// the driver bound to its device, no DRM version (it has no DRM node to ask).
+fn vendor_only_rows(r: &DevicesReport, g: &GpuRow) -> Vec<Vec<String>> {
+    use crate::vendor::VendorNodeKind as K;
+    let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+    r.vendor_nodes
+        .iter()
+        .filter(|v| v.index == Some(g.index) && matches!(v.kind, K::NvidiaGpu | K::Accel))
+        .map(|v| {
+            vec![
+                g.index.to_string(),
+                opt(&g.bus_id),
+                v.path.clone(),
+                kind_name(v.kind),
+                v.dev.clone(),
+                opt(&g.driver),
+                "-".into(),
+                if g.bus_id.is_some() { "pci" } else { "-" }.into(),
+                opt(&g.driver),
+                opt(&g.pci_id),
+                g.numa_node.map_or("-".into(), |n| n.to_string()),
+                g.bus_id
+                    .as_ref()
+                    .map_or("-".into(), |b| format!("/sys/bus/pci/devices/{b}")),
+            ]
+        })
+        .collect()
+}
+
+/// A vendor node kind as JSON names it (`nvidia-gpu`).
+fn kind_name(k: crate::vendor::VendorNodeKind) -> String {
+    serde_json::to_value(k)
+        .ok()
+        .and_then(|k| k.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 /// The vendor nodes' table and the unidentified ones, after the DRM nodes (nothing when
@@ -206,10 +296,7 @@ fn render_vendor(r: &DevicesReport) -> String {
             vec![
                 v.index.map_or("-".into(), |i| i.to_string()),
                 v.path.clone(),
-                serde_json::to_value(v.kind)
-                    .ok()
-                    .and_then(|k| k.as_str().map(String::from))
-                    .unwrap_or_default(),
+                kind_name(v.kind),
                 v.dev.clone(),
                 v.owner.clone().unwrap_or_else(|| "shared".into()),
                 if v.present { "yes" } else { "no" }.into(),
@@ -281,6 +368,7 @@ mod tests {
     fn vendor_nodes_are_listed_after_the_drm_nodes() {
         let r = DevicesReport {
             schema_version: 1,
+            gpus: Vec::new(),
             devices: Vec::new(),
             vendor_nodes: vec![
                 VendorRow {
@@ -353,5 +441,81 @@ mod tests {
         };
         let (_, u) = vendor_rows(&hostile, &[]);
         assert!(!u[0].source.contains('\u{1b}'), "{:?}", u[0].source);
+    }
+
+    /// A GPU without a DRM node is a row of the nodes' table, in its place, by its NVIDIA
+    /// node: its bound driver, no DRM version, its PCI function.
+    #[test]
+    fn a_gpu_without_a_drm_node_is_a_row_by_its_vendor_node() {
+        let gpu = |index: usize, bus: &str, driver: &str, drm: &[&str], vendor: &[&str]| GpuRow {
+            index,
+            bus_id: Some(bus.into()),
+            name: bus.into(),
+            driver: Some(driver.into()),
+            pci_id: Some("10de:20b2".into()),
+            numa_node: Some(1),
+            local_cpulist: None,
+            drm_nodes: drm.iter().map(|s| s.to_string()).collect(),
+            vendor_nodes: vendor.iter().map(|s| s.to_string()).collect(),
+        };
+        let drm_row = DeviceRow {
+            index: 1,
+            bus_id: Some("0000:c2:00.0".into()),
+            by_path: None,
+            numa_node: None,
+            local_cpulist: None,
+            path: "/dev/dri/card0".into(),
+            kind: "primary",
+            dev: "226:0".into(),
+            driver: Some("ast".into()),
+            parent_driver: Some("ast".into()),
+            driver_version: None,
+            bus: Some("pci".into()),
+            pci_id: Some("1a03:2000".into()),
+            sysfs: "/sys/devices/pci0000:c0/0000:c2:00.0/drm/card0".into(),
+            error: None,
+        };
+        let r = DevicesReport {
+            schema_version: 1,
+            gpus: vec![
+                gpu(0, "0000:5e:00.0", "nvidia", &[], &["/dev/nvidia1"]),
+                gpu(1, "0000:c2:00.0", "ast", &["/dev/dri/card0"], &[]),
+            ],
+            devices: vec![drm_row],
+            vendor_nodes: vec![VendorRow {
+                index: Some(0),
+                owner: Some("0000:5e:00.0".into()),
+                path: "/dev/nvidia1".into(),
+                kind: VendorNodeKind::NvidiaGpu,
+                dev: "195:1".into(),
+                present: true,
+            }],
+            unidentified: Vec::new(),
+            reason: None,
+        };
+        let text = render(&r);
+        let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            words(lines[1]),
+            [
+                "0",
+                "0000:5e:00.0",
+                "/dev/nvidia1",
+                "nvidia-gpu",
+                "195:1",
+                "nvidia",
+                "-",
+                "pci",
+                "nvidia",
+                "10de:20b2",
+                "1",
+                "/sys/bus/pci/devices/0000:5e:00.0"
+            ]
+        );
+        assert_eq!(
+            words(lines[2])[..3],
+            ["1", "0000:c2:00.0", "/dev/dri/card0"]
+        );
     }
 }

@@ -1,9 +1,16 @@
 //! The one way to name a GPU, and the one stable ordering of GPUs that every command uses.
 //!
-//! The ordering: DRM devices (a card node and its render node, grouped by their sysfs
-//! device) sorted by PCI bus id, then the devices that are not on PCI (vkms, vgem: platform
-//! devices) by name. An index in this list is what `drmtool run --gpu 1` and `drmtool info 1`
-//! mean; every command prints the bus id beside it.
+//! A GPU is a device (a PCI function, or a platform device) that has a DRM node (card or
+//! render) or a per-device vendor node that [`crate::vendor::discover`] identified: an
+//! NVIDIA `/dev/nvidiaN` (an NVIDIA GPU without nvidia-drm has no DRM node), an
+//! accelerator's `/dev/accel/accelN`. Shared nodes (`nvidiactl`, `nvidia-uvm`, `kfd`)
+//! never make a GPU. A device with both kinds of node is one GPU ([`merge`]).
+//!
+//! The ordering: GPUs sorted by PCI bus id, then the devices that are not on PCI (vkms,
+//! vgem: platform devices) by name. An index in this list is what `drmtool run --gpu 1` and
+//! `drmtool info 1` mean; every command prints the bus id beside it. A machine where every
+//! GPU has a DRM node numbers them as it always did; where some have none, those take
+//! their place by bus id (they were not listed before).
 //!
 //! A device's bus id is the PCI function its sysfs device sits under: its own for a PCI
 //! GPU, the transport's for virtio-gpu (`.../0000:00:04.0/virtio2`).
@@ -14,14 +21,16 @@
 //! |---|---|
 //! | `1` | GPU index 1 in the ordering |
 //! | `0000:00:04.0`, `00:04.0` | the GPU at that PCI bus id |
-//! | `vgem`, `virtio-gpu`, `bochs` | every GPU of that driver (`-`/`_` alike, `-drm` optional) |
-//! | `/dev/dri/renderD129`, `card1` | that node (a path or a `/dev/dri` name) |
+//! | `vgem`, `virtio-gpu`, `bochs`, `nvidia` | every GPU of that driver (`-`/`_` alike, `-drm` optional) |
+//! | `/dev/dri/renderD129`, `card1` | that DRM node (a path or a `/dev/dri` name) |
+//! | `/dev/nvidia0`, `nvidia0`, `/dev/accel/accel0`, `accel0` | the GPU whose vendor node that is |
 //! | `pci-0000:00:04.0-render` | the node with that `/dev/dri/by-path` name |
-//! | `226:1` | the node with that device number |
+//! | `226:1`, `195:0` | the node with that device number (DRM or a GPU's vendor node) |
 //!
 //! Commands that work on GPUs (`run`, `pick`) take the GPUs a spec names; commands that
-//! work on a node (`info`, `caps`, `kms`) take the named node, or each named GPU's card
-//! node (its render node where it has none); `buffers --device` keeps the named GPUs.
+//! work on a DRM node (`info`, `caps`, `kms`) take the named node, or each named GPU's card
+//! node (its render node where it has none), and refuse a GPU without a DRM node by name
+//! ([`SelectError::NotDrm`]); `buffers --device` keeps the named GPUs.
 //!
 //! ```no_run
 //! use drmtool::gpu::{self, GpuSpec};
@@ -33,9 +42,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::vendor::{VendorNode, VendorNodeKind, VendorReport};
 use drm_gem::{NodeInfo, NodeKind};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+
+pub use crate::sysfs::{bus_id_of, is_bus_id};
 
 /// One DRM node of a [`Gpu`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -58,21 +70,26 @@ fn ser_kind<S: serde::Serializer>(k: &NodeKind, s: S) -> Result<S::Ok, S::Error>
     })
 }
 
-/// One DRM device: its nodes and where it sits.
+/// One GPU: its nodes and where it sits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Gpu {
     /// Position in the ordering (0-based).
     pub index: usize,
     /// PCI bus id (`0000:00:04.0`) of the device or of the PCI function it sits under.
     pub bus_id: Option<String>,
-    /// The sysfs device's name (`0000:00:02.0`, `virtio2`, `vkms`, `vgem`).
+    /// The sysfs device's name (`0000:00:02.0`, `virtio2`, `vkms`, `vgem`); the bus id for a
+    /// GPU without a DRM node.
     pub name: String,
-    /// DRM driver name.
+    /// The DRM driver's name; for a GPU without a DRM node, the driver bound to its device
+    /// in sysfs (`nvidia`, `habanalabs`, `intel_vpu`).
     pub driver: Option<String>,
     /// PCI vendor and device id of the PCI function (`bus_id`'s).
     pub pci_id: Option<(u16, u16)>,
-    /// Its nodes: the card node first.
+    /// Its DRM nodes, the card node first; empty for a GPU that has only vendor nodes.
     pub nodes: Vec<Node>,
+    /// Its own vendor nodes ([`crate::vendor`]): `/dev/nvidiaN` and its MIG capability
+    /// nodes, `/dev/accel/accelN`. Shared nodes (`nvidiactl`, `kfd`) are no GPU's.
+    pub vendor_nodes: Vec<VendorNode>,
     /// NUMA node of the PCI function (`numa_node`; `None` where the kernel says -1 or has
     /// no such file).
     pub numa_node: Option<u32>,
@@ -90,29 +107,26 @@ impl Gpu {
     pub fn card(&self) -> Option<&Node> {
         self.nodes.iter().find(|n| n.kind == NodeKind::Primary)
     }
-}
 
-/// Whether `s` is a PCI bus id with its domain (`0000:00:04.0`).
-pub fn is_bus_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && (b'0'..=b'7').contains(&b[11])
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10 | 11) || c.is_ascii_hexdigit())
-}
+    /// Its NVIDIA GPU node (`/dev/nvidiaN`), if it is an NVIDIA GPU the discovery
+    /// identified.
+    pub fn nvidia(&self) -> Option<&VendorNode> {
+        self.vendor_nodes
+            .iter()
+            .find(|n| n.kind == VendorNodeKind::NvidiaGpu)
+    }
 
-/// The nearest PCI function above (or at) a canonical sysfs device path.
-pub fn bus_id_of(device: &Path) -> Option<String> {
-    device
-        .components()
-        .rev()
-        .filter_map(|c| c.as_os_str().to_str())
-        .find(|c| is_bus_id(c))
-        .map(|c| c.to_ascii_lowercase())
+    /// Its accelerator node (`/dev/accel/accelN`), if it has one.
+    pub fn accel(&self) -> Option<&VendorNode> {
+        self.vendor_nodes
+            .iter()
+            .find(|n| n.kind == VendorNodeKind::Accel)
+    }
+
+    /// `0000:3b:00.0`, else its name (a platform device): how messages name it.
+    pub fn label(&self) -> &str {
+        self.bus_id.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// Sorts GPUs into the ordering and numbers them: PCI bus id first, then by name.
@@ -126,20 +140,6 @@ pub fn order(mut gpus: Vec<Gpu>) -> Vec<Gpu> {
             .sort_by_key(|n| (n.kind != NodeKind::Primary, n.dev));
     }
     gpus
-}
-
-/// At most this many bytes of a sysfs attribute.
-const ATTR_MAX: u64 = 4096;
-
-fn attr(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(ATTR_MAX)
-        .read_to_string(&mut s)
-        .ok()?;
-    Some(s.trim().to_string())
 }
 
 /// The `/dev/dri/by-path` names, by the node file name they point at (`card0`).
@@ -159,19 +159,139 @@ fn by_path_names(dri: &Path) -> Vec<(String, String)> {
     v
 }
 
-/// The machine's GPUs in the ordering, from the nodes `drm_gem::enumerate` found and sysfs.
-///
-/// # Errors
-/// [`SelectError::NoDevices`] when there is no `/dev/dri` or it holds no node.
-pub fn gpus() -> Result<Vec<Gpu>, SelectError> {
-    Ok(group(
-        drm_gem::enumerate().map_err(SelectError::NoDevices)?,
-        Path::new("/dev/dri"),
-    ))
+/// What this machine has: its DRM nodes, its vendor nodes, and the GPUs they make.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The DRM nodes [`drm_gem::enumerate`] found, or why there are none.
+    pub drm: Result<Vec<NodeInfo>, drm_gem::NoNodes>,
+    /// The vendor nodes ([`crate::vendor::discover`]).
+    pub vendor: VendorReport,
+    /// The GPUs in the ordering ([`merge`]).
+    pub gpus: Vec<Gpu>,
 }
 
-/// Groups nodes by their sysfs device (canonical `<node>/device`) and orders them.
+impl Machine {
+    /// Reads this machine: `/dev/dri`, then `/proc` and `/sys` for the vendor nodes.
+    pub fn read() -> Machine {
+        let drm = drm_gem::enumerate();
+        let vendor = crate::vendor::discover(&crate::vendor::VendorRoots::default());
+        let gpus = merge(
+            drm.clone().unwrap_or_default(),
+            Path::new("/dev/dri"),
+            &vendor,
+            Path::new("/sys"),
+        );
+        Machine { drm, vendor, gpus }
+    }
+
+    /// Why the machine has no GPU at all: no DRM node and no GPU of a vendor node.
+    pub fn no_devices(&self) -> Option<SelectError> {
+        match &self.drm {
+            Err(e) if self.gpus.is_empty() => Some(SelectError::NoDevices(e.clone())),
+            _ => None,
+        }
+    }
+
+    /// Its GPUs in the ordering.
+    ///
+    /// # Errors
+    /// [`SelectError::NoDevices`] ([`Machine::no_devices`]).
+    pub fn into_gpus(self) -> Result<Vec<Gpu>, SelectError> {
+        match self.no_devices() {
+            Some(e) => Err(e),
+            None => Ok(self.gpus),
+        }
+    }
+}
+
+/// The machine's GPUs in the ordering ([`Machine::read`]).
+///
+/// # Errors
+/// [`SelectError::NoDevices`] when there is no DRM node (no `/dev/dri`, or it holds no
+/// node) and no GPU with a vendor node either.
+pub fn gpus() -> Result<Vec<Gpu>, SelectError> {
+    Machine::read().into_gpus()
+}
+
+/// Groups DRM nodes by their sysfs device (canonical `<node>/device`) and orders them, with
+/// the PCI functions read under `/sys` (DRM nodes only: [`merge`] adds the vendor nodes).
 pub fn group(nodes: Vec<NodeInfo>, dri: &Path) -> Vec<Gpu> {
+    merge(nodes, dri, &VendorReport::default(), Path::new("/sys"))
+}
+
+/// The GPUs that DRM nodes (`drm`, as [`drm_gem::enumerate`] found them, their by-path
+/// links under `dri`) and vendor nodes (`vendor`, [`crate::vendor::discover`]'s report) make,
+/// in the ordering, the PCI functions read under `sys_root`:
+///
+/// - DRM nodes are grouped by their sysfs device (canonical `<node>/device`);
+/// - each vendor node with an owner joins the GPU of that bus id (or, off PCI, of that
+///   device name);
+/// - an identified `/dev/nvidiaN` or `/dev/accel/accelN` whose owner has no DRM node makes a
+///   GPU of its own: no DRM nodes, `name` its bus id, `driver` the one bound to the PCI
+///   function (an accelerator off PCI: to its class device's `device`), ids, NUMA node and
+///   local CPUs from the PCI function;
+/// - shared vendor nodes belong to no GPU.
+pub fn merge(drm: Vec<NodeInfo>, dri: &Path, vendor: &VendorReport, sys_root: &Path) -> Vec<Gpu> {
+    let mut gpus = drm_gpus(drm, dri, sys_root);
+    let owns = |g: &Gpu, o: &str| g.bus_id.as_deref() == Some(o) || g.name == o;
+    let makes_gpu =
+        |n: &VendorNode| matches!(n.kind, VendorNodeKind::NvidiaGpu | VendorNodeKind::Accel);
+    for n in vendor.nodes.iter().filter(|n| makes_gpu(n)) {
+        let Some(o) = n.owner.as_deref() else {
+            continue;
+        };
+        if !gpus.iter().any(|g| owns(g, o)) {
+            gpus.push(vendor_gpu(o, n, sys_root));
+        }
+    }
+    for n in &vendor.nodes {
+        let Some(o) = n.owner.as_deref() else {
+            continue;
+        };
+        if let Some(g) = gpus.iter_mut().find(|g| owns(g, o)) {
+            g.vendor_nodes.push(n.clone());
+        }
+    }
+    order(gpus)
+}
+
+/// A GPU that has only vendor nodes, `n` being its `/dev/nvidiaN` or `/dev/accel/accelN`.
+fn vendor_gpu(owner: &str, n: &VendorNode, sys_root: &Path) -> Gpu {
+    let (bus_id, f) = if is_bus_id(owner) {
+        (
+            Some(owner.to_string()),
+            crate::sysfs::PciFunction::read(sys_root, owner),
+        )
+    } else {
+        // An accelerator off PCI: the driver of the device its class device leads to.
+        let driver = n
+            .path
+            .file_name()
+            .filter(|_| n.kind == VendorNodeKind::Accel)
+            .and_then(|f| {
+                crate::sysfs::driver_of(&sys_root.join("class/accel").join(f).join("device"))
+            });
+        let f = crate::sysfs::PciFunction {
+            driver,
+            ..Default::default()
+        };
+        (None, f)
+    };
+    Gpu {
+        index: 0,
+        bus_id,
+        name: owner.to_string(),
+        driver: f.driver,
+        pci_id: f.pci_id,
+        nodes: Vec::new(),
+        vendor_nodes: Vec::new(),
+        numa_node: f.numa_node,
+        local_cpulist: f.local_cpulist,
+    }
+}
+
+/// The GPUs of DRM nodes: grouped by their sysfs device, in no particular order.
+fn drm_gpus(nodes: Vec<NodeInfo>, dri: &Path, sys_root: &Path) -> Vec<Gpu> {
     let by_path = by_path_names(dri);
     let mut gpus: Vec<(PathBuf, Gpu)> = Vec::new();
     for n in nodes {
@@ -198,23 +318,10 @@ pub fn group(nodes: Vec<NodeInfo>, dri: &Path) -> Vec<Gpu> {
             continue;
         }
         let bus_id = bus_id_of(&device);
-        let pci = bus_id
-            .as_ref()
-            .map(|b| PathBuf::from(format!("/sys/bus/pci/devices/{b}")));
-        let numa_node = pci
-            .as_ref()
-            .and_then(|p| attr(&p.join("numa_node")))
-            .and_then(|s| s.parse::<i64>().ok())
-            .and_then(|v| u32::try_from(v).ok());
-        let local_cpulist = pci.as_ref().and_then(|p| attr(&p.join("local_cpulist")));
-        let hex = |f: &str| {
-            pci.as_ref()
-                .and_then(|p| attr(&p.join(f)))
-                .and_then(|s| u16::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-        };
-        // The PCI function's ids (virtio-gpu's transport: 1af4:1050) where the node's
-        // parent is not the PCI device itself.
-        let pci_id = n.pci_id.or_else(|| hex("vendor").zip(hex("device")));
+        let f = bus_id
+            .as_deref()
+            .map(|b| crate::sysfs::PciFunction::read(sys_root, b))
+            .unwrap_or_default();
         let name = device
             .file_name()
             .and_then(|f| f.to_str())
@@ -227,14 +334,17 @@ pub fn group(nodes: Vec<NodeInfo>, dri: &Path) -> Vec<Gpu> {
                 bus_id,
                 name,
                 driver: n.driver,
-                pci_id,
+                // The PCI function's ids (virtio-gpu's transport: 1af4:1050) where the
+                // node's parent is not the PCI device itself.
+                pci_id: n.pci_id.or(f.pci_id),
                 nodes: vec![node],
-                numa_node,
-                local_cpulist,
+                vendor_nodes: Vec::new(),
+                numa_node: f.numa_node,
+                local_cpulist: f.local_cpulist,
             },
         ));
     }
-    order(gpus.into_iter().map(|(_, g)| g).collect())
+    gpus.into_iter().map(|(_, g)| g).collect()
 }
 
 /// One way to name a GPU or one of its nodes: the grammar every command takes (see the
@@ -245,15 +355,18 @@ pub enum GpuSpec {
     Index(usize),
     /// A PCI bus id with its domain (`0000:00:04.0`; read from `00:04.0` too).
     BusId(String),
-    /// A node: a path (`/dev/dri/renderD129`, a `by-path` link), or a `/dev/dri` name
-    /// (`card1`, read as `/dev/dri/card1`).
+    /// A node: a path (`/dev/dri/renderD129`, a `by-path` link, a GPU's vendor node
+    /// `/dev/nvidia0`), or a node's short name (`card1` read as `/dev/dri/card1`, `nvidia0`
+    /// as `/dev/nvidia0`, `accel0` as `/dev/accel/accel0`).
     Node(PathBuf),
     /// The node with this `/dev/dri/by-path` name (`pci-0000:00:04.0-render`).
     ByPath(String),
-    /// Every GPU of this DRM driver (`vgem`; `virtio-gpu` and `bochs` name `virtio_gpu` and
-    /// `bochs-drm`).
+    /// Every GPU of this driver (`vgem`; `virtio-gpu` and `bochs` name `virtio_gpu` and
+    /// `bochs-drm`; `nvidia` names `nvidia-drm` and the GPUs without a DRM node bound to
+    /// `nvidia`).
     Driver(String),
-    /// The node with this device number (`226:1`).
+    /// The node with this device number: a DRM node (`226:1`) or a GPU's vendor node
+    /// (`195:0`).
     Dev(u32, u32),
 }
 
@@ -274,7 +387,8 @@ pub enum SpecError {
 
 /// The forms of a [`GpuSpec`], for hints.
 pub const SPEC_HINT: &str = "an index from `drmtool devices`, a PCI bus id (00:04.0), a driver \
-                             (vgem), a node (/dev/dri/card1, card1, 226:1) or a by-path name";
+                             (vgem), a node (/dev/dri/card1, card1, 226:1, /dev/nvidia0, \
+                             nvidia0, accel0) or a by-path name";
 
 impl std::str::FromStr for GpuSpec {
     type Err = SpecError;
@@ -318,6 +432,12 @@ impl std::str::FromStr for GpuSpec {
         if node_name("card") || node_name("renderD") {
             return Ok(GpuSpec::Node(Path::new("/dev/dri").join(s)));
         }
+        if node_name("nvidia") {
+            return Ok(GpuSpec::Node(Path::new("/dev").join(s)));
+        }
+        if node_name("accel") {
+            return Ok(GpuSpec::Node(Path::new("/dev/accel").join(s)));
+        }
         if s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
@@ -353,6 +473,56 @@ pub enum SelectError {
         /// The machine's GPUs ([`summary`]).
         have: String,
     },
+    /// The spec names a GPU (or a vendor node of one) but none of its DRM nodes, which the
+    /// command works on (`info`, `caps`, `kms`, `buffers --device`).
+    #[error(
+        "{spec} names GPU {index} ({gpu}) but no DRM node: it has {has}; `info`, `caps`, \
+         `kms` and `buffers` work on DRM nodes (hint: `drmtool devices` lists each GPU's nodes)"
+    )]
+    NotDrm {
+        /// The spec as given.
+        spec: GpuSpec,
+        /// The GPU's index.
+        index: usize,
+        /// Its bus id (or name) and driver.
+        gpu: String,
+        /// What nodes it has.
+        has: String,
+    },
+}
+
+impl SelectError {
+    /// [`SelectError::NotDrm`] for `spec` naming `g`.
+    fn not_drm(spec: &GpuSpec, g: &Gpu) -> SelectError {
+        let list = |v: Vec<String>| v.join(", ");
+        let has = if g.nodes.is_empty() {
+            format!(
+                "no DRM node, only {}",
+                list(
+                    g.vendor_nodes
+                        .iter()
+                        .map(|n| n.path.display().to_string())
+                        .collect()
+                )
+            )
+        } else {
+            format!(
+                "the DRM nodes {}",
+                list(
+                    g.nodes
+                        .iter()
+                        .map(|n| n.path.display().to_string())
+                        .collect()
+                )
+            )
+        };
+        SelectError::NotDrm {
+            spec: spec.clone(),
+            index: g.index,
+            gpu: format!("{} {}", g.label(), g.driver.as_deref().unwrap_or("?")),
+            has,
+        }
+    }
 }
 
 /// The one message for a machine without DRM devices, with its hint.
@@ -390,12 +560,18 @@ impl GpuSpec {
     /// Whether it names node `n`: by path (or what the path points at), by-path name or
     /// device number. Never true for a spec that names GPUs.
     pub fn names_node(&self, n: &Node) -> bool {
-        self.node_matcher()(n)
+        self.node_matcher()(n.path.as_path(), n.dev, n.by_path.as_deref())
     }
 
-    /// [`GpuSpec::names_node`] with a node path resolved once (`canonicalize` and `stat`),
-    /// for testing many nodes.
-    fn node_matcher(&self) -> impl Fn(&Node) -> bool + '_ {
+    /// Whether it names vendor node `n` (`/dev/nvidia0`, `195:0`): by path (or what the
+    /// path points at) or device number.
+    pub fn names_vendor_node(&self, n: &VendorNode) -> bool {
+        self.node_matcher()(n.path.as_path(), n.dev, None)
+    }
+
+    /// Whether it names a node with this path, device number and by-path name, with a node
+    /// path resolved once (`canonicalize` and `stat`), for testing many nodes.
+    fn node_matcher(&self) -> impl Fn(&Path, (u32, u32), Option<&str>) -> bool + '_ {
         // A by-path link or another name of the node: compare what it points at.
         let resolved = match self {
             GpuSpec::Node(p) => {
@@ -408,17 +584,18 @@ impl GpuSpec {
             }
             _ => None,
         };
-        move |n: &Node| match (self, &resolved) {
-            (GpuSpec::Dev(a, b), _) => n.dev == (*a, *b),
-            (GpuSpec::ByPath(name), _) => n.by_path.as_deref() == Some(name.as_str()),
+        move |path: &Path, dev: (u32, u32), by_path: Option<&str>| match (self, &resolved) {
+            (GpuSpec::Dev(a, b), _) => dev == (*a, *b),
+            (GpuSpec::ByPath(name), _) => by_path == Some(name.as_str()),
             (GpuSpec::Node(p), Some((target, rdev))) => {
-                n.path == *p || n.path == *target || Some(n.dev) == *rdev
+                path == p || path == target || Some(dev) == *rdev
             }
             _ => false,
         }
     }
 
-    /// The GPUs it names (in the ordering): the GPU of a named node, or the GPUs named.
+    /// The GPUs it names (in the ordering): the GPU of a named node (DRM or its own vendor
+    /// node), or the GPUs named.
     pub fn pick<'g>(&self, gpus: &'g [Gpu]) -> Vec<&'g Gpu> {
         let names = self.node_matcher();
         gpus.iter()
@@ -426,7 +603,12 @@ impl GpuSpec {
                 GpuSpec::Index(i) => g.index == *i,
                 GpuSpec::BusId(b) => g.bus_id.as_ref() == Some(b),
                 GpuSpec::Driver(d) => g.driver.as_deref().is_some_and(|x| driver_matches(x, d)),
-                _ => g.nodes.iter().any(&names),
+                _ => {
+                    g.nodes
+                        .iter()
+                        .any(|n| names(&n.path, n.dev, n.by_path.as_deref()))
+                        || g.vendor_nodes.iter().any(|n| names(&n.path, n.dev, None))
+                }
             })
             .collect()
     }
@@ -455,36 +637,72 @@ pub fn select<'g>(specs: &[GpuSpec], gpus: &'g [Gpu]) -> Result<Vec<&'g Gpu>, Se
     Ok(out)
 }
 
-/// The nodes a command that works on one node at a time takes for `spec`, in the ordering:
-/// the node a node spec names; each named GPU's card node (its render node where it has
-/// none); without a spec, every card node.
+/// The GPUs `spec` names that have DRM nodes, for a command that works on DRM nodes
+/// (`buffers --device`): those of [`select`] with a DRM node.
+///
+/// # Errors
+/// As [`select`]; [`SelectError::NotDrm`] naming the first GPU when none has a DRM node.
+pub fn select_drm<'g>(spec: &GpuSpec, gpus: &'g [Gpu]) -> Result<Vec<&'g Gpu>, SelectError> {
+    let chosen = select(std::slice::from_ref(spec), gpus)?;
+    let drm: Vec<&Gpu> = chosen
+        .iter()
+        .copied()
+        .filter(|g| !g.nodes.is_empty())
+        .collect();
+    match chosen.first() {
+        Some(g) if drm.is_empty() => Err(SelectError::not_drm(spec, g)),
+        _ => Ok(drm),
+    }
+}
+
+/// The nodes a command that works on one DRM node at a time takes for `spec`, in the
+/// ordering: the node a node spec names; each named GPU's card node (its render node where
+/// it has none; nothing for a GPU without DRM nodes); without a spec, every card node.
+///
+/// # Errors
+/// As [`select`]; [`SelectError::NotDrm`] when the GPUs `spec` names have no such node (a
+/// GPU with only vendor nodes, or a spec naming a vendor node).
 pub fn nodes_of<'g>(spec: Option<&GpuSpec>, gpus: &'g [Gpu]) -> Result<Vec<&'g Node>, SelectError> {
     let Some(spec) = spec else {
         return Ok(gpus.iter().filter_map(Gpu::card).collect());
     };
     let chosen = select(std::slice::from_ref(spec), gpus)?;
     let names = spec.node_matcher();
-    Ok(chosen
-        .into_iter()
+    let out: Vec<&Node> = chosen
+        .iter()
         .filter_map(|g| {
             if spec.is_node() {
-                g.nodes.iter().find(|n| names(n))
+                g.nodes
+                    .iter()
+                    .find(|n| names(&n.path, n.dev, n.by_path.as_deref()))
             } else {
                 g.card().or_else(|| g.render())
             }
         })
-        .collect())
+        .collect();
+    match chosen.first() {
+        Some(g) if out.is_empty() => Err(SelectError::not_drm(spec, g)),
+        _ => Ok(out),
+    }
 }
 
-/// The machine's nodes ([`drm_gem::enumerate`]'s view) that `spec` selects, as
+/// The machine's DRM nodes ([`drm_gem::enumerate`]'s view) that `spec` selects, as
 /// [`nodes_of`] chooses them.
 ///
 /// # Errors
-/// [`SelectError`]: no DRM devices, or nothing matches.
+/// [`SelectError`]: no DRM devices (without a spec, or with neither a DRM node nor a
+/// GPU of a vendor node), nothing matches, or what matches has no DRM node.
 pub fn nodes(spec: Option<&GpuSpec>) -> Result<Vec<NodeInfo>, SelectError> {
-    let infos = drm_gem::enumerate().map_err(SelectError::NoDevices)?;
-    let gpus = group(infos.clone(), Path::new("/dev/dri"));
-    Ok(nodes_of(spec, &gpus)?
+    let m = Machine::read();
+    let infos = match (&m.drm, spec) {
+        (Ok(v), _) => v.clone(),
+        (Err(e), None) => return Err(SelectError::NoDevices(e.clone())),
+        (Err(_), Some(_)) => match m.no_devices() {
+            Some(e) => return Err(e),
+            None => Vec::new(),
+        },
+    };
+    Ok(nodes_of(spec, &m.gpus)?
         .into_iter()
         .filter_map(|n| infos.iter().find(|i| i.path == n.path).cloned())
         .collect())
@@ -500,7 +718,7 @@ pub fn summary(gpus: &[Gpu]) -> String {
             format!(
                 "{} {} {}",
                 g.index,
-                g.bus_id.as_deref().unwrap_or(&g.name),
+                g.label(),
                 g.driver.as_deref().unwrap_or("?")
             )
         })
@@ -533,6 +751,7 @@ mod tests {
                     by_path: bus.map(|b| format!("pci-{b}-card")),
                 },
             ],
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }
@@ -560,18 +779,6 @@ mod tests {
     }
 
     #[test]
-    fn bus_ids_are_found_above_the_device() {
-        assert_eq!(
-            bus_id_of(Path::new("/sys/devices/pci0000:00/0000:00:04.0/virtio2")).as_deref(),
-            Some("0000:00:04.0")
-        );
-        assert_eq!(bus_id_of(Path::new("/sys/devices/platform/vkms")), None);
-        assert!(is_bus_id("0000:03:00.1"));
-        assert!(!is_bus_id("0000:03:00.8"));
-        assert!(!is_bus_id("pci0000:00"));
-    }
-
-    #[test]
     fn specs() {
         let p = |s: &str| s.parse::<GpuSpec>();
         assert_eq!(p("1"), Ok(GpuSpec::Index(1)));
@@ -593,6 +800,13 @@ mod tests {
         );
         assert_eq!(p("vgem"), Ok(GpuSpec::Driver("vgem".into())));
         assert_eq!(p("cardx"), Ok(GpuSpec::Driver("cardx".into())));
+        // A GPU's vendor node, by path, short name or device number.
+        assert_eq!(p("nvidia0"), Ok(GpuSpec::Node("/dev/nvidia0".into())));
+        assert_eq!(p("/dev/nvidia0"), Ok(GpuSpec::Node("/dev/nvidia0".into())));
+        assert_eq!(p("accel0"), Ok(GpuSpec::Node("/dev/accel/accel0".into())));
+        assert_eq!(p("195:0"), Ok(GpuSpec::Dev(195, 0)));
+        assert_eq!(p("nvidia"), Ok(GpuSpec::Driver("nvidia".into())));
+        assert_eq!(p("nvidiactl"), Ok(GpuSpec::Driver("nvidiactl".into())));
         assert_eq!(p(""), Err(SpecError::Empty));
         assert_eq!(p("a b"), Err(SpecError::Unknown("a b".into())));
         assert_eq!(
@@ -612,6 +826,8 @@ mod tests {
             "226:1",
             "pci-0000:00:04.0-card",
             "vgem",
+            "/dev/nvidia0",
+            "/dev/accel/accel0",
         ] {
             assert_eq!(p(&p(s).unwrap().to_string()), p(s), "{s}");
         }

@@ -9,8 +9,10 @@
 //! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
 //!   device programs; [`export`]: the Prometheus exporter; [`trace`]: GPU work tracing.
 //! - [`vendor`]: the non-DRM nodes of GPUs and accelerators (NVIDIA, `/dev/kfd`,
-//!   `/dev/accel`) and which GPU each belongs to (issue 28); [`cdi`]: Container Device
+//!   `/dev/accel`) and which GPU each belongs to; a GPU with such a node and no DRM node
+//!   still takes its place in the ordering (issue 28); [`cdi`]: Container Device
 //!   Interface specs for them (`drmtool cdi generate`).
+//! - [`sysfs`]: bounded reads of kernel text, and what sysfs says of a PCI function.
 //! - `cli` (feature `cli`, on by default): the command line, a thin layer that maps flags
 //!   to these calls and their errors to exit statuses (`cli::Exit`). Without the feature
 //!   the library has no clap in it.
@@ -66,6 +68,7 @@ pub mod sample;
 pub mod scan;
 
 mod sys_call;
+pub mod sysfs;
 pub mod trace;
 pub mod untrusted;
 pub mod vendor;

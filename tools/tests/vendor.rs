@@ -608,3 +608,276 @@ fn an_unreadable_proc_devices_leaves_the_dynamic_majors_unknown() {
     );
     assert_eq!(r.unidentified[2].owner.as_deref(), Some("0000:3b:00.0"));
 }
+
+// The ordering with vendor GPUs (issue 28): `drmtool::gpu::merge` over the same machine,
+// with DRM nodes added.
+
+/// A PCI function under `sys/devices/<path>` (its last component the bus id), linked from
+/// `sys/bus/pci/devices`, with its ids, NUMA node, local CPUs and bound driver.
+fn pci_function(t: &Tree, path: &str, ids: (&str, &str), numa: &str, driver: &str) {
+    let bus = path.rsplit('/').next().unwrap();
+    let dir = format!("sys/devices/{path}");
+    t.write(&format!("{dir}/vendor"), format!("{}\n", ids.0));
+    t.write(&format!("{dir}/device"), format!("{}\n", ids.1));
+    t.write(&format!("{dir}/numa_node"), format!("{numa}\n"));
+    t.write(&format!("{dir}/local_cpulist"), "0-15\n");
+    t.dir(&format!("sys/bus/pci/drivers/{driver}"));
+    t.link(
+        &t.0.join(format!("sys/bus/pci/drivers/{driver}"))
+            .display()
+            .to_string(),
+        &format!("{dir}/driver"),
+    );
+    t.link(
+        &t.0.join(&dir).display().to_string(),
+        &format!("sys/bus/pci/devices/{bus}"),
+    );
+}
+
+/// A DRM node `name` of the device at `sys/devices/<device>`, as `drm_gem::enumerate`
+/// reports it (its sysfs directory's `device` link leads to the device).
+fn drm_node(t: &Tree, device: &str, name: &str, driver: &str) -> drm_gem::NodeInfo {
+    let sysfs = t.0.join(format!("sys/devices/{device}/drm/{name}"));
+    std::fs::create_dir_all(&sysfs).unwrap();
+    std::os::unix::fs::symlink(
+        t.0.join(format!("sys/devices/{device}")),
+        sysfs.join("device"),
+    )
+    .unwrap();
+    let render = name.starts_with("renderD");
+    let minor: u32 = name
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap();
+    drm_gem::NodeInfo {
+        path: PathBuf::from(format!("/dev/dri/{name}")),
+        kind: if render {
+            drm_gem::NodeKind::Render
+        } else {
+            drm_gem::NodeKind::Primary
+        },
+        dev: (226, minor),
+        driver: Some(driver.into()),
+        parent_driver: None,
+        bus: None,
+        pci_id: None,
+        sysfs,
+    }
+}
+
+/// [`machine`] with DRM devices: bochs at 00:02.0, the NVIDIA GPU at 3b with nvidia-drm
+/// (card1, renderD128), vgem (a platform device); the NVIDIA GPU at 5e has no DRM node
+/// (no nvidia-drm for it), nor has the accelerator at d8.
+fn machine_with_drm() -> (Tree, Vec<drm_gem::NodeInfo>) {
+    let t = machine();
+    let bochs = "pci0000:00/0000:00:02.0";
+    let nv0 = "pci0000:3a/0000:3a:00.0/0000:3b:00.0";
+    pci_function(&t, bochs, ("0x1234", "0x1111"), "-1", "bochs-drm");
+    pci_function(&t, nv0, ("0x10de", "0x20b0"), "0", "nvidia");
+    pci_function(
+        &t,
+        "pci0000:5d/0000:5d:00.0/0000:5e:00.0",
+        ("0x10de", "0x20b2"),
+        "1",
+        "nvidia",
+    );
+    pci_function(
+        &t,
+        "pci0000:d7/0000:d7:00.0/0000:d8:00.0",
+        ("0x8086", "0x643e"),
+        "1",
+        "intel_vpu",
+    );
+    let drm = vec![
+        drm_node(&t, "platform/vgem", "card2", "vgem"),
+        drm_node(&t, "platform/vgem", "renderD129", "vgem"),
+        drm_node(&t, nv0, "renderD128", "nvidia-drm"),
+        drm_node(&t, nv0, "card1", "nvidia-drm"),
+        drm_node(&t, bochs, "card0", "bochs-drm"),
+    ];
+    (t, drm)
+}
+
+fn merged(t: &Tree, drm: &[drm_gem::NodeInfo], r: &VendorReport) -> Vec<drmtool::gpu::Gpu> {
+    drmtool::gpu::merge(drm.to_vec(), &t.0.join("dev/dri"), r, &t.0.join("sys"))
+}
+
+/// The GPU without a DRM node and the accelerator take their places by bus id; the NVIDIA
+/// GPU with nvidia-drm is one GPU with both kinds of node; shared nodes are no GPU's; the
+/// GPU whose information file is broken (86) has no node and is no GPU. vgem, index 2 when
+/// only DRM nodes counted, is index 4.
+#[test]
+fn gpus_without_a_drm_node_take_their_place_in_the_ordering() {
+    let (t, drm) = machine_with_drm();
+    let r = discover(&t.roots());
+    let gpus = merged(&t, &drm, &r);
+    let summary: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {} {} {} drm {} vendor {}",
+                g.index,
+                g.bus_id.as_deref().unwrap_or("-"),
+                g.name,
+                g.driver.as_deref().unwrap_or("-"),
+                g.nodes.len(),
+                g.vendor_nodes.len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "0 0000:00:02.0 0000:00:02.0 bochs-drm drm 1 vendor 0",
+            "1 0000:3b:00.0 0000:3b:00.0 nvidia-drm drm 2 vendor 1",
+            "2 0000:5e:00.0 0000:5e:00.0 nvidia drm 0 vendor 5",
+            "3 0000:d8:00.0 0000:d8:00.0 intel_vpu drm 0 vendor 1",
+            "4 - vgem vgem drm 2 vendor 0",
+        ]
+    );
+    let nv1 = &gpus[2];
+    assert_eq!(nv1.pci_id, Some((0x10de, 0x20b2)));
+    assert_eq!(nv1.numa_node, Some(1));
+    assert_eq!(nv1.local_cpulist.as_deref(), Some("0-15"));
+    assert_eq!(t.rel(&nv1.nvidia().unwrap().path), "dev/nvidia1");
+    assert!(nv1.render().is_none() && nv1.card().is_none());
+    assert_eq!(t.rel(&gpus[1].nvidia().unwrap().path), "dev/nvidia0");
+    assert_eq!(gpus[1].card().unwrap().path, Path::new("/dev/dri/card1"));
+    assert_eq!(t.rel(&gpus[3].accel().unwrap().path), "dev/accel/accel0");
+    assert_eq!(gpus[0].numa_node, None, "numa_node -1");
+    // Shared nodes belong to none.
+    assert!(
+        gpus.iter()
+            .flat_map(|g| &g.vendor_nodes)
+            .all(|n| !n.is_shared())
+    );
+    // Only DRM nodes, as before: vgem was 2.
+    let drm_only = merged(&t, &drm, &VendorReport::default());
+    let names: Vec<&str> = drm_only.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["0000:00:02.0", "0000:3b:00.0", "vgem"]);
+}
+
+/// A machine whose every NVIDIA GPU has DRM nodes keeps its indices: its vendor nodes join
+/// the GPUs it already had.
+#[test]
+fn gpus_that_all_have_drm_nodes_keep_their_indices() {
+    let (t, drm) = machine_with_drm();
+    let mut r = discover(&t.roots());
+    r.nodes
+        .retain(|n| n.owner.is_none() || n.owner.as_deref() == Some("0000:3b:00.0"));
+    let with = merged(&t, &drm, &r);
+    let without = merged(&t, &drm, &VendorReport::default());
+    let key = |v: &[drmtool::gpu::Gpu]| -> Vec<(usize, String)> {
+        v.iter().map(|g| (g.index, g.name.clone())).collect()
+    };
+    assert_eq!(key(&with), key(&without));
+    assert_eq!(with[1].vendor_nodes.len(), 1);
+}
+
+/// Neither DRM nodes nor vendor GPUs: no GPU (`gpus()` says NoDevices as before); vendor
+/// GPUs alone (no /dev/dri) are the whole ordering.
+#[test]
+fn without_dev_dri_the_vendor_gpus_are_the_ordering() {
+    let (t, _) = machine_with_drm();
+    let r = discover(&t.roots());
+    let gpus = merged(&t, &[], &r);
+    let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["0000:3b:00.0", "0000:5e:00.0", "0000:d8:00.0"]);
+    assert_eq!(
+        gpus[0].driver.as_deref(),
+        Some("nvidia"),
+        "the bound driver"
+    );
+    assert!(merged(&t, &[], &VendorReport::default()).is_empty());
+}
+
+/// The grammar names a GPU by its vendor node (path, device number), by bus id and by its
+/// bound driver; commands on DRM nodes refuse a GPU without one by name.
+#[test]
+fn vendor_nodes_and_drivers_name_their_gpus() {
+    use drmtool::gpu::{GpuSpec, SelectError, nodes_of, select, select_drm};
+    let (t, drm) = machine_with_drm();
+    let gpus = merged(&t, &drm, &discover(&t.roots()));
+    let pick = |s: &str| -> Vec<usize> {
+        select(&[s.parse::<GpuSpec>().unwrap()], &gpus)
+            .unwrap()
+            .iter()
+            .map(|g| g.index)
+            .collect()
+    };
+    let nvidia1 = t.0.join("dev/nvidia1").display().to_string();
+    assert_eq!(pick(&nvidia1), [2]);
+    assert_eq!(pick("195:1"), [2]);
+    assert_eq!(pick("195:0"), [1]);
+    assert_eq!(pick("236:157"), [2], "a MIG capability of GPU 2");
+    assert_eq!(pick("261:0"), [3]);
+    assert_eq!(pick("0000:5e:00.0"), [2]);
+    assert_eq!(pick("5e:00.0"), [2]);
+    assert_eq!(pick("2"), [2]);
+    assert_eq!(pick("nvidia"), [1, 2], "nvidia-drm and nvidia");
+    assert_eq!(pick("intel-vpu"), [3]);
+    // Shared nodes name no GPU.
+    assert!(select(&["195:255".parse().unwrap()], &gpus).is_err());
+    // info/caps/kms: a GPU without a DRM node, or a vendor node, is refused by name.
+    let spec: GpuSpec = "2".parse().unwrap();
+    let e = nodes_of(Some(&spec), &gpus).unwrap_err();
+    assert!(matches!(e, SelectError::NotDrm { index: 2, .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with(
+            "2 names GPU 2 (0000:5e:00.0 nvidia) but no DRM node: it has no DRM node, only "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("dev/nvidia1"), "{text}");
+    let by_vendor: GpuSpec = "195:0".parse().unwrap();
+    let e = nodes_of(Some(&by_vendor), &gpus).unwrap_err().to_string();
+    assert!(
+        e.contains("it has the DRM nodes /dev/dri/card1, /dev/dri/renderD128"),
+        "{e}"
+    );
+    // A driver spec takes the GPUs with DRM nodes; buffers --device likewise.
+    let nv: GpuSpec = "nvidia".parse().unwrap();
+    let n = nodes_of(Some(&nv), &gpus).unwrap();
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].path, Path::new("/dev/dri/card1"));
+    assert_eq!(select_drm(&nv, &gpus).unwrap().len(), 1);
+    assert!(matches!(
+        select_drm(&"3".parse().unwrap(), &gpus),
+        Err(SelectError::NotDrm { index: 3, .. })
+    ));
+}
+
+/// `run --gpu` on a GPU without a DRM node: its vendor nodes and the NVIDIA control nodes,
+/// nothing of another GPU; an accelerator gets only its own node.
+#[test]
+fn a_job_on_a_gpu_without_a_drm_node_gets_its_vendor_nodes() {
+    use drmtool::isolate::vendor_access::vendor_access;
+    let (t, drm) = machine_with_drm();
+    let r = discover(&t.roots());
+    let gpus = merged(&t, &drm, &r);
+    let paths = |g: &drmtool::gpu::Gpu| -> Vec<String> {
+        vendor_access(&[g], &r, PROC_DEVICES)
+            .nodes
+            .iter()
+            .map(|n| t.rel(&n.path))
+            .collect()
+    };
+    assert_eq!(
+        paths(&gpus[2]),
+        [
+            "dev/nvidia1",
+            "dev/nvidia-caps/nvidia-cap147",
+            "dev/nvidia-caps/nvidia-cap148",
+            "dev/nvidia-caps/nvidia-cap156",
+            "dev/nvidia-caps/nvidia-cap157",
+            "dev/nvidiactl",
+            "dev/nvidia-modeset",
+            "dev/nvidia-uvm",
+            "dev/nvidia-uvm-tools",
+        ]
+    );
+    assert_eq!(paths(&gpus[3]), ["dev/accel/accel0"]);
+    let a = vendor_access(&[&gpus[2]], &r, PROC_DEVICES);
+    assert!(a.majors.contains(&195) && a.majors.contains(&226) && a.majors.contains(&261));
+}

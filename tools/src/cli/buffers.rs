@@ -79,7 +79,7 @@ pub(super) fn one_scan(a: &BuffersArgs) -> Result<scan::Report, ExitCode> {
     }
     if let Some(d) = &a.device {
         let kept = crate::gpu::gpus().and_then(|gpus| {
-            let chosen = crate::gpu::select(std::slice::from_ref(d), &gpus)?;
+            let chosen = crate::gpu::select_drm(d, &gpus)?;
             if r.keep_gpus(&chosen) {
                 Ok(())
             } else {

@@ -88,6 +88,7 @@ mod tests {
             driver: None,
             pci_id: Some((vid, 0x1234)),
             nodes: Vec::new(),
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }

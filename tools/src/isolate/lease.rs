@@ -615,6 +615,7 @@ mod tests {
             driver: None,
             pci_id: None,
             nodes: Vec::new(),
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }

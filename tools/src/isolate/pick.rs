@@ -7,7 +7,8 @@
 //! zero); then the ordering's index. Excluded, with the reason: another driver than
 //! `--driver`, more clients than `--max-clients`, free memory below `--min-free` or unknown
 //! (generic DRM has no free-memory query; amdgpu's sysfs `mem_info_vram_{total,used}` is read
-//! where present).
+//! where present). A GPU without a DRM node (NVIDIA without nvidia-drm, an accelerator) has
+//! no DRM client and no fdinfo: its clients and memory are unknown, and say why.
 
 use crate::gpu::Gpu;
 use crate::scan::Report;
@@ -43,7 +44,8 @@ pub struct Candidate {
     pub name: String,
     /// Its driver.
     pub driver: Option<String>,
-    /// Distinct open DRM files on it (`None` when the scan could not run).
+    /// Distinct open DRM files on it (`None` when unknown: the scan could not run, or the
+    /// GPU has no DRM node).
     pub clients: Option<usize>,
     /// Memory its clients hold.
     pub memory: Known,
@@ -55,16 +57,26 @@ pub struct Candidate {
     pub excluded: Option<String>,
 }
 
+/// Why a GPU without a DRM node has no client or memory figure.
+pub const NO_DRM_NODE: &str = "unknown: the GPU has no DRM node, so no DRM client or fdinfo \
+                               shows its use (NVIDIA: nvidia-smi or another NVML tool)";
+
 /// What the report says about one GPU: clients and memory held.
 fn usage(g: &Gpu, r: Option<&Report>) -> (Option<usize>, Known) {
-    let Some(r) = r else {
-        return (
+    let unknown = |why: &str| {
+        (
             None,
             Known {
                 value: None,
-                source: "the scan could not run".into(),
+                source: why.into(),
             },
-        );
+        )
+    };
+    if g.nodes.is_empty() {
+        return unknown(NO_DRM_NODE);
+    }
+    let Some(r) = r else {
+        return unknown("the scan could not run");
     };
     let devs: Vec<_> = r
         .devices
@@ -136,6 +148,9 @@ pub fn rank(
             {
                 Some(match clients {
                     Some(c) => format!("{c} clients > --max-clients {k}"),
+                    None if g.nodes.is_empty() => {
+                        "clients unknown (the GPU has no DRM node)".into()
+                    }
                     None => "clients unknown (the scan could not run)".into(),
                 })
             } else if let Some(m) = want.min_free {
@@ -207,7 +222,13 @@ mod tests {
             name: format!("{driver}{index}"),
             driver: Some(driver.into()),
             pci_id: None,
-            nodes: Vec::new(),
+            nodes: vec![crate::gpu::Node {
+                path: format!("/dev/dri/card{index}").into(),
+                kind: drm_gem::NodeKind::Primary,
+                dev: (226, u32::try_from(index).unwrap()),
+                by_path: None,
+            }],
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }
@@ -254,6 +275,34 @@ mod tests {
         assert!(
             r.iter().all(|c| c.excluded.is_some()),
             "clients unknown: excluded"
+        );
+    }
+
+    /// A GPU without a DRM node (NVIDIA without nvidia-drm): clients and memory unknown,
+    /// saying why, never zero; `--max-clients` excludes it with that reason.
+    #[test]
+    fn a_gpu_without_a_drm_node_has_unknown_use() {
+        let mut nv = gpu(0, "nvidia");
+        nv.nodes.clear();
+        let (clients, memory) = usage(&nv, None);
+        assert_eq!(clients, None);
+        assert_eq!(memory.value, None);
+        assert_eq!(memory.source, NO_DRM_NODE);
+        let drm = gpu(1, "vgem");
+        assert_eq!(usage(&drm, None).1.source, "the scan could not run");
+        let r = rank(
+            &[&nv],
+            None,
+            &BTreeMap::new(),
+            &unknown,
+            &Want {
+                max_clients: Some(4),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            r[0].excluded.as_deref(),
+            Some("clients unknown (the GPU has no DRM node)")
         );
     }
 }

@@ -786,6 +786,7 @@ mod tests {
                     by_path: None,
                 },
             ],
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }

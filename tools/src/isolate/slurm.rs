@@ -219,6 +219,7 @@ mod tests {
                     by_path: None,
                 })
                 .collect(),
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: cpus.map(str::to_string),
         }

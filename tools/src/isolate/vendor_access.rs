@@ -177,6 +177,7 @@ mod tests {
             driver: Some(driver.into()),
             pci_id: None,
             nodes: Vec::new(),
+            vendor_nodes: Vec::new(),
             numa_node: None,
             local_cpulist: None,
         }

@@ -43,18 +43,7 @@ pub fn tracefs() -> Option<PathBuf> {
         .find(|p| p.join("events").is_dir())
 }
 
-/// Reads at most `max` bytes of `path`.
-///
-/// # Errors
-/// The open or read error.
-pub fn read_bounded_bytes(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut s = Vec::new();
-    std::fs::File::open(path)?
-        .take(max as u64)
-        .read_to_end(&mut s)?;
-    Ok(s)
-}
+pub use crate::sysfs::read_bounded_bytes;
 
 /// Reads at most `max` bytes of `path` as text (invalid UTF-8 replaced).
 fn read_bounded(path: &Path, max: usize) -> std::io::Result<String> {

@@ -3,7 +3,9 @@
 //! capability nodes `/dev/nvidia-caps/nvidia-capN`), AMD's `/dev/kfd`, and compute
 //! accelerators (`/dev/accel/accelN`), each with the GPU it belongs to or marked shared.
 //!
-//! Issue 28, phase 1: discovery only; nothing else uses it yet.
+//! Issue 28. The ordering ([`crate::gpu`]) takes a GPU's own nodes from here (a device
+//! with an identified `/dev/nvidiaN` or `/dev/accel/accelN` and no DRM node is a GPU too);
+//! `run`, `devices`, `cgroup deny-gpus` and `slurm gres-conf` use them.
 //!
 //! Membership comes from the kernel's view, never from what `/dev` holds (a node may not be
 //! created yet: `nvidia-modprobe` makes `/dev/nvidia-uvm` on first use):
@@ -297,7 +299,7 @@ pub fn discover(roots: &VendorRoots) -> VendorReport {
 /// The text of `path`, at most [`MAX_TEXT`] bytes (invalid UTF-8 replaced); `None` when
 /// there is no such file.
 fn read_text(path: &Path) -> Result<Option<String>, Reason> {
-    match crate::trace::record::read_bounded_bytes(path, MAX_TEXT + 1) {
+    match crate::sysfs::read_bounded_bytes(path, MAX_TEXT + 1) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Reason::Unreadable {
             error: e.to_string(),

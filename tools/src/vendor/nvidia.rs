@@ -5,7 +5,7 @@ use super::{
     VendorNodeKind as Kind, VendorReport, VendorRoots, list_dir, numbered, parse_cap_file,
     parse_nvidia_information, read_required,
 };
-use crate::gpu::is_bus_id;
+use crate::sysfs::is_bus_id;
 use std::path::{Path, PathBuf};
 
 /// The NVIDIA character major of `/dev/nvidiaN`, `nvidiactl` and `nvidia-modeset`.

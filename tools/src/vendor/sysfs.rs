@@ -5,7 +5,7 @@ use super::{
     MAX_ENTRIES, MAX_MINOR, Reason, VendorNodeKind as Kind, VendorReport, VendorRoots, list_dir,
     numbered, parse_dev, read_required,
 };
-use crate::gpu::bus_id_of;
+use crate::sysfs::bus_id_of;
 use std::path::Path;
 
 /// `/dev/kfd`, shared, while `/sys/class/kfd/kfd` exists.
