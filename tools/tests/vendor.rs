@@ -881,3 +881,28 @@ fn a_job_on_a_gpu_without_a_drm_node_gets_its_vendor_nodes() {
     let a = vendor_access(&[&gpus[2]], &r, PROC_DEVICES);
     assert!(a.majors.contains(&195) && a.majors.contains(&226) && a.majors.contains(&261));
 }
+
+/// gres.conf over the merged machine: the NVIDIA GPUs by `/dev/nvidiaN` (with or without
+/// nvidia-drm), the accelerator by its accel node, the others by render node, else card.
+#[test]
+fn gres_conf_names_each_gpu_by_the_node_slurm_constrains() {
+    let (t, drm) = machine_with_drm();
+    let gpus = merged(&t, &drm, &discover(&t.roots()));
+    let text = drmtool::isolate::slurm::gres_conf(&gpus, &[]);
+    let root = format!("{}/", t.0.display());
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.replace(&root, "/"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "Name=gpu Type=bochs-drm File=/dev/dri/card0  # GPU 0: 0000:00:02.0 bochs-drm",
+            "Name=gpu Type=nvidia-drm File=/dev/nvidia0  # GPU 1: 0000:3b:00.0 nvidia-drm",
+            "Name=gpu Type=nvidia File=/dev/nvidia1  # GPU 2: 0000:5e:00.0 nvidia",
+            "Name=gpu Type=intel_vpu File=/dev/accel/accel0  # GPU 3: 0000:d8:00.0 intel_vpu",
+            "Name=gpu Type=vgem File=/dev/dri/renderD129  # GPU 4: vgem vgem",
+        ]
+    );
+}

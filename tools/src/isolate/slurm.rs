@@ -1,14 +1,19 @@
-//! Slurm: `gres.conf` lines for the DRM GPUs, and a TaskProlog's environment.
+//! Slurm: `gres.conf` lines for the GPUs, and a TaskProlog's environment.
 //!
 //! `drmtool slurm gres-conf` lists every GPU in the ordering (`drmtool devices`), one line
 //! each, so that the n-th GPU line of the node's gres.conf is GPU index n: Slurm numbers a
 //! node's `gpu` GRES in file order, and hands a job those numbers (`SLURM_JOB_GPUS`,
 //! `SLURM_STEP_GPUS`), which `drmtool slurm task-env` turns back into the vendor variables.
-//! `File=` is the render node where the GPU has one (what compute opens), else its card
-//! node; `Type=` the DRM driver; `Cores=` the GPU's local CPUs as Slurm's abstract core
-//! indices, left out where every CPU is local (no NUMA affinity to state).
+//! `File=` is the node Slurm's `ConstrainDevices` then allows a job ([`gres_file`]): an
+//! NVIDIA GPU's `/dev/nvidiaN` (what CUDA opens, and what Slurm's own NVIDIA support
+//! names), else the render node (what compute opens: an amdgpu GPU's for ROCm, which reaches
+//! each GPU through it), else an accelerator's `/dev/accel/accelN`, else the card node;
+//! `Type=` the GPU's driver ([`crate::gpu::Gpu::driver`]); `Cores=` the GPU's local CPUs as
+//! Slurm's abstract core indices, left out where every CPU is local (no NUMA affinity to
+//! state).
 
 use crate::gpu::Gpu;
+use std::path::Path;
 
 /// Parses a kernel CPU list (`0-3,8,10-11`).
 pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
@@ -109,25 +114,32 @@ fn gres_type(g: &Gpu) -> String {
         .collect()
 }
 
-/// gres.conf text for `gpus` (in the ordering), `topology` being the machine's CPUs.
+/// The node gres.conf's `File=` names for `g`: its NVIDIA node (`/dev/nvidiaN`), else its
+/// render node, else its accelerator node (`/dev/accel/accelN`), else its card node.
+pub fn gres_file(g: &Gpu) -> Option<&Path> {
+    g.nvidia()
+        .map(|n| n.path.as_path())
+        .or_else(|| g.render().map(|n| n.path.as_path()))
+        .or_else(|| g.accel().map(|n| n.path.as_path()))
+        .or_else(|| g.card().map(|n| n.path.as_path()))
+}
+
+/// gres.conf text for `gpus` (in the ordering, with their vendor nodes: [`crate::gpu::gpus`]),
+/// `topology` being the machine's CPUs.
 pub fn gres_conf(gpus: &[Gpu], topology: &[(u32, u32, u32)]) -> String {
     let cores = core_indices(topology);
     let all_cpus = topology.len();
     let mut out = String::from(
-        "# drmtool slurm gres-conf: one line per DRM GPU, in drmtool's ordering (drmtool \
+        "# drmtool slurm gres-conf: one line per GPU, in drmtool's ordering (drmtool \
          devices):\n# the n-th line is GPU index n, as drmtool slurm task-env reads \
          SLURM_STEP_GPUS.\n",
     );
     for g in gpus {
-        let Some(node) = g.render().or_else(|| g.card()) else {
+        let Some(file) = gres_file(g) else {
             out.push_str(&format!("# GPU {} ({}) has no node\n", g.index, g.name));
             continue;
         };
-        let mut line = format!(
-            "Name=gpu Type={} File={}",
-            gres_type(g),
-            node.path.display()
-        );
+        let mut line = format!("Name=gpu Type={} File={}", gres_type(g), file.display());
         let local = g.local_cpulist.as_deref().and_then(parse_cpulist);
         if let Some(cpus) = local
             && !cpus.is_empty()
@@ -197,10 +209,36 @@ pub fn job_gpus(
     Ok(out)
 }
 
+/// The TaskProlog lines (`export KEY=VALUE`) for a step given GPUs `idx` (indices into
+/// `all`, as [`job_gpus`] reads them): `DRMTOOL_GPUS` and the vendor variables. With
+/// `constrained` (Slurm's `ConstrainDevices=yes`: the job opens only its GPUs, and CUDA,
+/// ROCm and Level Zero number those from 0) the positions count among the step's GPUs, as
+/// inside a `drmtool run` job ([`crate::isolate::env::vendor_env_in_job`]), which is also
+/// what Slurm sets `CUDA_VISIBLE_DEVICES` to there; without it (a job that sees every GPU)
+/// among all the machine's, as `run --env-only` prints them. Empty without GPUs.
+pub fn task_env(idx: &[usize], all: &[Gpu], constrained: bool) -> String {
+    let chosen: Vec<&Gpu> = idx.iter().filter_map(|&i| all.get(i)).collect();
+    if chosen.is_empty() {
+        return String::new();
+    }
+    let ids: Vec<String> = chosen.iter().map(|g| g.index.to_string()).collect();
+    let mut text = format!("export DRMTOOL_GPUS={}\n", ids.join(","));
+    let vars = if constrained {
+        crate::isolate::env::vendor_env_in_job(&chosen)
+    } else {
+        crate::isolate::env::vendor_env(&chosen, all)
+    };
+    for (k, v) in vars {
+        text.push_str(&format!("export {k}={v}\n"));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gpu::Node;
+    use crate::vendor::{VendorNode, VendorNodeKind};
     use drm_gem::NodeKind;
 
     fn gpu(index: usize, driver: &str, nodes: &[(&str, NodeKind)], cpus: Option<&str>) -> Gpu {
@@ -282,5 +320,131 @@ mod tests {
         assert_eq!(job_gpus(None, None, 3), Ok(vec![]));
         assert!(job_gpus(Some("3"), None, 3).is_err());
         assert!(job_gpus(Some("gpu:1"), None, 3).is_err());
+    }
+
+    fn vendor(path: &str, kind: VendorNodeKind, dev: (u32, u32), owner: &str) -> VendorNode {
+        VendorNode {
+            path: path.into(),
+            kind,
+            dev,
+            owner: Some(owner.into()),
+            mode: None,
+            present: true,
+        }
+    }
+
+    /// Per vendor: an NVIDIA GPU by `/dev/nvidiaN` whether or not nvidia-drm gives it DRM
+    /// nodes; an amdgpu by its render node (not kfd, which is shared); an accel-only device
+    /// by its accel node; a platform GPU by its render node, else its card node.
+    #[test]
+    fn gres_files_per_vendor() {
+        use VendorNodeKind as K;
+        let mut nv_drm = gpu(
+            0,
+            "nvidia-drm",
+            &[
+                ("/dev/dri/card1", NodeKind::Primary),
+                ("/dev/dri/renderD128", NodeKind::Render),
+            ],
+            None,
+        );
+        nv_drm.vendor_nodes = vec![
+            vendor("/dev/nvidia0", K::NvidiaGpu, (195, 0), "0000:00:00.0"),
+            vendor(
+                "/dev/nvidia-caps/nvidia-cap21",
+                K::NvidiaCap,
+                (236, 21),
+                "0000:00:00.0",
+            ),
+        ];
+        let mut nv = gpu(1, "nvidia", &[], None);
+        nv.vendor_nodes = vec![vendor(
+            "/dev/nvidia1",
+            K::NvidiaGpu,
+            (195, 1),
+            "0000:00:01.0",
+        )];
+        let amd = gpu(
+            2,
+            "amdgpu",
+            &[
+                ("/dev/dri/card2", NodeKind::Primary),
+                ("/dev/dri/renderD129", NodeKind::Render),
+            ],
+            None,
+        );
+        let mut npu = gpu(3, "intel_vpu", &[], None);
+        npu.vendor_nodes = vec![vendor(
+            "/dev/accel/accel0",
+            K::Accel,
+            (261, 0),
+            "0000:00:03.0",
+        )];
+        let mut vkms = gpu(4, "vkms", &[("/dev/dri/card0", NodeKind::Primary)], None);
+        (vkms.bus_id, vkms.name) = (None, "vkms".into());
+        let mut vgem = gpu(
+            5,
+            "vgem",
+            &[
+                ("/dev/dri/card3", NodeKind::Primary),
+                ("/dev/dri/renderD130", NodeKind::Render),
+            ],
+            None,
+        );
+        (vgem.bus_id, vgem.name) = (None, "vgem".into());
+        let none = gpu(6, "x", &[], None);
+        let gs = [nv_drm, nv, amd, npu, vkms, vgem, none];
+        let files: Vec<Option<&Path>> = gs.iter().map(gres_file).collect();
+        assert_eq!(
+            files,
+            [
+                Some(Path::new("/dev/nvidia0")),
+                Some(Path::new("/dev/nvidia1")),
+                Some(Path::new("/dev/dri/renderD129")),
+                Some(Path::new("/dev/accel/accel0")),
+                Some(Path::new("/dev/dri/card0")),
+                Some(Path::new("/dev/dri/renderD130")),
+                None,
+            ]
+        );
+        let text = gres_conf(&gs, &[]);
+        let lines: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            lines,
+            [
+                "Name=gpu Type=nvidia-drm File=/dev/nvidia0  # GPU 0: 0000:00:00.0 nvidia-drm",
+                "Name=gpu Type=nvidia File=/dev/nvidia1  # GPU 1: 0000:00:01.0 nvidia",
+                "Name=gpu Type=amdgpu File=/dev/dri/renderD129  # GPU 2: 0000:00:02.0 amdgpu",
+                "Name=gpu Type=intel_vpu File=/dev/accel/accel0  # GPU 3: 0000:00:03.0 intel_vpu",
+                "Name=gpu Type=vkms File=/dev/dri/card0  # GPU 4: vkms vkms",
+                "Name=gpu Type=vgem File=/dev/dri/renderD130  # GPU 5: vgem vgem",
+                "# GPU 6 (0000:00:06.0) has no node",
+            ]
+        );
+    }
+
+    /// Under ConstrainDevices a step's CUDA_VISIBLE_DEVICES counts among its own GPUs
+    /// (0..n-1, bus order); `--unconstrained` among all the machine's.
+    #[test]
+    fn task_env_counts_among_the_steps_gpus() {
+        let nvidia = |index: usize| {
+            let mut g = gpu(index, "nvidia", &[], None);
+            g.pci_id = Some((0x10de, 0x2330));
+            g
+        };
+        let all = [nvidia(0), nvidia(1), nvidia(2), nvidia(3)];
+        let constrained = task_env(&[3, 1], &all, true);
+        assert!(
+            constrained.starts_with("export DRMTOOL_GPUS=3,1\n"),
+            "{constrained}"
+        );
+        assert!(
+            constrained.contains("export CUDA_VISIBLE_DEVICES=1,0\n"),
+            "{constrained}"
+        );
+        assert!(constrained.contains("export CUDA_DEVICE_ORDER=PCI_BUS_ID\n"));
+        let open = task_env(&[3, 1], &all, false);
+        assert!(open.contains("export CUDA_VISIBLE_DEVICES=3,1\n"), "{open}");
+        assert_eq!(task_env(&[], &all, true), "");
     }
 }
