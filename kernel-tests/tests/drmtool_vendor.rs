@@ -7,6 +7,10 @@
 //! major 195, an open the device program allows fails with ENXIO and one it denies with
 //! EPERM, which tells the verdicts apart; the test process itself (no program) gets ENXIO
 //! for every node, which shows the EPERM is the job's program's.
+//!
+//! Also: a PCI function of the guest that is no GPU made an NVIDIA GPU without a DRM node
+//! (it takes its place in the ordering and runs isolated), and `slurm gres-conf` naming
+//! the synthetic GPUs by `/dev/nvidiaN`, parsed by Debian's slurmd (`slurmd -G`).
 
 use drmtool::gpu;
 use drmtool::isolate::run::{self, RunRequest};
@@ -281,4 +285,254 @@ fn deny_gpus_denies_nvidia_nodes_too() {
     assert!(rules.contains("deny c 195:* rwm"), "{rules}");
     assert_eq!(allowed.detached.len(), 1, "{allowed:?}");
     assert!(after.contains("No such device or address"), "{after}");
+}
+
+/// The first PCI function of the guest that is not a display controller (class `0x03....`),
+/// not a bridge (`0x06....`) and not under a DRM GPU's bus id: a device to call an NVIDIA
+/// GPU without a DRM node. Any non-display function where the guest has no other.
+fn not_a_gpu(drm_bus_ids: &[String]) -> Option<String> {
+    let mut devices: Vec<(String, String)> = std::fs::read_dir("/sys/bus/pci/devices")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let class = std::fs::read_to_string(e.path().join("class")).ok()?;
+            Some((name, class.trim().to_string()))
+        })
+        .filter(|(name, class)| {
+            gpu::is_bus_id(name) && !class.starts_with("0x03") && !drm_bus_ids.contains(name)
+        })
+        .collect();
+    devices.sort();
+    devices
+        .iter()
+        .find(|(_, class)| !class.starts_with("0x06"))
+        .or_else(|| devices.first())
+        .map(|(name, _)| name.clone())
+}
+
+/// An NVIDIA GPU without a DRM node (no nvidia-drm), synthetic: a PCI function of the guest
+/// that is no GPU, given minor 1 by `/proc/driver/nvidia/gpus/<its bus id>/information`
+/// (GPU 0's minor goes to a DRM GPU). It is a GPU of the ordering, at its bus id's place:
+/// `devices --json` lists it with no DRM node and `/dev/nvidia1`, every GPU after it moves
+/// up one (printed for the note); `run --gpu <its bus id>` opens its `/dev/nvidia1` and
+/// `nvidiactl` (ENXIO: past the device program, no driver) and is denied `/dev/nvidia0`
+/// (EPERM), which is not in its /dev either (ENOENT).
+#[test]
+fn an_nvidia_gpu_without_a_drm_node_is_in_the_ordering_and_isolated() {
+    if !in_guest() {
+        skip!("not in a vm guest: no cgroup v2 and GPUs to isolate with here");
+    }
+    let before = gpu::gpus().expect("the guest has DRM devices");
+    let drm_bus: Vec<String> = before.iter().filter_map(|g| g.bus_id.clone()).collect();
+    let with_drm = drm_bus.first().expect("a PCI GPU").clone();
+    let bare = not_a_gpu(&drm_bus).expect("the guest has a PCI function that is no GPU");
+    let _synthetic = SyntheticNvidia::new(&[(with_drm.as_str(), 0), (bare.as_str(), 1)]);
+    let after = gpu::gpus().expect("the guest's GPUs");
+    assert_eq!(after.len(), before.len() + 1, "{after:#?}");
+    let g = after
+        .iter()
+        .find(|g| g.bus_id.as_deref() == Some(bare.as_str()))
+        .unwrap_or_else(|| panic!("{bare} is no GPU: {after:#?}"));
+    assert!(g.nodes.is_empty(), "{g:?}");
+    assert_eq!(
+        g.nvidia().map(|n| n.path.clone()),
+        Some(PathBuf::from("/dev/nvidia1"))
+    );
+    let place = after
+        .iter()
+        .filter(|x| x.bus_id.as_ref().is_some_and(|b| *b < bare))
+        .count();
+    assert_eq!(g.index, place, "its place by bus id");
+    // The index changes a user sees: each GPU after it, one up.
+    for b in &before {
+        let a = after
+            .iter()
+            .find(|a| a.name == b.name && a.bus_id == b.bus_id)
+            .unwrap();
+        let moved = b.bus_id.as_ref().is_none_or(|id| *id > bare);
+        assert_eq!(a.index, b.index + usize::from(moved), "{}", b.name);
+        eprintln!("GPU {} {} -> {}", b.label(), b.index, a.index);
+    }
+    eprintln!("GPU {bare} (no DRM node, /dev/nvidia1): new at {}", g.index);
+    // devices --json: every GPU in bus-id order, this one with no DRM node.
+    let (code, out) = drmtool::cli::run_captured(&["devices", "--json"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "devices.schema.json", "devices --json");
+    let rows = v["gpus"].as_array().unwrap();
+    let order: Vec<(u64, Option<String>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["bus_id"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, Option<String>)> = after
+        .iter()
+        .map(|g| (g.index as u64, g.bus_id.clone()))
+        .collect();
+    assert_eq!(order, want, "{out}");
+    let pci: Vec<&String> = want.iter().filter_map(|(_, b)| b.as_ref()).collect();
+    let mut sorted = pci.clone();
+    sorted.sort();
+    assert_eq!(pci, sorted, "bus-id order");
+    let row = &rows[g.index];
+    assert_eq!(row["bus_id"], Value::from(bare.as_str()), "{row}");
+    assert_eq!(row["drm_nodes"], serde_json::json!([]), "{row}");
+    assert_eq!(
+        row["vendor_nodes"],
+        serde_json::json!(["/dev/nvidia1"]),
+        "{row}"
+    );
+    assert!(
+        !v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["index"].as_u64() == Some(g.index as u64)),
+        "no DRM node row for it: {out}"
+    );
+    // The table shows it by its NVIDIA node.
+    let (code, table) = drmtool::cli::run_captured(&["devices"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{table}");
+    assert!(
+        table.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 3 && w[0] == g.index.to_string() && w[2] == "/dev/nvidia1"
+        }),
+        "{table}"
+    );
+    // A job on it: its NVIDIA node and the control node, not GPU 0's.
+    let on = probe_under(&bare);
+    eprintln!(
+        "verdicts on the GPU without a DRM node (own /dev | the guest's /dev): {} | {}",
+        on["own_dev"], on["host_dev"]
+    );
+    let table = |k: &str| -> Vec<String> {
+        NODES
+            .iter()
+            .map(|n| on[k][*n].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(table("own_dev"), ["ENOENT", "ENXIO", "ENXIO"], "{on}");
+    assert_eq!(table("host_dev"), ["EPERM", "ENXIO", "ENXIO"], "{on}");
+    // info/caps/kms name it and refuse it: it has no DRM node.
+    let (code, _) = drmtool::cli::run_captured(&["info", &bare]);
+    assert_eq!(code, std::process::ExitCode::from(3));
+}
+
+/// `slurm gres-conf` with synthetic NVIDIA GPUs 0 and 1 names them by `/dev/nvidia0` and
+/// `/dev/nvidia1` (the other GPUs by render node, else card node), one line per GPU in the
+/// ordering; Debian's slurmd 22.05 parses it (`slurmd -G`: the GRES configuration of this
+/// node, merged from slurm.conf and gres.conf) and names each `/dev/nvidiaN` with index N
+/// (slurmd's `Index=` is the number its file name ends in).
+#[test]
+fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
+    if !in_guest() {
+        skip!("not in a vm guest: no DRM devices here");
+    }
+    let Some(slurmd) = kernel_tests::which("slurmd") else {
+        skip!("slurmd is not installed (scripts/setup installs slurmd)");
+    };
+    let gpus = gpu::gpus().expect("the guest has DRM devices");
+    let pci: Vec<&gpu::Gpu> = gpus.iter().filter(|g| g.bus_id.is_some()).collect();
+    assert!(pci.len() >= 2, "the guest has two PCI GPUs: {gpus:?}");
+    let (nv0, nv1) = (
+        pci[0].bus_id.clone().unwrap(),
+        pci[1].bus_id.clone().unwrap(),
+    );
+    let _synthetic = SyntheticNvidia::new(&[(nv0.as_str(), 0), (nv1.as_str(), 1)]);
+    let (code, text) = drmtool::cli::run_captured(&["slurm", "gres-conf"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    eprintln!("{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), gpus.len(), "one line per GPU: {text}");
+    let mut types: Vec<(String, usize)> = Vec::new();
+    for (g, l) in gpus.iter().zip(&lines) {
+        let file = match g.bus_id.as_deref() {
+            Some(b) if b == nv0 => PathBuf::from("/dev/nvidia0"),
+            Some(b) if b == nv1 => PathBuf::from("/dev/nvidia1"),
+            _ => g.render().or_else(|| g.card()).unwrap().path.clone(),
+        };
+        let ty = g.driver.clone().expect("every guest GPU has a driver");
+        assert!(
+            l.starts_with(&format!("Name=gpu Type={ty} File={}", file.display())),
+            "GPU {}: {l}",
+            g.index
+        );
+        match types.iter_mut().find(|(t, _)| *t == ty) {
+            Some((_, c)) => *c += 1,
+            None => types.push((ty, 1)),
+        }
+    }
+    // slurmd -G on a minimal configuration with these lines.
+    let dir = PathBuf::from(format!("/tmp/drmtool-gres-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let gres: Vec<String> = types.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
+    let conf = dir.join("slurm.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "ClusterName=drmtest\nSlurmctldHost=localhost(127.0.0.1)\n\
+             SlurmUser=root\nSlurmdUser=root\n\
+             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
+             SlurmdPidFile={d}/slurmd.pid\nSlurmdLogFile={d}/slurmd.log\n\
+             GresTypes=gpu\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} Gres={gres} State=UNKNOWN\n\
+             PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
+            cpus = std::thread::available_parallelism().map_or(1, |n| n.get()),
+            gres = gres.join(","),
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("gres.conf"), format!("AutoDetect=off\n{text}")).unwrap();
+    let o = std::process::Command::new(slurmd)
+        .args(["-N", "localhost", "-f"])
+        .arg(&conf)
+        .arg("-G")
+        .env("SLURM_CONF", &conf)
+        .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("slurmd -G");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("slurmd -G:\n{said}");
+    assert!(o.status.success(), "slurmd -G: {}\n{said}", o.status);
+    let gres_lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("Gres Name=gpu"))
+        .collect();
+    assert_eq!(gres_lines.len(), gpus.len(), "{said}");
+    for (minor, bus) in [(0, &nv0), (1, &nv1)] {
+        let ty = gpus
+            .iter()
+            .find(|g| g.bus_id.as_ref() == Some(bus))
+            .and_then(|g| g.driver.clone())
+            .unwrap();
+        let file = format!("File=/dev/nvidia{minor}");
+        let line = gres_lines
+            .iter()
+            .find(|l| l.split_whitespace().any(|w| w == file))
+            .unwrap_or_else(|| panic!("slurmd names no {file}: {said}"));
+        assert!(
+            line.split_whitespace()
+                .any(|w| w == format!("Index={minor}")),
+            "{line}"
+        );
+        assert!(
+            line.split_whitespace().any(|w| w == format!("Type={ty}")),
+            "{line}"
+        );
+    }
 }
