@@ -119,6 +119,7 @@ fn gpu(index: usize, bus: Option<&str>, name: &str, driver: &str, nodes: Vec<Nod
         driver: Some(driver.into()),
         pci_id: bus.map(|_| (0x10de, 0x20b2)),
         nodes,
+        vendor_nodes: Vec::new(),
         numa_node: None,
         local_cpulist: None,
     }
