@@ -158,6 +158,8 @@ while [ $# -gt 0 ]; do
     echo "own $2 $p $(v "$2")"; shift 2
   else
     i=$((i+1))
+    # The rootfs is shared by the containers one after another: a fresh name each time.
+    busybox rm -f /tmp/m$i
     if m=$(busybox mknod /tmp/m$i c "$3" "$4" 2>&1); then
       echo "other $2 $p $(v /tmp/m$i)"
     else
