@@ -295,6 +295,8 @@ fn check_probe(
 
 /// A detached container of the first GPU: `cgroup devices` on its cgroup decodes runc's
 /// program; it allows each of the GPU's nodes for read and write and no other GPU node.
+/// (Podman 4.3 grants the CDI nodes `rwm` whatever the spec's `permissions`, and runc's
+/// defaults allow mknod of any node, `c *:* m`: the open is what is denied.)
 fn check_device_program(podman: &Podman, spec: &Value, gpus: &[drmtool::gpu::Gpu]) {
     use devprog::{Access, DevType, Request};
     let g = &gpus[0];
@@ -344,12 +346,6 @@ fn check_device_program(podman: &Podman, spec: &Value, gpus: &[drmtool::gpu::Gpu
         assert!(
             ask(n, Access::READ | Access::WRITE),
             "{} in {:?}",
-            n.path,
-            p.list
-        );
-        assert!(
-            !ask(n, Access::MKNOD),
-            "{}: mknod allowed in {:?}",
             n.path,
             p.list
         );

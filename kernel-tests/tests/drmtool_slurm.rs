@@ -18,10 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PROBE_ENV: &str = "DRMTOOL_SLURM_PROBE_OUT";
+mod slurm_common;
 
-/// An IPv4 address other than 127.0.0.1 for lo (see [`Cluster::start`]).
-const ADDRCONFIG_ADDR: &str = "192.0.2.1";
+const PROBE_ENV: &str = "DRMTOOL_SLURM_PROBE_OUT";
 
 /// The sample client a job runs (see `kernel_tests::sample`).
 #[test]
@@ -117,28 +116,7 @@ impl Cluster {
         // The guest's hostname is "(none)", which no resolver knows and Slurm cannot
         // parse: the node is `localhost` (slurmd -N), which every /etc/hosts has.
         let host = "localhost";
-        // Slurm resolves even "127.0.0.1" with AI_ADDRCONFIG, which answers nothing while
-        // the machine's only IPv4 address is 127.0.0.1 (the guest has no network): a
-        // documentation address (TEST-NET-1) on lo makes IPv4 configured.
-        if !String::from_utf8_lossy(
-            &Command::new("ip")
-                .args(["-4", "addr", "show", "dev", "lo"])
-                .output()
-                .expect("ip")
-                .stdout,
-        )
-        .contains(ADDRCONFIG_ADDR)
-        {
-            let o = Command::new("ip")
-                .args(["addr", "add", &format!("{ADDRCONFIG_ADDR}/32"), "dev", "lo"])
-                .output()
-                .expect("ip addr add");
-            assert!(
-                o.status.success(),
-                "ip addr add: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+        slurm_common::ipv4_configured();
         // Slurm numbers a node's GRES of one type in gres.conf's order; the node declares
         // each type's count.
         let mut types: Vec<(String, usize)> = Vec::new();

@@ -20,6 +20,7 @@ use serde_json::Value;
 
 mod nvidia_common;
 mod schema_common;
+mod slurm_common;
 use nvidia_common::SyntheticNvidia;
 use schema_common::validate;
 use std::ffi::OsString;
@@ -469,6 +470,7 @@ fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
         }
     }
     // slurmd -G on a minimal configuration with these lines.
+    slurm_common::ipv4_configured();
     let dir = PathBuf::from(format!("/tmp/drmtool-gres-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -502,9 +504,10 @@ fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
         .output()
         .expect("slurmd -G");
     let said = format!(
-        "{}{}",
+        "{}{}{}",
         String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        String::from_utf8_lossy(&o.stderr),
+        std::fs::read_to_string(dir.join("slurmd.log")).unwrap_or_default()
     );
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("slurmd -G:\n{said}");
