@@ -51,10 +51,14 @@ pub struct VendorRow {
     pub path: String,
     /// What it is (`nvidia-gpu`, `nvidia-ctl`, `kfd`, `accel`, ...).
     pub kind: crate::vendor::VendorNodeKind,
-    /// `major:minor`, from the kernel's text.
+    /// `major:minor`, from the kernel's text (for IMEX channels, the file in `/dev`,
+    /// checked against the kernel's major).
     pub dev: String,
     /// Whether the file is in /dev now.
     pub present: bool,
+    /// Where the node was found: `kernel` (its text, whether or not `/dev` has the file)
+    /// or `dev` (IMEX channels, which the kernel lists nowhere).
+    pub dev_from: crate::vendor::DevSource,
 }
 
 /// One GPU of the ordering and the paths of its nodes.
@@ -153,6 +157,7 @@ pub fn vendor_rows(
             kind: n.kind,
             dev: format!("{}:{}", n.dev.0, n.dev.1),
             present: n.present,
+            dev_from: n.dev_source(),
         })
         .collect();
     let unidentified = report
@@ -378,6 +383,7 @@ mod tests {
                     kind: VendorNodeKind::NvidiaGpu,
                     dev: "195:0".into(),
                     present: true,
+                    dev_from: crate::vendor::DevSource::Kernel,
                 },
                 VendorRow {
                     index: None,
@@ -386,6 +392,7 @@ mod tests {
                     kind: VendorNodeKind::NvidiaUvm,
                     dev: "509:0".into(),
                     present: false,
+                    dev_from: crate::vendor::DevSource::Kernel,
                 },
             ],
             unidentified: vec![UnidentifiedRow {
@@ -489,6 +496,7 @@ mod tests {
                 kind: VendorNodeKind::NvidiaGpu,
                 dev: "195:1".into(),
                 present: true,
+                dev_from: crate::vendor::DevSource::Kernel,
             }],
             unidentified: Vec::new(),
             reason: None,

@@ -906,3 +906,229 @@ fn gres_conf_names_each_gpu_by_the_node_slurm_constrains() {
         ]
     );
 }
+
+/// `/proc/devices` of a driver with IMEX channels (major 237), and the driver directory.
+fn imex_machine(name: &str, devices: &str) -> Tree {
+    let t = Tree::new(name);
+    t.write("proc/devices", devices);
+    t.dir("proc/driver/nvidia/gpus");
+    t
+}
+
+const IMEX_DEVICES: &str =
+    "Character devices:\n195 nvidia-frontend\n237 nvidia-caps-imex-channels\n509 nvidia-uvm\n";
+
+/// Makes a character device `major:minor` at `rel`; `false` where this process may not
+/// (mknod needs CAP_MKNOD: not root).
+fn char_node(t: &Tree, rel: &str, dev: (u32, u32)) -> bool {
+    use rustix::fs::{CWD, FileType, Mode, makedev, mknodat};
+    let p = t.0.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    match mknodat(
+        CWD,
+        &p,
+        FileType::CharacterDevice,
+        Mode::from_raw_mode(0o600),
+        makedev(dev.0, dev.1),
+    ) {
+        Ok(()) => true,
+        Err(rustix::io::Errno::PERM | rustix::io::Errno::ACCESS) => false,
+        Err(e) => panic!("mknod {}: {e}", p.display()),
+    }
+}
+
+/// IMEX channels come from /dev: the character devices of the kernel's
+/// `nvidia-caps-imex-channels` major and their name's minor, shared (no GPU), marked as
+/// found in /dev; a node of another number is refused, never listed.
+#[test]
+fn imex_channels_are_listed_from_dev_and_checked_against_the_major() {
+    let t = imex_machine("imex", IMEX_DEVICES);
+    let dir = "dev/nvidia-caps-imex-channels";
+    let made = [
+        char_node(&t, &format!("{dir}/channel0"), (237, 0)),
+        char_node(&t, &format!("{dir}/channel2047"), (237, 2047)),
+        char_node(&t, &format!("{dir}/channel3"), (237, 4)),
+        char_node(&t, &format!("{dir}/channel5"), (195, 5)),
+    ];
+    if made.contains(&false) {
+        eprintln!("SKIP: mknod is not permitted here (not root); the other IMEX tests run");
+        return;
+    }
+    let r = discover(&t.roots());
+    let imex: Vec<Row> = rows(&t, &r)
+        .into_iter()
+        .filter(|n| n.1 == K::NvidiaImexChannel)
+        .collect();
+    assert_eq!(
+        imex,
+        [
+            row(
+                &format!("{dir}/channel0"),
+                K::NvidiaImexChannel,
+                (237, 0),
+                None,
+                None,
+                true
+            ),
+            row(
+                &format!("{dir}/channel2047"),
+                K::NvidiaImexChannel,
+                (237, 2047),
+                None,
+                None,
+                true
+            ),
+        ]
+    );
+    for n in r.nodes.iter().filter(|n| n.kind == K::NvidiaImexChannel) {
+        assert!(n.is_shared() && n.kind.is_shared());
+        assert_eq!(n.dev_source(), drmtool::vendor::DevSource::Dev);
+    }
+    assert_eq!(
+        reasons(&t, &r),
+        [
+            (
+                format!("{dir}/channel3"),
+                K::NvidiaImexChannel,
+                Reason::DevMismatch {
+                    expected: (237, 3),
+                    found: (237, 4)
+                }
+            ),
+            (
+                format!("{dir}/channel5"),
+                K::NvidiaImexChannel,
+                Reason::DevMismatch {
+                    expected: (237, 5),
+                    found: (195, 5)
+                }
+            ),
+        ]
+    );
+    // The devices document carries the new kind and where it was found, and validates.
+    let (rows_, unidentified) = drmtool::devices::vendor_rows(&r, &[]);
+    let doc = drmtool::devices::DevicesReport {
+        schema_version: 1,
+        gpus: Vec::new(),
+        devices: Vec::new(),
+        vendor_nodes: rows_,
+        unidentified,
+        reason: None,
+    };
+    let v = serde_json::to_value(&doc).unwrap();
+    let channel = v["vendor_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["kind"] == "nvidia-imex-channel")
+        .expect("a channel row");
+    assert_eq!(channel["dev_from"], "dev");
+    assert_eq!(channel["owner"], serde_json::Value::Null);
+    assert_eq!(v["vendor_nodes"][0]["dev_from"], "kernel", "nvidiactl");
+    let p = format!("{}/schema/devices.schema.json", env!("CARGO_MANIFEST_DIR"));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let s = jsonschema::validator_for(&s).unwrap();
+    let errors: Vec<String> = s.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// What needs no device node: names that are not the driver's, files that are not
+/// character devices, no major (nothing listed, nothing refused), a major listed twice.
+#[test]
+fn imex_channels_with_odd_names_files_or_no_major_are_never_guessed() {
+    let t = imex_machine("imex-odd", IMEX_DEVICES);
+    let dir = "dev/nvidia-caps-imex-channels";
+    for name in [
+        "channel01",
+        "channel",
+        "chan1",
+        "channel-1",
+        "channel1048576",
+    ] {
+        t.write(&format!("{dir}/{name}"), "");
+    }
+    t.write(&format!("{dir}/channel7"), "not a node");
+    t.dir(&format!("{dir}/channel8"));
+    t.link("/dev/null", &format!("{dir}/channel9"));
+    let r = discover(&t.roots());
+    assert!(
+        !r.nodes.iter().any(|n| n.kind == K::NvidiaImexChannel),
+        "{r:?}"
+    );
+    let got = reasons(&t, &r);
+    let odd = |n: &str| {
+        (
+            dir.to_string(),
+            K::NvidiaImexChannel,
+            Reason::UnexpectedName(n.into()),
+        )
+    };
+    let not_char = |n: &str| {
+        (
+            format!("{dir}/{n}"),
+            K::NvidiaImexChannel,
+            Reason::NotACharDevice,
+        )
+    };
+    let mut want = vec![
+        odd("chan1"),
+        odd("channel"),
+        odd("channel-1"),
+        odd("channel01"),
+        odd("channel1048576"),
+        not_char("channel7"),
+        not_char("channel8"),
+        not_char("channel9"),
+    ];
+    want.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    assert_eq!(got, want);
+    // Without the major the driver has no channels: /dev is not read, nothing refused.
+    let t = imex_machine("imex-none", PROC_DEVICES);
+    t.write(&format!("{dir}/channel0"), "");
+    let r = discover(&t.roots());
+    assert!(
+        !r.nodes.iter().any(|n| n.kind == K::NvidiaImexChannel) && r.unidentified.is_empty(),
+        "{r:?}"
+    );
+    // The major twice: which is meant is not guessed.
+    let twice =
+        "Character devices:\n237 nvidia-caps-imex-channels\n238 nvidia-caps-imex-channels\n";
+    let t = imex_machine("imex-twice", twice);
+    assert_eq!(
+        discover(&t.roots()).unidentified,
+        [],
+        "no channels in /dev: nothing to refuse"
+    );
+    t.write(&format!("{dir}/channel0"), "");
+    let r = discover(&t.roots());
+    assert_eq!(
+        reasons(&t, &r),
+        [(
+            "proc/devices".to_string(),
+            K::NvidiaImexChannel,
+            Reason::NoMajor(MajorError::Ambiguous {
+                name: "nvidia-caps-imex-channels",
+                majors: vec![237, 238]
+            })
+        )]
+    );
+}
+
+/// `cgroup deny-gpus` denies the IMEX channels' major: `machine_majors` takes every
+/// `/proc/devices` major named `nvidia*`, with no channel node in /dev and even without
+/// the driver's /proc directory.
+#[test]
+fn deny_gpus_covers_the_imex_channels_major() {
+    let t = Tree::new("imex-deny");
+    t.write("proc/devices", IMEX_DEVICES);
+    let majors = drmtool::isolate::deny::machine_majors_in(&t.roots());
+    for m in [195, 226, 237, 261, 509] {
+        assert!(majors.contains(&m), "{m} in {majors:?}");
+    }
+    let t = Tree::new("imex-deny-none");
+    t.write("proc/devices", "Character devices:\n  1 mem\n");
+    assert_eq!(
+        drmtool::isolate::deny::machine_majors_in(&t.roots()),
+        [195, 226, 261]
+    );
+}

@@ -164,10 +164,16 @@ pub fn render_shown(s: &Shown) -> String {
 /// `/proc/devices` major named `nvidia*` and every vendor node's
 /// ([`vendor_access`](super::vendor_access::vendor_access) of no GPU).
 pub fn machine_majors() -> Vec<u32> {
+    machine_majors_in(&crate::vendor::VendorRoots::default())
+}
+
+/// [`machine_majors`] of the machine whose `/proc`, `/sys` and `/dev` are at `roots` (a
+/// synthetic tree in tests).
+pub fn machine_majors_in(roots: &crate::vendor::VendorRoots) -> Vec<u32> {
     super::vendor_access::vendor_access(
         &[],
-        &crate::vendor::discover(&crate::vendor::VendorRoots::default()),
-        &super::vendor_access::read_proc_devices(),
+        &crate::vendor::discover(roots),
+        &super::vendor_access::read_proc_devices_in(&roots.proc_root),
     )
     .majors
 }

@@ -9,6 +9,9 @@
 //! - AMD: `/dev/kfd` when an amdgpu GPU is chosen. ROCm reaches each GPU through its render
 //!   node, so kfd with only the chosen render nodes isolates AMD GPUs.
 //! - Accelerators: the chosen devices' `/dev/accel/accelN`.
+//! - Never by default: NVIDIA's IMEX channels (`/dev/nvidia-caps-imex-channels/channelN`),
+//!   which grant cross-node memory import and are the admin's or scheduler's to hand out
+//!   per channel (a later `run` flag naming the channels would give them).
 //!
 //! Denied: every other node of the DRM and accel majors, NVIDIA's 195 and every
 //! `/proc/devices` major named `nvidia*`, and the major of every vendor node found.
@@ -106,9 +109,14 @@ pub fn dev_relative(n: &VendorNode, dev_root: &std::path::Path) -> Option<String
 
 /// The text of `/proc/devices` (at most 64 KiB; empty when unreadable).
 pub fn read_proc_devices() -> String {
+    read_proc_devices_in(std::path::Path::new("/proc"))
+}
+
+/// The text of `devices` under `proc_root` (at most 64 KiB; empty when unreadable).
+pub fn read_proc_devices_in(proc_root: &std::path::Path) -> String {
     use std::io::Read;
     let mut text = String::new();
-    let _ = std::fs::File::open("/proc/devices")
+    let _ = std::fs::File::open(proc_root.join("devices"))
         .and_then(|f| f.take(64 * 1024).read_to_string(&mut text));
     text
 }
@@ -288,6 +296,44 @@ mod tests {
                 assert_eq!(mode & 0o600, 0o600);
             }
         }
+    }
+
+    /// IMEX channels are never given by default, to any job, and their major is denied:
+    /// from the channel nodes found and, with none in /dev, from `/proc/devices`'s name.
+    #[test]
+    fn imex_channels_are_never_given_and_their_major_is_denied() {
+        let mut m = machine();
+        m.nodes.push(node(
+            "/dev/nvidia-caps-imex-channels/channel0",
+            VendorNodeKind::NvidiaImexChannel,
+            (237, 0),
+            None,
+        ));
+        let nv = gpu("0000:5e:00.0", "nvidia");
+        let a = vendor_access(&[&nv], &m, "");
+        assert!(!paths(&a).iter().any(|p| p.contains("imex")), "{a:?}");
+        assert!(a.majors.contains(&237), "{:?}", a.majors);
+        let none = vendor_access(&[], &m, "");
+        assert!(none.nodes.is_empty() && none.majors.contains(&237));
+        let devices = "Character devices:\n195 nvidia-frontend\n237 nvidia-caps-imex-channels\n";
+        let a = vendor_access(&[&nv], &machine(), devices);
+        assert!(a.majors.contains(&237), "{:?}", a.majors);
+        // The job's device program denies every channel, and still allows its GPU.
+        use super::super::devprog::{Access, DevType, Policy, Request};
+        let policy = Policy::only_nodes(
+            &a.nodes.iter().map(|n| n.dev).collect::<Vec<_>>(),
+            &a.majors,
+        );
+        let open = |major, minor| Request {
+            dev_type: DevType::Char,
+            major,
+            minor,
+            access: Access::READ | Access::WRITE,
+        };
+        for minor in [0, 1, 2047] {
+            assert!(!policy.allows(open(237, minor)), "channel{minor}");
+        }
+        assert!(policy.allows(open(195, 1)));
     }
 
     /// A GPU with an unidentified node is named; others are not held up by it.

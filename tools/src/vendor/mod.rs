@@ -1,14 +1,16 @@
 //! The device nodes of GPUs and accelerators that are not DRM nodes: NVIDIA's
 //! (`/dev/nvidiaN`, `nvidiactl`, `nvidia-modeset`, `nvidia-uvm`, `nvidia-uvm-tools`, the MIG
-//! capability nodes `/dev/nvidia-caps/nvidia-capN`), AMD's `/dev/kfd`, and compute
-//! accelerators (`/dev/accel/accelN`), each with the GPU it belongs to or marked shared.
+//! capability nodes `/dev/nvidia-caps/nvidia-capN`, the IMEX channels
+//! `/dev/nvidia-caps-imex-channels/channelN`), AMD's `/dev/kfd`, and compute accelerators
+//! (`/dev/accel/accelN`), each with the GPU it belongs to or marked shared.
 //!
 //! Issue 28. The ordering ([`crate::gpu`]) takes a GPU's own nodes from here (a device
 //! with an identified `/dev/nvidiaN` or `/dev/accel/accelN` and no DRM node is a GPU too);
 //! `run`, `devices`, `cgroup deny-gpus` and `slurm gres-conf` use them.
 //!
 //! Membership comes from the kernel's view, never from what `/dev` holds (a node may not be
-//! created yet: `nvidia-modprobe` makes `/dev/nvidia-uvm` on first use):
+//! created yet: `nvidia-modprobe` makes `/dev/nvidia-uvm` on first use), except for the
+//! IMEX channels, which the kernel lists nowhere ([`DevSource`]):
 //!
 //! | node | device number | belongs to |
 //! |---|---|---|
@@ -16,13 +18,15 @@
 //! | `/dev/nvidiactl`, `/dev/nvidia-modeset` | 195:255, 195:254 (while `/proc/driver/nvidia` and `/sys/module/nvidia_modeset` exist) | shared |
 //! | `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` | `nvidia-uvm`'s major in `/proc/devices`, minors 0 and 1 | shared |
 //! | `/dev/nvidia-caps/nvidia-capM` | `nvidia-caps`'s major in `/proc/devices`, M the "DeviceFileMinor:" of a file under `/proc/driver/nvidia/capabilities/` | the GPU with NVIDIA minor N for files under `gpuN/`, else shared |
+//! | `/dev/nvidia-caps-imex-channels/channelN` | `nvidia-caps-imex-channels`'s major in `/proc/devices`, N from the node's name; listed only where that node is in `/dev` as a character device of exactly that number | shared (no GPU: a channel grants cross-node memory import, handed to jobs by the admin) |
 //! | `/dev/kfd` | `/sys/class/kfd/kfd/dev` | shared (ROCm reaches each GPU through its DRM render node) |
 //! | `/dev/accel/accelN` | `/sys/class/accel/accelN/dev` | the PCI function above its `device` link |
 //!
 //! Nothing is guessed: a GPU, capability or accelerator whose kernel text is unreadable,
 //! malformed or inconsistent (two GPUs with one minor, a capability of an unknown GPU) is
-//! reported in [`VendorReport::unidentified`] with a typed [`Reason`], and gets no node.
-//! Every read is bounded ([`MAX_TEXT`] bytes a file, [`MAX_ENTRIES`] entries a directory,
+//! reported in [`VendorReport::unidentified`] with a typed [`Reason`], and gets no node (an
+//! IMEX channel node with an odd name, or not a character device of the kernel's major and
+//! its name's minor, too). Every read is bounded ([`MAX_TEXT`] bytes a file, [`MAX_ENTRIES`] entries a directory,
 //! the capability tree [`MAX_DEPTH`] deep); a missing file means "not present".
 //!
 //! ```
@@ -48,6 +52,7 @@ mod nvidia;
 mod parse;
 mod sysfs;
 
+pub use nvidia::IMEX_CHANNELS;
 pub use parse::{
     CapFile, MAX_MAJOR, MAX_MINOR, MAX_MODE, MAX_NVIDIA_GPU_MINOR, MajorError, NvidiaInformation,
     ProcDevices, ValueError, parse_cap_file, parse_dev, parse_nvidia_information,
@@ -106,6 +111,10 @@ pub enum VendorNodeKind {
     /// `/dev/nvidia-caps/nvidia-capN`: a capability (MIG config and monitor, a GPU or
     /// compute instance's access).
     NvidiaCap,
+    /// `/dev/nvidia-caps-imex-channels/channelN`: an IMEX channel (cross-node memory
+    /// import, NVLink multi-node systems), which the admin or scheduler hands to a job.
+    /// Belongs to no GPU; listed from `/dev` ([`DevSource::Dev`]).
+    NvidiaImexChannel,
     /// `/dev/kfd`: AMD's compute interface (ROCm).
     Kfd,
     /// `/dev/accel/accelN`: a compute accelerator of the kernel's accel subsystem.
@@ -125,9 +134,32 @@ impl VendorNodeKind {
                 | Self::NvidiaModeset
                 | Self::NvidiaUvm
                 | Self::NvidiaUvmTools
+                | Self::NvidiaImexChannel
                 | Self::Kfd
         )
     }
+
+    /// Where the nodes of this kind, and their device numbers, are found: the kernel's
+    /// text for every kind but [`NvidiaImexChannel`](VendorNodeKind::NvidiaImexChannel),
+    /// whose channels the kernel lists nowhere (only their major).
+    pub fn dev_source(self) -> DevSource {
+        match self {
+            Self::NvidiaImexChannel => DevSource::Dev,
+            _ => DevSource::Kernel,
+        }
+    }
+}
+
+/// Where a vendor node was found ([`VendorNodeKind::dev_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DevSource {
+    /// The kernel's text (`/proc`, sysfs): the node is listed whether or not `/dev` has
+    /// it, with the number the kernel gives.
+    Kernel,
+    /// `/dev`: the node is listed because a character device of the kernel's major (from
+    /// `/proc/devices`) is there under the expected name, with its number checked.
+    Dev,
 }
 
 /// One node and what it belongs to.
@@ -155,6 +187,11 @@ impl VendorNode {
     /// `gpuN/` directory).
     pub fn is_shared(&self) -> bool {
         self.owner.is_none()
+    }
+
+    /// Where it was found: the kernel's text, or `/dev` (IMEX channels).
+    pub fn dev_source(&self) -> DevSource {
+        self.kind.dev_source()
     }
 }
 
@@ -218,6 +255,18 @@ pub enum Reason {
     /// An accelerator without a `device` link.
     #[error("no device link")]
     NoDevice,
+    /// A node in `/dev` that should be a character device is something else.
+    #[error("not a character device")]
+    NotACharDevice,
+    /// A node in `/dev` whose device number is not the one its name and the kernel's
+    /// major give.
+    #[error("is {}:{}, expected {}:{}", found.0, found.1, expected.0, expected.1)]
+    DevMismatch {
+        /// major:minor from the kernel's major and the node's name.
+        expected: (u32, u32),
+        /// major:minor of the file.
+        found: (u32, u32),
+    },
     /// A directory (or the capability tree) holds more than [`MAX_ENTRIES`] entries, or is
     /// deeper than [`MAX_DEPTH`]: the rest was not read.
     #[error("more entries than {MAX_ENTRIES} or deeper than {MAX_DEPTH}: the rest was not read")]

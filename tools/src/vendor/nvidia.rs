@@ -1,8 +1,9 @@
-//! NVIDIA's nodes, from `/proc/driver/nvidia` and `/proc/devices`.
+//! NVIDIA's nodes, from `/proc/driver/nvidia` and `/proc/devices` (and, for the IMEX
+//! channels, which the kernel lists nowhere, from `/dev`).
 
 use super::{
-    Entry, MAX_DEPTH, MAX_ENTRIES, MAX_NVIDIA_GPU_MINOR, MajorError, ProcDevices, Reason,
-    VendorNodeKind as Kind, VendorReport, VendorRoots, list_dir, numbered, parse_cap_file,
+    Entry, MAX_DEPTH, MAX_ENTRIES, MAX_MINOR, MAX_NVIDIA_GPU_MINOR, MajorError, ProcDevices,
+    Reason, VendorNodeKind as Kind, VendorReport, VendorRoots, list_dir, numbered, parse_cap_file,
     parse_nvidia_information, read_required,
 };
 use crate::sysfs::is_bus_id;
@@ -14,6 +15,9 @@ const MAJOR: u32 = 195;
 const CTL_MINOR: u32 = 255;
 /// `/dev/nvidia-modeset`'s minor.
 const MODESET_MINOR: u32 = 254;
+/// The `/proc/devices` name of NVIDIA's IMEX channels' major, and their directory under
+/// `/dev`.
+pub const IMEX_CHANNELS: &str = "nvidia-caps-imex-channels";
 
 /// One identified GPU: its bus id and NVIDIA minor.
 #[derive(Clone)]
@@ -58,6 +62,84 @@ pub(super) fn discover(
     }
     let caps_major = major(devices, "nvidia-caps");
     caps(roots, caps_major, &nv.join("capabilities"), &gpus, out);
+    imex_channels(roots, devices, out);
+}
+
+/// The IMEX channels: `/dev/nvidia-caps-imex-channels/channelN` where it is a character
+/// device of the `nvidia-caps-imex-channels` major and minor N. The kernel lists which
+/// channels exist nowhere (the driver makes channel 0 at load with
+/// `NVreg_CreateImexChannel0=1`, `nvidia-modprobe -i N` makes others), so they come from
+/// `/dev`, each checked against the kernel's major; nothing without that major.
+fn imex_channels(
+    roots: &VendorRoots,
+    devices: &Result<ProcDevices, Reason>,
+    out: &mut VendorReport,
+) {
+    let dir = roots.dev_root.join(IMEX_CHANNELS);
+    // No directory, or no major (the driver has no channels): nothing to list or refuse.
+    // A major that is unknown otherwise is refused only where there are channels.
+    if !dir.is_dir() {
+        return;
+    }
+    let major = match major(devices, IMEX_CHANNELS) {
+        Ok(m) => m,
+        Err(Reason::NoMajor(MajorError::NotListed(_))) => return,
+        Err(r) => {
+            let source = roots.proc_root.join("devices");
+            return out.refuse(Kind::NvidiaImexChannel, &source, None, r);
+        }
+    };
+    let entries = match list_dir(&dir, MAX_ENTRIES) {
+        Ok(Some(v)) => v,
+        Ok(None) => return,
+        Err(r) => return out.refuse(Kind::NvidiaImexChannel, &dir, None, r),
+    };
+    for e in entries {
+        let name = match e.plain_name() {
+            Ok(n) => n,
+            Err(r) => {
+                out.refuse(Kind::NvidiaImexChannel, &dir, None, r);
+                continue;
+            }
+        };
+        // The driver's names only: `channel` and the minor in plain decimal, no zero
+        // padding (`channel01` would be another name for channel 1).
+        let minor = numbered(name, "channel", MAX_MINOR).filter(|m| name == format!("channel{m}"));
+        let Some(minor) = minor else {
+            out.refuse(
+                Kind::NvidiaImexChannel,
+                &dir,
+                None,
+                Reason::UnexpectedName(name.into()),
+            );
+            continue;
+        };
+        let path = dir.join(name);
+        let expected = (major, minor);
+        match char_dev(&path) {
+            Ok(found) if found == expected => {
+                let rel = format!("{IMEX_CHANNELS}/{name}");
+                out.node_of(roots, &rel, Kind::NvidiaImexChannel, expected, None, None);
+            }
+            Ok(found) => {
+                let r = Reason::DevMismatch { expected, found };
+                out.refuse(Kind::NvidiaImexChannel, &path, None, r);
+            }
+            Err(r) => out.refuse(Kind::NvidiaImexChannel, &path, None, r),
+        }
+    }
+}
+
+/// The device number of the character device at `path` (a link is not followed).
+fn char_dev(path: &Path) -> Result<(u32, u32), Reason> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = std::fs::symlink_metadata(path).map_err(|e| Reason::Unreadable {
+        error: e.to_string(),
+    })?;
+    if !md.file_type().is_char_device() {
+        return Err(Reason::NotACharDevice);
+    }
+    Ok((rustix::fs::major(md.rdev()), rustix::fs::minor(md.rdev())))
 }
 
 /// The character major of `name`: why not, when `/proc/devices` could not be read or does
