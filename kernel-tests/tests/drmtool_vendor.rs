@@ -539,3 +539,116 @@ fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
         );
     }
 }
+
+/// A job on an NVIDIA GPU while `nvidia-uvm` is not loaded: `run` (root) tries
+/// `/sbin/modprobe nvidia-uvm` before the job, and when that fails (no such module in the
+/// guest) still runs the job, without `/dev/nvidia-uvm`, and warns once, naming
+/// modprobe's result: the very result of the same command run here by hand. A job on a
+/// GPU that is not NVIDIA tries nothing and warns of nothing.
+///
+/// /proc/devices cannot be faked by the tmpfs over /proc/driver, and only a driver
+/// registers a major there: CUSE would (its server's `DEVNAME=` names the region), but the
+/// matrix kernels have no CONFIG_CUSE, so the loaded case ("the job's /dev gets
+/// nvidia-uvm at the listed major") is covered on the host (`isolate::uvm`,
+/// `vendor_access`) and by scripts/device-check on a real GPU.
+#[test]
+fn run_tries_to_load_nvidia_uvm_and_runs_the_job_without_it() {
+    use drmtool::isolate::uvm::{self, UvmError};
+    use drmtool::vendor::{MajorError, parse_proc_devices};
+    if !in_guest() {
+        skip!("not in a vm guest: no cgroup v2 and GPUs to isolate with here");
+    }
+    let uvm_listed = || {
+        let text = std::fs::read_to_string("/proc/devices").unwrap();
+        parse_proc_devices(&text).char_major("nvidia-uvm")
+    };
+    assert_eq!(
+        uvm_listed(),
+        Err(MajorError::NotListed("nvidia-uvm")),
+        "the guest has no nvidia-uvm"
+    );
+    let gpus = gpu::gpus().expect("the guest has DRM devices");
+    let pci: Vec<&gpu::Gpu> = gpus.iter().filter(|g| g.bus_id.is_some()).collect();
+    assert!(pci.len() >= 2, "the guest has two PCI GPUs: {gpus:?}");
+    let (nv0, other) = (
+        pci[0].bus_id.clone().unwrap(),
+        pci[1].bus_id.clone().unwrap(),
+    );
+    let _synthetic = SyntheticNvidia::new(&[(nv0.as_str(), 0)]);
+    // What modprobe says here, the same command run by hand.
+    let by_hand = uvm::run_command(&uvm::modprobe_command())
+        .expect_err("the guest kernel has no nvidia-uvm module");
+    eprintln!("by hand: {by_hand}");
+    if Path::new(uvm::MODPROBE).exists() {
+        match &by_hand {
+            UvmError::Failed { code, stderr, .. } => {
+                assert_eq!(*code, 1, "{by_hand}");
+                assert!(stderr.to_string_lossy().contains("modprobe"), "{by_hand}");
+            }
+            other => panic!("modprobe ran, and did not fail as kmod does: {other:?}"),
+        }
+    } else {
+        assert!(
+            matches!(by_hand, UvmError::NotStarted { .. }),
+            "{by_hand:?}"
+        );
+    }
+    // The job: its own GPU's node and nvidiactl, no nvidia-uvm (nothing is guessed).
+    let check = "test -c /dev/nvidia0 && test -c /dev/nvidiactl && test ! -e /dev/nvidia-uvm \
+                 && test ! -e /dev/nvidia-uvm-tools";
+    let req = |bus: &str, script: &str| RunRequest {
+        gpus: vec![bus.parse::<gpu::GpuSpec>().unwrap()],
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        as_root: true,
+        caller: Some(Caller { uid: 0, sudo: None }),
+        ..Default::default()
+    };
+    let mut warnings = Vec::new();
+    let code = run::run_with(&req(&nv0, check), &mut std::io::sink(), &mut |w| {
+        warnings.push(w.clone())
+    })
+    .unwrap_or_else(|e| panic!("run {nv0}: {e}"));
+    assert_eq!(
+        code, 0,
+        "the job on the NVIDIA GPU ran, with its nodes and no nvidia-uvm"
+    );
+    assert_eq!(warnings, [run::RunWarning::UvmNotLoaded(by_hand.clone())]);
+    assert_eq!(uvm_listed(), Err(MajorError::NotListed("nvidia-uvm")));
+    // Not NVIDIA: no attempt, no warning.
+    let mut warnings = Vec::new();
+    let none = "test ! -e /dev/nvidia0 && test ! -e /dev/nvidiactl && test ! -e /dev/nvidia-uvm";
+    let code = run::run_with(&req(&other, none), &mut std::io::sink(), &mut |w| {
+        warnings.push(w.clone())
+    })
+    .unwrap_or_else(|e| panic!("run {other}: {e}"));
+    assert_eq!(code, 0);
+    assert_eq!(warnings, []);
+    // The command line prints it as one warning line, and exits with the job's status.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmtool-guest"))
+        .args([
+            "run",
+            "--as-root",
+            "--gpu",
+            &nv0,
+            "--",
+            "/bin/sh",
+            "-c",
+            check,
+        ])
+        .env_remove("KERNEL_TESTS_SIGNAL_STORM")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    eprintln!("drmtool run: {stderr}");
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [format!(
+            "drmtool: run: warning: {}",
+            run::RunWarning::UvmNotLoaded(by_hand)
+        )],
+        "{stderr}"
+    );
+    assert!(lines[0].contains("(/sbin/modprobe nvidia-uvm "), "{stderr}");
+}

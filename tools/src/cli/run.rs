@@ -89,7 +89,8 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
 }
 
 pub(super) fn exec(a: RunArgs, out: &mut dyn Write) -> ExitCode {
-    match request(a).and_then(|r| run::run(&r, out)) {
+    let mut warn = |w: &run::RunWarning| eprintln!("drmtool: run: warning: {w}");
+    match request(a).and_then(|r| run::run_with(&r, out, &mut warn)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("drmtool: run: {e}");

@@ -16,5 +16,6 @@ pub mod lease;
 pub mod pick;
 pub mod run;
 pub mod slurm;
+pub mod uvm;
 pub mod vendor_access;
 pub mod who;

@@ -103,6 +103,21 @@ pub enum RunError {
     },
 }
 
+/// Something `run` reports while it still runs the job ([`run_with`]); the CLI prints each
+/// as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunWarning {
+    /// The job gets an NVIDIA GPU, `nvidia-uvm` was not loaded and could not be
+    /// ([`super::uvm`]): it runs without `/dev/nvidia-uvm` (no CUDA unified memory; CUDA
+    /// itself may refuse to start).
+    #[error(
+        "nvidia-uvm is not loaded ({0}); the job runs without /dev/nvidia-uvm (CUDA may fail \
+         to initialize: load nvidia-uvm at boot where CUDA jobs run)"
+    )]
+    UvmNotLoaded(super::uvm::UvmError),
+}
+
 /// The variable that tells the command which leases its job holds: `KEY` (exclusive) or
 /// `KEY/SLOT` (shared) per GPU, comma-separated. The supervisor holds the lock files (and
 /// the job's init a copy); the command gets no lock fd, so it cannot release or pass on
@@ -256,8 +271,18 @@ pub fn find_program(argv0: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> 
 
 static JOB_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Runs the request: returns the command's exit status (or prints the variables).
+/// Runs the request: returns the command's exit status (or prints the variables). Its
+/// warnings ([`RunWarning`]) are dropped: [`run_with`] receives them.
 pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunError> {
+    run_with(req, out, &mut |_| {})
+}
+
+/// [`run`], handing each [`RunWarning`] to `warn` as it arises (before the job starts).
+pub fn run_with(
+    req: &RunRequest,
+    out: &mut dyn std::io::Write,
+    warn: &mut dyn FnMut(&RunWarning),
+) -> Result<u8, RunError> {
     let caller = req.caller.clone().unwrap_or_else(who::caller);
     if req.env_only {
         return env_only(req, out);
@@ -301,18 +326,7 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     };
     let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
-    // The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
-    // accel), and every GPU major the job is limited on.
-    let report = crate::vendor::discover(&crate::vendor::VendorRoots::default());
-    if let Some((g, u)) = vendor_access::unidentified_of(&chosen, &report) {
-        return Err(RunError::Unidentified {
-            gpu: g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
-            kind: u.kind,
-            node: Box::new(u.clone()),
-        });
-    }
-    let vendor =
-        vendor_access::vendor_access(&chosen, &report, &vendor_access::read_proc_devices());
+    let vendor = vendor_of(&chosen, warn)?;
     let allowed: Vec<(u32, u32)> = chosen
         .iter()
         .flat_map(|g| g.nodes.iter().map(|n| n.dev))
@@ -364,6 +378,46 @@ pub fn run(req: &RunRequest, out: &mut dyn std::io::Write) -> Result<u8, RunErro
     };
 
     launch(req, &plan, &allowed, &vendor.majors, user.as_ref(), leases)
+}
+
+/// The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
+/// accel), and every GPU major the job is limited on; for a job on an NVIDIA GPU,
+/// `nvidia-uvm` loaded first where it is not ([`super::uvm`]; `warn` hears when it could
+/// not be).
+fn vendor_of(
+    chosen: &[&Gpu],
+    warn: &mut dyn FnMut(&RunWarning),
+) -> Result<vendor_access::VendorAccess, RunError> {
+    use crate::vendor::{VendorNodeKind, VendorRoots, discover, parse_proc_devices};
+    let roots = VendorRoots::default();
+    let mut loaded = false;
+    loop {
+        let report = discover(&roots);
+        if let Some((g, u)) = vendor_access::unidentified_of(chosen, &report) {
+            return Err(RunError::Unidentified {
+                gpu: g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
+                kind: u.kind,
+                node: Box::new(u.clone()),
+            });
+        }
+        let devices = vendor_access::read_proc_devices_in(&roots.proc_root);
+        let access = vendor_access::vendor_access(chosen, &report, &devices);
+        let nvidia = access
+            .nodes
+            .iter()
+            .any(|n| n.kind == VendorNodeKind::NvidiaGpu);
+        let driver = roots.proc_root.join("driver/nvidia").is_dir();
+        let need = super::uvm::need(nvidia, driver, &parse_proc_devices(&devices));
+        if loaded || need != super::uvm::UvmNeed::Load {
+            return Ok(access);
+        }
+        // Once: then the nodes and majors again, with nvidia-uvm's where it loaded.
+        loaded = true;
+        if let Err(e) = super::uvm::load(&super::uvm::modprobe_command(), &roots.proc_root) {
+            warn(&RunWarning::UvmNotLoaded(e));
+            return Ok(access);
+        }
+    }
 }
 
 /// Makes the job's cgroup under the parent (checked), attaches its device program, records
@@ -763,6 +817,26 @@ fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The warning of a module that would not load is one line naming the command, its
+    /// status and what it printed (escaped).
+    #[test]
+    fn the_uvm_warning_is_one_line_naming_the_modprobe_result() {
+        let w = RunWarning::UvmNotLoaded(super::super::uvm::UvmError::Failed {
+            command: "/sbin/modprobe nvidia-uvm".into(),
+            code: 1,
+            stderr: "modprobe: FATAL: Module nvidia-uvm not found\n\x1b[2J".into(),
+        });
+        let text = w.to_string();
+        assert!(!text.contains('\n') && !text.contains('\x1b'), "{text}");
+        assert!(
+            text.starts_with(
+                "nvidia-uvm is not loaded (/sbin/modprobe nvidia-uvm exited with status 1: \
+                 modprobe: FATAL: Module nvidia-uvm not found"
+            ),
+            "{text}"
+        );
+    }
     use crate::gpu::{Node, order};
 
     fn gpu(name: &str, card: u32) -> Gpu {
