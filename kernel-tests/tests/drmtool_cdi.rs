@@ -230,6 +230,27 @@ fn podman_gives_a_container_only_its_cdi_gpu() {
             "{name}: by index"
         );
         assert!(!own.is_empty(), "{name}: no nodes");
+        // The spec is the ordering's: the GPU's DRM nodes, and for a synthetic NVIDIA GPU
+        // its /dev/nvidiaN and nvidiactl; nothing of another GPU.
+        let paths = |major: u32| -> BTreeSet<String> {
+            own.iter()
+                .filter(|n| n.major == major)
+                .map(|n| n.path.clone())
+                .collect()
+        };
+        let drm: BTreeSet<String> = g
+            .nodes
+            .iter()
+            .map(|n| n.path.display().to_string())
+            .collect();
+        assert_eq!(paths(226), drm, "{name}: DRM nodes");
+        let nvidia: BTreeSet<String> =
+            match nv_bus.iter().position(|b| Some(b) == g.bus_id.as_ref()) {
+                Some(i) => [format!("/dev/nvidia{i}"), "/dev/nvidiactl".into()].into(),
+                None => BTreeSet::new(),
+            };
+        assert_eq!(paths(195), nvidia, "{name}: NVIDIA nodes");
+        assert_eq!(own.len(), drm.len() + nvidia.len(), "{name}: {own:?}");
         let others: BTreeSet<SpecNode> = gpus
             .iter()
             .filter(|o| o.index != g.index)
