@@ -11,45 +11,13 @@ use drmtool::cdi::{
     self, AliasError, CdiError, CdiFormat, CdiKind, CdiSpec, Generated, KindError, LeftOut,
 };
 use drmtool::gpu::{Gpu, Node};
-use drmtool::vendor::{VendorReport, VendorRoots, discover};
+use drmtool::vendor::{VendorReport, discover};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-/// A synthetic tree under the temp dir, removed when dropped.
-struct Tree(PathBuf);
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Tree {
-    fn new(name: &str) -> Tree {
-        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root =
-            std::env::temp_dir().join(format!("drmtool-cdi-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        Tree(root)
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    fn roots(&self) -> VendorRoots {
-        VendorRoots {
-            proc_root: self.0.join("proc"),
-            sys_root: self.0.join("sys"),
-            dev_root: self.0.join("dev"),
-        }
-    }
-}
+mod vendor_tree;
+use vendor_tree::Tree;
 
 fn information(bus: &str, minor: &str) -> String {
     format!("Model: \t\t NVIDIA A100-SXM4-80GB\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n")
@@ -60,7 +28,7 @@ fn information(bus: &str, minor: &str) -> String {
 /// loaded, nvidia-modeset, the shared MIG rights, kfd, an accelerator at d8. `nvidia0`
 /// exists in dev (mode 0640), the others do not.
 fn vendor_tree(gpu3b_minor: &str) -> Tree {
-    let t = Tree::new("machine");
+    let t = Tree::new("cdi-machine");
     t.write(
         "proc/devices",
         "Character devices:\n195 nvidia-frontend\n226 drm\n236 nvidia-caps\n261 accel\n\
@@ -69,17 +37,17 @@ fn vendor_tree(gpu3b_minor: &str) -> Tree {
     let gpus = "proc/driver/nvidia/gpus";
     t.write(
         &format!("{gpus}/0000:3b:00.0/information"),
-        &information("0000:3b:00.0", gpu3b_minor),
+        information("0000:3b:00.0", gpu3b_minor),
     );
     t.write(
         &format!("{gpus}/0000:5e:00.0/information"),
-        &information("0000:5e:00.0", "1"),
+        information("0000:5e:00.0", "1"),
     );
     let caps = "proc/driver/nvidia/capabilities";
     let cap = |m: u32| format!("DeviceFileMinor: {m}\nDeviceFileMode: 292\nDeviceFileModify: 1\n");
-    t.write(&format!("{caps}/mig/config"), &cap(1));
-    t.write(&format!("{caps}/gpu0/mig/gi1/access"), &cap(147));
-    t.write(&format!("{caps}/gpu1/mig/gi2/access"), &cap(156));
+    t.write(&format!("{caps}/mig/config"), cap(1));
+    t.write(&format!("{caps}/gpu0/mig/gi1/access"), cap(147));
+    t.write(&format!("{caps}/gpu1/mig/gi2/access"), cap(156));
     std::fs::create_dir_all(t.0.join("sys/module/nvidia_modeset")).unwrap();
     t.write("sys/class/kfd/kfd/dev", "510:0\n");
     let accel = "sys/devices/pci0000:d7/0000:d7:00.0/0000:d8:00.0/accel/accel0";
@@ -556,7 +524,7 @@ fn usage_errors_exit_2_and_no_devices_exit_4() {
         assert!(out.is_empty(), "{args:?}: {out}");
     }
     // No file is made when there is nothing to write.
-    let t = Tree::new("nodev");
+    let t = Tree::new("cdi-nodev");
     let f = t.0.join("drmtool.yaml");
     let (code, _) = run(&["cdi", "generate", "-o", f.to_str().unwrap()]);
     assert_eq!(code, ExitCode::from(4));

@@ -4,60 +4,12 @@
 //! trees, odd names) reported as unidentified, never guessed.
 
 use drmtool::vendor::{
-    MajorError, Reason, ValueError, VendorNodeKind as K, VendorReport, VendorRoots, discover,
+    MajorError, Reason, ValueError, VendorNodeKind as K, VendorReport, discover,
 };
 use std::path::{Path, PathBuf};
 
-/// A synthetic tree under the temp dir, removed when dropped (as tests/synthetic's
-/// `TreeDir`).
-struct Tree(PathBuf);
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Tree {
-    /// A tree unique to this call (tests run in parallel, two of them on `machine()`).
-    fn new(name: &str) -> Tree {
-        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root =
-            std::env::temp_dir().join(format!("drmtool-vendor-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        Tree(root)
-    }
-
-    fn write(&self, rel: &str, text: impl AsRef<[u8]>) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    fn dir(&self, rel: &str) {
-        std::fs::create_dir_all(self.0.join(rel)).unwrap();
-    }
-
-    fn link(&self, target: &str, rel: &str) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(target, p).unwrap();
-    }
-
-    fn roots(&self) -> VendorRoots {
-        VendorRoots {
-            proc_root: self.0.join("proc"),
-            sys_root: self.0.join("sys"),
-            dev_root: self.0.join("dev"),
-        }
-    }
-
-    fn rel(&self, p: &Path) -> String {
-        p.strip_prefix(&self.0).unwrap().display().to_string()
-    }
-}
+mod vendor_tree;
+use vendor_tree::Tree;
 
 const PROC_DEVICES: &str = "Character devices:\n  1 mem\n  4 tty\n 10 misc\n195 nvidia-frontend\n\
                             226 drm\n236 nvidia-caps\n261 accel\n509 nvidia-uvm\n510 kfd\n\n\
@@ -81,7 +33,7 @@ fn cap(minor: u32, mode: u32) -> String {
 /// nvidia-uvm and nvidia-caps loaded, nvidia-modeset loaded, kfd, one accelerator behind a
 /// PCI bridge.
 fn machine() -> Tree {
-    let t = Tree::new("machine");
+    let t = Tree::new("vendor-machine");
     t.write("proc/devices", PROC_DEVICES);
     let gpus = "proc/driver/nvidia/gpus";
     t.write(
@@ -312,7 +264,7 @@ fn the_report_serializes_with_kebab_case_names() {
 
 #[test]
 fn nothing_present_is_an_empty_report() {
-    let t = Tree::new("empty");
+    let t = Tree::new("vendor-empty");
     assert_eq!(discover(&t.roots()), VendorReport::default());
     // A driver directory without GPUs: only the control node.
     t.dir("proc/driver/nvidia/gpus");
@@ -340,7 +292,7 @@ fn reasons(t: &Tree, r: &VendorReport) -> Vec<(String, K, Reason)> {
 
 #[test]
 fn clashing_minors_and_capabilities_of_unknown_gpus_are_not_guessed() {
-    let t = Tree::new("clash");
+    let t = Tree::new("vendor-clash");
     // No nvidia-caps in /proc/devices; nvidia-uvm twice with different majors.
     t.write(
         "proc/devices",
@@ -433,7 +385,7 @@ fn clashing_minors_and_capabilities_of_unknown_gpus_are_not_guessed() {
 
 #[test]
 fn hostile_trees_are_bounded_and_refused() {
-    let t = Tree::new("hostile");
+    let t = Tree::new("vendor-hostile");
     t.write("proc/devices", PROC_DEVICES);
     let gpus = "proc/driver/nvidia/gpus";
     // Longer than any information file: refused, not read to the end.
@@ -540,7 +492,7 @@ fn hostile_trees_are_bounded_and_refused() {
 
 #[test]
 fn a_capability_tree_with_too_many_entries_stops_at_the_bound() {
-    let t = Tree::new("wide");
+    let t = Tree::new("vendor-wide");
     t.write("proc/devices", PROC_DEVICES);
     let caps = t.0.join("proc/driver/nvidia/capabilities/mig");
     std::fs::create_dir_all(&caps).unwrap();
@@ -564,7 +516,7 @@ fn a_capability_tree_with_too_many_entries_stops_at_the_bound() {
 
 #[test]
 fn an_unreadable_proc_devices_leaves_the_dynamic_majors_unknown() {
-    let t = Tree::new("devices");
+    let t = Tree::new("vendor-devices");
     let mut text = String::from("Character devices:\n509 nvidia-uvm\n236 nvidia-caps\n");
     text.push_str(&"1 mem\n".repeat(drmtool::vendor::MAX_TEXT / 6 + 1));
     t.write("proc/devices", text);
@@ -1119,13 +1071,13 @@ fn imex_channels_with_odd_names_files_or_no_major_are_never_guessed() {
 /// the driver's /proc directory.
 #[test]
 fn deny_gpus_covers_the_imex_channels_major() {
-    let t = Tree::new("imex-deny");
+    let t = Tree::new("vendor-imex-deny");
     t.write("proc/devices", IMEX_DEVICES);
     let majors = drmtool::isolate::deny::machine_majors_in(&t.roots());
     for m in [195, 226, 237, 261, 509] {
         assert!(majors.contains(&m), "{m} in {majors:?}");
     }
-    let t = Tree::new("imex-deny-none");
+    let t = Tree::new("vendor-imex-deny-none");
     t.write("proc/devices", "Character devices:\n  1 mem\n");
     assert_eq!(
         drmtool::isolate::deny::machine_majors_in(&t.roots()),
