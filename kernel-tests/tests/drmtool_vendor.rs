@@ -473,7 +473,10 @@ fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
     slurm_common::ipv4_configured();
     let dir = PathBuf::from(format!("/tmp/drmtool-gres-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // slurmd wants its spool directory (its socket's) to exist, even for -G.
+    for sub in ["spool", "state"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
     let d = dir.display();
     let gres: Vec<String> = types.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
     let conf = dir.join("slurm.conf");
