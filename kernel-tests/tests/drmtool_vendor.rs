@@ -497,6 +497,15 @@ fn gres_conf_names_nvidia_nodes_and_slurmd_parses_it() {
     )
     .unwrap();
     std::fs::write(dir.join("gres.conf"), format!("AutoDetect=off\n{text}")).unwrap();
+    // slurmd initialises its cgroup plugin even for -G: cgroup v2 without systemd (no dbus
+    // in the guest), under a system.slice it does not create itself (as drmtool_slurm's
+    // cluster has it; run alone, this test must not depend on that one).
+    std::fs::write(
+        dir.join("cgroup.conf"),
+        "CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nConstrainDevices=no\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all("/sys/fs/cgroup/system.slice").expect("/sys/fs/cgroup/system.slice");
     let o = std::process::Command::new(slurmd)
         .args(["-N", "localhost", "-f"])
         .arg(&conf)
