@@ -181,10 +181,15 @@ fn prometheus_scrapes_over_tls_with_a_password_through_idle_and_slow_clients() {
     };
     let jobs = format!(
         "{}{}  - job_name: plain-to-tls\n    static_configs:\n      - targets: ['{secure}']\n\
-         \x20 - job_name: load\n    scrape_interval: 4s\n    scrape_timeout: 4s\n    \
+         \x20 - job_name: load\n    scrape_interval: 8s\n    scrape_timeout: 8s\n    \
          static_configs:\n      - targets: ['{plain}']\n",
-        tls_job("tls", "s3cret", "4s"),
-        tls_job("wrong-password", "wrong", "1s"),
+        // 8 s to scrape: what is checked is that idle and slow clients never stop a scrape,
+        // not the guest's speed, and under TCG with other guests on the host's two cores a
+        // TLS scrape of the debug build took over 4 s (2026-12-05: both jobs `up` 0 once,
+        // with every hostile connection served). The wrong password too: its deadline is
+        // not the 401 looked for.
+        tls_job("tls", "s3cret", "8s"),
+        tls_job("wrong-password", "wrong", "8s"),
     );
     let prom = Prometheus::start_with(&jobs);
     prom.expect(
@@ -200,7 +205,9 @@ fn prometheus_scrapes_over_tls_with_a_password_through_idle_and_slow_clients() {
     let t0 = Instant::now();
     let errors = loop {
         let e = target_errors(&prom);
-        if e.get("wrong-password").is_some_and(|m| !m.is_empty())
+        // Until the 401: one scrape cut by its deadline (an error, still no metrics) may
+        // come first on a loaded guest.
+        if e.get("wrong-password").is_some_and(|m| m.contains("401"))
             || t0.elapsed() > Duration::from_secs(60)
         {
             break e;
@@ -236,10 +243,11 @@ fn prometheus_scrapes_over_tls_with_a_password_through_idle_and_slow_clients() {
         Duration::ZERO,
     );
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(25) {
+    while t0.elapsed() < Duration::from_secs(33) {
         std::thread::sleep(Duration::from_millis(500));
     }
-    let window = "[20s]";
+    // Three scrapes of each job at least.
+    let window = "[28s]";
     let min = prom
         .query(
             &format!("min_over_time(up{{job=~\"tls|load\"}}{window})"),
