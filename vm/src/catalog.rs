@@ -134,7 +134,48 @@ pub const CATALOG: &[CatalogKernel] = &[
             vkms_patch: None,
         },
         default_matrix: true,
-        matrix_suites: None,
+        // The same 6.12.118 source as debian-6.12, which runs everything: here the drm-gem
+        // and hmm suites and drmtool's kernel-facing ones (isolation, vendor nodes, run,
+        // trace, hostile input, the crate example) on Debian's own config; drmtool's
+        // user-space engines (Slurm, Prometheus, the shared server, the KMS screenshot, the
+        // buffers and CLI tables) and libdrm's programs left to the other lanes. The whole
+        // lane took 1465 s beside another guest (2026-12-05).
+        matrix_suites: Some(&[
+            "atomic",
+            "census",
+            "concurrency",
+            "device",
+            "dmabuf",
+            "drivers",
+            "drm_interop",
+            "drmtool_hostile",
+            "drmtool_isolation",
+            "drmtool_library",
+            "drmtool_run",
+            "drmtool_trace",
+            "drmtool_vendor",
+            "example",
+            "example_modeset",
+            "gem",
+            "hmm_examples",
+            "hmm_mirror",
+            "host_register",
+            "kms",
+            "kms_legacy",
+            "kms_negative",
+            "negative",
+            "pmem",
+            "pmem_example",
+            "pointer_props",
+            "random_ops",
+            "release_failures",
+            "signal_storm",
+            "smoke",
+            "sync_file",
+            "syncobj",
+            "udmabuf",
+            "vgem",
+        ]),
         about: "Debian bookworm's own 6.12 image (linux-image-6.12.NNN+deb12-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -174,10 +215,11 @@ pub const VKMS_FDINFO_PATCH: &str = include_str!("../config/vkms-fdinfo.patch");
 /// after a failed one; later kernels only retry with size 1. The patch makes that change.
 pub const SUBCMD_REALLOC_PATCH: &str = include_str!("../config/subcmd-realloc.patch");
 
-/// Kernels of the signal-storm lane (`scripts/guest-storm`'s default `KERNELS`).
+/// Kernels of the signal-storm lane (`scripts/guest-storm`'s default `KERNELS`), the
+/// drm-gem/hmm suite (drmtool's binaries under the storm: `scripts/guest-extra`).
 pub const STORM_KERNELS: &[&str] = &["debian-6.12"];
-/// Kernels of CI's second storm lane, the drm-gem/hmm suite only (drmtool's binaries left
-/// out: `scripts/test`'s `guest-storm-6.1` step).
+/// Kernels of CI's second storm lane, the drm-gem/hmm suite too (`scripts/test`'s
+/// `guest-storm-6.1` step).
 pub const STORM_LIB_KERNELS: &[&str] = &["stock-6.1"];
 /// Kernels of the virgl lane (`scripts/guest-virgl`'s default `KERNELS`).
 pub const VIRGL_KERNELS: &[&str] = &["src-5.15", "debian-6.12"];
@@ -185,7 +227,11 @@ pub const VIRGL_KERNELS: &[&str] = &["src-5.15", "debian-6.12"];
 /// resolved: (lane, kernels).
 pub const EXTRA_LANES: &[(&str, &[&str])] = &[
     ("strict suite, selftests", &["debian-6.1"]),
-    ("storm", &["stock-6.1"]),
+    (
+        "storm with drmtool's binaries",
+        &["debian-6.12", "stock-6.1"],
+    ),
+    ("CDI through podman", &["src-5.15", "stock-6.1"]),
     ("virgl", &["debian-6.1"]),
 ];
 /// The kernels of the power-cut checks in `scripts/guest-matrix` (the NVDIMM on debian-6.12,
@@ -219,7 +265,7 @@ pub fn verified(k: &CatalogKernel) -> String {
         });
     }
     for (lane, list) in [
-        ("storm", STORM_KERNELS),
+        ("storm (drm-gem/hmm suite)", STORM_KERNELS),
         ("storm (drm-gem/hmm suite)", STORM_LIB_KERNELS),
         ("virgl", VIRGL_KERNELS),
         ("powercut", POWERCUT_KERNELS),
@@ -356,15 +402,20 @@ mod tests {
         assert!(read("guest-oops").contains(&format!("KERNEL=${{KERNEL:-{}}}", OOPS_KERNELS[0])));
         assert_eq!(
             verified(find("debian-6.12").unwrap()),
-            "strict suite, selftests, storm, virgl, powercut, oops"
+            "strict suite, selftests, storm (drm-gem/hmm suite), virgl, powercut, oops; \
+             scripts/guest-extra: storm with drmtool's binaries"
         );
+        let stock = find("stock-6.12").unwrap();
         assert_eq!(
-            verified(find("stock-6.12").unwrap()),
-            "strict suite, powercut"
+            verified(stock),
+            format!(
+                "strict suite of {}, powercut",
+                stock.matrix_suites.unwrap().join(", ")
+            )
         );
         assert_eq!(
             verified(find("src-5.15").unwrap()),
-            "strict suite, selftests, virgl"
+            "strict suite, selftests, virgl; scripts/guest-extra: CDI through podman"
         );
         assert_eq!(
             verified(find("debian-6.1").unwrap()),
@@ -372,7 +423,8 @@ mod tests {
         );
         assert_eq!(
             verified(find("stock-6.1").unwrap()),
-            "strict suite, storm (drm-gem/hmm suite); scripts/guest-extra: storm"
+            "strict suite, storm (drm-gem/hmm suite); scripts/guest-extra: storm with drmtool's \
+             binaries, CDI through podman"
         );
         assert_eq!(
             verified(find("debian-5.10").unwrap()),
