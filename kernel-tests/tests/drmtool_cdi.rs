@@ -279,15 +279,15 @@ fn podman_gives_a_container_only_its_cdi_gpu() {
             };
         assert_eq!(paths(195), nvidia, "{name}: NVIDIA nodes");
         assert_eq!(own.len(), drm.len() + nvidia.len(), "{name}: {own:?}");
+        if !containers.contains(&g.index) {
+            continue;
+        }
         let others: BTreeSet<SpecNode> = gpus
             .iter()
             .filter(|o| o.index != g.index)
             .flat_map(|o| nodes_of(&spec, &o.index.to_string()))
             .filter(|n| !own.iter().any(|m| (m.major, m.minor) == (n.major, n.minor)))
             .collect();
-        if !containers.contains(&g.index) {
-            continue;
-        }
         let args = probe_args(&own, &others);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = podman.run(&format!("{KIND}={name}"), &["--rm"], &argv);
