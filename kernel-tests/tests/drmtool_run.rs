@@ -995,7 +995,7 @@ fn twenty_concurrent_picks_never_share_a_gpu() {
         let t0 = std::time::Instant::now();
         let children: Vec<std::process::Child> = (0..jobs)
             .map(|_| {
-                pick_run(1, shared, 120.0, &sels, &["/bin/sh", "-c", &script])
+                pick_run(1, shared, 600.0, &sels, &["/bin/sh", "-c", &script])
                     .spawn()
                     .unwrap()
             })

@@ -107,6 +107,7 @@ pub fn pick_and_lease(
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     // None: a wait longer than the clock can count (--wait 1e19) waits for ever.
     let deadline = std::time::Instant::now().checked_add(p.wait);
+    let mut tries = 0;
     loop {
         let ranked = rank_now(all, cand, report.as_ref(), &p.want, &d);
         let eligible: Vec<&pick::Candidate> =
@@ -140,7 +141,7 @@ pub fn pick_and_lease(
         // Not enough: give back what was taken (so two jobs that want two each cannot
         // hold one apiece forever) and try again until the deadline.
         drop(got);
-        if !wait_turn(deadline) {
+        if !wait_turn(deadline, &mut tries) {
             let busy: Vec<String> = eligible
                 .iter()
                 .map(|c| format!("{} ({} holder(s))", c.name, c.leases))
@@ -156,14 +157,19 @@ pub fn pick_and_lease(
 }
 
 /// Between two tries at leases: `false` once `deadline` has passed (`None`: never), else a
-/// pause of 50-150 ms (varied by pid, so that waiters do not retry in lockstep, and never
-/// past the deadline) and `true`.
-fn wait_turn(deadline: Option<std::time::Instant>) -> bool {
+/// pause and `true`. The pause doubles from 50 ms with each try, up to 1 s (`tries` counts
+/// them), plus 0-99 ms varied by pid so that waiters do not retry in lockstep; never past
+/// the deadline. Twenty waiters retrying every 100 ms kept a TCG guest's CPU busy enough to
+/// starve the jobs they waited for (a `--pick` test took 234 s and ran out of its wait
+/// under load); backed off, a waiter costs at most a try a second.
+fn wait_turn(deadline: Option<std::time::Instant>, tries: &mut u32) -> bool {
     let now = std::time::Instant::now();
     if deadline.is_some_and(|d| now >= d) {
         return false;
     }
-    let pause = std::time::Duration::from_millis(50 + u64::from(std::process::id() % 100));
+    let base = (50u64 << (*tries).min(5)).min(1000);
+    *tries = tries.saturating_add(1);
+    let pause = std::time::Duration::from_millis(base + u64::from(std::process::id() % 100));
     std::thread::sleep(deadline.map_or(pause, |d| pause.min(d - now)));
     true
 }
@@ -179,6 +185,7 @@ pub fn lease_chosen(
     let d = lease::dir();
     let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
     let deadline = std::time::Instant::now().checked_add(wait);
+    let mut tries = 0;
     loop {
         let mut got = Vec::new();
         let mut busy = None;
@@ -194,7 +201,7 @@ pub fn lease_chosen(
         }
         let Some(b) = busy else { return Ok(got) };
         drop(got);
-        if !wait_turn(deadline) {
+        if !wait_turn(deadline, &mut tries) {
             return Err(RunError::NoGpu(format!(
                 "{} is leased by another job (hint: drmtool leases; --wait SECS; --shared K \
                  when every holder agrees to share)",
