@@ -1,14 +1,25 @@
 //! One kernel's lane of `vm test` across kernel crashes: after a boot that ended in an oops
 //! or panic, the unit that was running (the last `start` record: the in-guest runner sends
 //! it before each unit, straight to the result port) is recorded as failed with the oops,
-//! and the next boot leaves out every unit the crashed boot started. At most
-//! [`Lane::max_oopses`] crashes per kernel; then what never ran is listed as not run.
+//! and the next boot leaves out every unit the crashed boot started.
+//!
+//! The budget is per distinct crash: a kernel bug that oopses the same way in every test
+//! that reaches it (vkms's `XRGB8888_to_argb_u16` on 6.2.0, in each compose test) costs
+//! each of those tests and a boot, never the rest of the suite. The lane gives up at
+//! [`Lane::max_oopses`] distinct signatures ([`Crash::signature`]: a kernel that crashes
+//! in many different places), at [`MAX_CRASHES`] crashes in all, or at a crash before any
+//! test; then what never ran is listed as not run.
 
 use crate::oops::{self, KnownHang, Oops};
 use crate::stream::{Outcome, Record};
 
-/// Crashes per kernel after which `vm test` stops booting it.
+/// Distinct crash signatures per kernel after which `vm test` stops booting it.
 pub const MAX_OOPSES: usize = 3;
+
+/// Crashes in all per kernel, whatever their signatures, after which `vm test` stops
+/// booting it: each costs a boot (half a minute to a minute under TCG), and the lane's time
+/// limit covers them all.
+pub const MAX_CRASHES: usize = 40;
 
 /// One kernel crash of a lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +40,18 @@ pub struct Crash {
 }
 
 impl Crash {
+    /// What tells one kernel bug from another: `oops in <function> [<module>]` or
+    /// `hang in ...` (with the known bug's name for a known hang). Two crashes with one
+    /// signature are taken for one bug met twice.
+    pub fn signature(&self) -> String {
+        let kind = if self.hang.is_some() { "hang" } else { "oops" };
+        let s = format!("{kind} in {}", self.oops.location());
+        match self.known {
+            Some(k) => format!("known kernel bug {}: {s}", k.name),
+            None => s,
+        }
+    }
+
     /// `oops in <function> [<module>] during <unit>`, `... after <unit> finished`, or
     /// `... during boot (before any test)`.
     ///
@@ -56,15 +79,16 @@ pub enum Next {
     Done,
     /// Boot again, leaving out these units (`suite::name`, every one started so far).
     Resume(Vec<String>),
-    /// Stop: the crash came before any test (it would come again), or the crash limit is
-    /// reached.
+    /// Stop: the crash came before any test (it would come again), or a crash limit is
+    /// reached ([`Lane::give_up_reason`] says which).
     GiveUp,
 }
 
 /// The state of one kernel's lane across boots.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lane {
-    /// Crashes after which the lane gives up ([`MAX_OOPSES`] by default).
+    /// Distinct crash signatures after which the lane gives up ([`MAX_OOPSES`] by
+    /// default).
     pub max_oopses: usize,
     /// Every unit started in any boot, in order, as `suite::name`.
     pub started: Vec<String>,
@@ -77,7 +101,7 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// A lane that gives up after `max_oopses` crashes (at least 1).
+    /// A lane that gives up after `max_oopses` distinct crash signatures (at least 1).
     pub fn new(max_oopses: usize) -> Self {
         Lane {
             max_oopses: max_oopses.max(1),
@@ -167,7 +191,7 @@ impl Lane {
             hang: hang.map(str::to_string),
             known,
         });
-        if unit.is_none() || self.crashes.len() >= self.max_oopses {
+        if self.give_up_reason().is_some() {
             return (Next::GiveUp, failed);
         }
         let mut skip = self.started.clone();
@@ -178,6 +202,45 @@ impl Lane {
             skip.retain(|s| s != u);
         }
         (Next::Resume(skip), failed)
+    }
+
+    /// The kernel bugs met so far: each distinct [`Crash::signature`], first met first,
+    /// with the units its crashes interrupted (`None`: outside a test).
+    pub fn bugs(&self) -> Vec<(String, Vec<Option<String>>)> {
+        let mut out: Vec<(String, Vec<Option<String>>)> = Vec::new();
+        for c in &self.crashes {
+            let sig = c.signature();
+            match out.iter_mut().find(|(s, _)| *s == sig) {
+                Some((_, units)) => units.push(c.unit.clone()),
+                None => out.push((sig, vec![c.unit.clone()])),
+            }
+        }
+        out
+    }
+
+    /// Why the lane stops after its last crash, if it does: a crash before any test (it
+    /// would come again), [`Lane::max_oopses`] distinct signatures reached by a new one, or
+    /// [`MAX_CRASHES`] in all. A crash whose signature was met before costs its test and a
+    /// boot and the lane goes on.
+    pub fn give_up_reason(&self) -> Option<String> {
+        let last = self.crashes.last()?;
+        if last.unit.is_none() {
+            return Some("the crash came before any test".into());
+        }
+        let sig = last.signature();
+        let seen_before = self.crashes[..self.crashes.len() - 1]
+            .iter()
+            .any(|c| c.signature() == sig);
+        let distinct = self.bugs().len();
+        if !seen_before && distinct >= self.max_oopses {
+            return Some(format!(
+                "{distinct} different kernel crashes, the limit (--max-oopses)"
+            ));
+        }
+        if self.crashes.len() >= MAX_CRASHES {
+            return Some(format!("{MAX_CRASHES} kernel crashes in all, the cap"));
+        }
+        None
     }
 
     /// The units of `plan` no boot started (in `plan`'s order). A plan entry `suite::*`
@@ -265,26 +328,105 @@ mod tests {
         assert!(lane.not_run(&plan).is_empty());
     }
 
+    /// An oops report in `function` of `module`.
+    fn oops_in(function: &str, module: &str) -> String {
+        format!(
+            "[ 9.0] BUG: kernel NULL pointer dereference, address: 0000000000000008\n\
+             [ 9.1] RIP: 0010:{function}+0x1c/0x90 [{module}]\n\
+             [ 9.2] Call Trace:\n[ 9.3]  {function}+0x1c/0x90 [{module}]\n\
+             [ 9.4] Kernel panic - not syncing: Fatal exception\n"
+        )
+    }
+
     #[test]
-    fn the_crash_limit_stops_the_lane_and_lists_what_never_ran() {
+    fn the_crash_limit_counts_different_crashes_and_lists_what_never_ran() {
         let mut lane = Lane::new(3);
         let plan: Vec<String> = (1..=6).map(|i| format!("t::p{i}")).collect();
-        for i in 1..=3 {
+        let consoles = [
+            oops_in("f1", "m"),
+            oops_in("f2", "m"),
+            oops_in("f1", "m"),
+            oops_in("f3", "m"),
+        ];
+        for (i, console) in consoles.iter().enumerate() {
             let (next, failed) =
-                lane.after_boot(&[start("t", &format!("p{i}"))], true, None, SYSRQ);
+                lane.after_boot(&[start("t", &format!("p{}", i + 1))], true, None, console);
             assert!(failed.is_some());
+            // f1 met again (p3) costs p3 and a boot; the third different one stops.
             if i < 3 {
-                assert!(matches!(next, Next::Resume(_)), "{next:?}");
+                assert!(matches!(next, Next::Resume(_)), "{i}: {next:?}");
             } else {
                 assert_eq!(next, Next::GiveUp);
             }
         }
-        assert_eq!(lane.crashes.len(), 3);
-        assert_eq!(lane.not_run(&plan), ["t::p4", "t::p5", "t::p6"]);
+        assert_eq!(lane.crashes.len(), 4);
+        assert_eq!(
+            lane.give_up_reason().as_deref(),
+            Some("3 different kernel crashes, the limit (--max-oopses)")
+        );
+        assert_eq!(lane.not_run(&plan), ["t::p5", "t::p6"]);
+        assert_eq!(
+            lane.bugs(),
+            [
+                (
+                    "oops in f1 [m]".to_string(),
+                    vec![Some("t::p1".into()), Some("t::p3".into())]
+                ),
+                ("oops in f2 [m]".to_string(), vec![Some("t::p2".into())]),
+                ("oops in f3 [m]".to_string(), vec![Some("t::p4".into())]),
+            ]
+        );
         let mut lane = Lane::new(3);
         lane.after_boot(&[start("libdrm", "modetest-vkms")], false, None, "");
         let plan = ["libdrm::*".to_string(), "sync::*".to_string()];
         assert_eq!(lane.not_run(&plan), ["sync::*"]);
+    }
+
+    /// The 6.2.0 case: one driver bug in every compose test costs each of them and a boot,
+    /// however many there are; the suite runs to its end.
+    #[test]
+    fn one_bug_met_in_many_tests_costs_only_those_tests() {
+        let mut lane = Lane::new(3);
+        let console = oops_in("XRGB8888_to_argb_u16", "vkms");
+        for i in 1..=6 {
+            let recs = [
+                start("kms", &format!("ok{i}")),
+                pass("kms", &format!("ok{i}")),
+                start("atomic", &format!("compose{i}")),
+            ];
+            let (next, failed) = lane.after_boot(&recs, true, None, &console);
+            assert!(matches!(next, Next::Resume(_)), "{i}: {next:?}");
+            assert!(failed.is_some());
+        }
+        assert_eq!(lane.give_up_reason(), None);
+        assert_eq!(
+            lane.after_boot(
+                &[start("kms", "last"), pass("kms", "last")],
+                false,
+                None,
+                ""
+            ),
+            (Next::Done, None)
+        );
+        let bugs = lane.bugs();
+        assert_eq!(bugs.len(), 1);
+        assert_eq!(bugs[0].0, "oops in XRGB8888_to_argb_u16 [vkms]");
+        assert_eq!(bugs[0].1.len(), 6);
+    }
+
+    /// A kernel that crashes the same way in every test still ends, at the cap.
+    #[test]
+    fn the_cap_ends_a_lane_that_crashes_in_every_test() {
+        let mut lane = Lane::new(3);
+        let console = oops_in("f", "m");
+        for i in 1..=MAX_CRASHES {
+            let (next, _) = lane.after_boot(&[start("t", &format!("p{i}"))], true, None, &console);
+            assert_eq!(matches!(next, Next::GiveUp), i == MAX_CRASHES, "{i}");
+        }
+        assert_eq!(
+            lane.give_up_reason(),
+            Some(format!("{MAX_CRASHES} kernel crashes in all, the cap"))
+        );
     }
 
     /// The stack of the CPU in the vblank callback, after the harness's NMI.
@@ -360,6 +502,10 @@ mod tests {
             SYSRQ,
         );
         assert_eq!((next, failed), (Next::GiveUp, None));
+        assert_eq!(
+            lane.give_up_reason().as_deref(),
+            Some("the crash came before any test")
+        );
         assert_eq!(
             lane.crashes[0].verdict(),
             "oops in sysrq_handle_crash during boot (before any test)"

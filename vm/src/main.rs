@@ -325,7 +325,7 @@ fn kernels() -> ExitCode {
         } else {
             match build::resolve(k) {
                 Ok(r) => {
-                    let key = catalog::cache_key(k.name, &r.version);
+                    let key = catalog::cache_key(k.name, &r.version, k.extra_config);
                     match cache::cached(&key).1 {
                         Ok(m) => format!("yes ({})", m.release),
                         Err(why) => format!("no: {why} ({})", r.version),
@@ -369,8 +369,10 @@ struct TestArgs {
     /// Extra environment for the tests in the guest (repeatable, KEY=VALUE).
     #[arg(long = "env")]
     env: Vec<String>,
-    /// Kernel crashes (oops, panic) per kernel after which no new boot is tried; what
-    /// never ran is then reported as not run.
+    /// Different kernel crashes (oops, panic, hang: by function and module) per kernel
+    /// after which no new boot is tried; what never ran is then reported as not run. A
+    /// crash met before costs its test and a boot, and the lane goes on (at most 40
+    /// crashes in all).
     #[arg(long, default_value_t = vm::lane::MAX_OOPSES)]
     max_oopses: usize,
     /// Run only the kernel-tests binaries: no kernel selftests, no libdrm programs (for

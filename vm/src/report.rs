@@ -152,14 +152,23 @@ impl KernelReport {
         }
         if let Some(first) = rep.oopses.first() {
             let mut e = first.verdict.clone();
-            if rep.oopses.len() > 1 {
+            let bugs = lane.bugs();
+            if bugs.len() < rep.oopses.len() {
+                // One bug met in several tests: said once, with the tests it took.
+                e = bugs
+                    .iter()
+                    .map(|(sig, units)| bug_line(sig, units))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            } else if rep.oopses.len() > 1 {
                 let more: Vec<&str> = rep.oopses[1..].iter().map(|o| o.verdict.as_str()).collect();
                 e.push_str(&format!(" (+{} more: {})", more.len(), more.join("; ")));
             }
             if !rep.not_run.is_empty() {
                 e.push_str(&format!(
-                    "; gave up after {} oops(es): {} unit(s) not run",
+                    "; gave up after {} oops(es) ({}): {} unit(s) not run",
                     rep.oopses.len(),
+                    lane.give_up_reason().unwrap_or_default(),
                     rep.not_run.len()
                 ));
             } else if boots.len() > 1 {
@@ -259,6 +268,20 @@ impl KernelReport {
     /// Known kernel-side failures.
     pub fn known_failures(&self) -> usize {
         self.tests.iter().filter(|t| t.known()).count()
+    }
+}
+
+/// A kernel bug met more than once, for a lane's ending: `<signature> in N tests (a, b,
+/// ...)`, the first five tests named.
+fn bug_line(sig: &str, units: &[Option<String>]) -> String {
+    let named: Vec<&str> = units.iter().flatten().map(String::as_str).collect();
+    let mut list = named.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    if named.len() > 5 {
+        list.push_str(&format!(", +{} more", named.len() - 5));
+    }
+    match units.len() {
+        1 => format!("{sig} ({list})"),
+        n => format!("{sig}, the same bug in {n} tests ({list})"),
     }
 }
 
@@ -563,5 +586,36 @@ mod tests {
         assert!(x.contains("&lt;line&gt; &amp; more"), "{x}");
         assert!(x.contains("<skipped message=\"no /dev/pmem0\"/>"));
         assert!(json(&[rep2]).contains("\"schema_version\": 1"));
+    }
+
+    /// One driver bug met in two tests is said once, with both tests; the kernel fails.
+    #[test]
+    fn one_bug_in_two_tests_is_said_once() {
+        let console = "[ 9.0] BUG: kernel NULL pointer dereference, address: 8\n\
+                       [ 9.1] RIP: 0010:XRGB8888_to_argb_u16+0x1c/0x90 [vkms]\n\
+                       [ 9.4] Kernel panic - not syncing: Fatal exception\n";
+        let mut lane = Lane::new(3);
+        let mut boots = Vec::new();
+        for unit in ["a", "b"] {
+            let start = format!("start atomic {unit}");
+            let r = boot_result(&[&start], Ending::Panic("Fatal exception".into()));
+            let (_, failed) = lane.after_boot(&r.parsed.records, true, None, console);
+            boots.push((r, failed));
+        }
+        let last = boot_result(&["test kms c pass 5", "exit 0", "end 1"], Ending::Exited(0));
+        lane.after_boot(&last.parsed.records, false, None, "");
+        boots.push((last, None));
+        let rep = KernelReport::from_lane("custom", "tcg", &boots, &lane, Vec::new());
+        assert!(!rep.passed);
+        assert_eq!(rep.oopses.len(), 2);
+        assert!(
+            rep.ending.starts_with(
+                "oops in XRGB8888_to_argb_u16 [vkms], the same bug in 2 tests (atomic::a, \
+                 atomic::b); resumed, 3 boots, the last "
+            ),
+            "{}",
+            rep.ending
+        );
+        assert_eq!(rep.counts(), (1, 2, 0));
     }
 }

@@ -194,11 +194,11 @@ impl LaneRun<'_> {
     fn give_up(&self, lane: &Lane) -> Vec<String> {
         let nr = lane.not_run(&self.units);
         eprintln!(
-            "vm: {}: NOT RUN: {} unit(s) after {} kernel crash(es){}",
+            "vm: {}: NOT RUN: {} unit(s) after {} kernel crash(es) ({})",
             self.n,
             nr.len(),
             lane.crashes.len(),
-            give_up_reason(lane.crashes.len(), lane.max_oopses)
+            lane.give_up_reason().unwrap_or_default()
         );
         nr
     }
@@ -215,15 +215,6 @@ impl LaneRun<'_> {
         spec.payload.argv = resume_argv(&self.argv, done);
         // The kernel's time limit covers all its boots.
         spec.timeout = time_left(self.plan.timeout, self.t0.elapsed());
-    }
-}
-
-/// Why a lane gave up: the crash limit, or a crash before any test.
-fn give_up_reason(crashes: usize, max_oopses: usize) -> &'static str {
-    if crashes >= max_oopses {
-        " (the limit, --max-oopses)"
-    } else {
-        " (the crash came before any test)"
     }
 }
 
@@ -357,11 +348,5 @@ mod tests {
         assert_eq!(time_left(s(1500), s(600)), s(900));
         assert_eq!(time_left(s(1500), s(1450)), s(120));
         assert_eq!(time_left(s(1500), s(2000)), s(120));
-    }
-
-    #[test]
-    fn a_lane_gives_up_at_the_limit_or_on_a_crash_before_any_test() {
-        assert_eq!(give_up_reason(3, 3), " (the limit, --max-oopses)");
-        assert_eq!(give_up_reason(1, 3), " (the crash came before any test)");
     }
 }
