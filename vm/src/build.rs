@@ -207,7 +207,7 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
     }
     let start = Instant::now();
     let r = resolve(k)?;
-    let key = catalog::cache_key(k.name, &r.version);
+    let key = catalog::cache_key(k.name, &r.version, k.extra_config);
     let (dir, state) = cached(&key);
     match state {
         Ok(m) if !rebuild => return Ok(as_built(&dir, &m)),
@@ -229,14 +229,28 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
         let tree = unpack_with(&tarball, top, &r.version, start, |t| {
             apply_patches(t, patches)
         })?;
-        return build_tree(k.name, top, &r.version, &tree, &key, start);
+        return build_tree(
+            k.name,
+            top,
+            &r.version,
+            &tree,
+            (&key, k.extra_config),
+            start,
+        );
     }
     let Source::DebianSource { package, .. } = &k.source else {
         return Err(not_a_source_build(k));
     };
     let tarball = fetch_source(k, &r, start)?;
     let tree = unpack(&tarball, package, &r.version, start)?;
-    build_tree(k.name, package, &r.version, &tree, &key, start)
+    build_tree(
+        k.name,
+        package,
+        &r.version,
+        &tree,
+        (&key, k.extra_config),
+        start,
+    )
 }
 
 /// Builds a source tree the user brings (`--kernel-source DIR`), cached by its path, its
@@ -261,7 +275,7 @@ pub fn ensure_tree(tree: &Path, rebuild: bool) -> Result<BuiltKernel> {
     .to_string();
     let canon = fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf());
     let path_hash = crate::kconfig::fragment_hash(&[canon.to_string_lossy().as_bytes()]);
-    let key = catalog::cache_key(&format!("custom-{}", &path_hash[..8]), &version);
+    let key = catalog::cache_key(&format!("custom-{}", &path_hash[..8]), &version, "");
     let (dir, state) = cached(&key);
     if let (Ok(m), false) = (&state, rebuild) {
         return Ok(as_built(&dir, m));
@@ -271,18 +285,19 @@ pub fn ensure_tree(tree: &Path, rebuild: bool) -> Result<BuiltKernel> {
         &canon.to_string_lossy(),
         &version,
         &canon,
-        &key,
+        (&key, ""),
         start,
     )
 }
 
-/// Configures and builds `tree` out of tree into the cache entry `key`.
+/// Configures and builds `tree` out of tree into the cache entry `key`, with the
+/// kernel's own config lines `extra` ([`CatalogKernel::extra_config`]) after the fragment.
 fn build_tree(
     name: &str,
     source: &str,
     version: &str,
     tree: &Path,
-    key: &str,
+    (key, extra): (&str, &str),
     start: Instant,
 ) -> Result<BuiltKernel> {
     let root = catalog::cache_root();
@@ -297,6 +312,7 @@ fn build_tree(
         name,
         version,
         tree,
+        extra,
         obj: &obj,
         log: &log_path,
         start,
@@ -321,6 +337,8 @@ struct KernelBuild<'a> {
     version: &'a str,
     /// The source tree, never written.
     tree: &'a Path,
+    /// The kernel's own config lines, merged after the fragment and required.
+    extra: &'a str,
     /// The object directory (`O=`).
     obj: &'a Path,
     /// This attempt's build log.
@@ -340,9 +358,9 @@ impl KernelBuild<'_> {
         run_logged(c, self.log, phase, self.start, self.version)
     }
 
-    /// Makes the `.config`: allnoconfig with the fragment, kvm_guest.config, the fragment
-    /// merged again, olddefconfig; fails where a required option was dropped. Returns the
-    /// `.config` path.
+    /// Makes the `.config`: allnoconfig with the fragment (and the kernel's own lines),
+    /// kvm_guest.config, the same merged again, olddefconfig; fails where a required option
+    /// or one of the kernel's own lines was dropped. Returns the `.config` path.
     fn configure(&self) -> Result<PathBuf> {
         let (name, start, obj) = (self.name, self.start, self.obj);
         progress(
@@ -352,17 +370,19 @@ impl KernelBuild<'_> {
         // allnoconfig keeps what KCONFIG_ALLCONFIG names (and turns on what that depends on),
         // so the base is the fragment's guest and nothing else (see vm/config/guest.config).
         let allconfig = obj.join("guest.allconfig");
-        write(&allconfig, catalog::FRAGMENT.as_bytes())?;
+        let fragment = format!("{}\n{}", catalog::FRAGMENT, self.extra);
+        write(&allconfig, fragment.as_bytes())?;
         let kconfig_allconfig = format!("KCONFIG_ALLCONFIG={}", allconfig.display());
         self.make(&["allnoconfig", &kconfig_allconfig], "allnoconfig")?;
         self.make(&["kvm_guest.config"], "kvm_guest.config")?;
         let cfg_path = obj.join(".config");
         let mut cfg = KConfig::parse(&read(&cfg_path)?);
-        let overrides = cfg.merge(&KConfig::parse(catalog::FRAGMENT));
+        let overrides = cfg.merge(&KConfig::parse(&fragment));
         write(&cfg_path, cfg.render().as_bytes())?;
         self.make(&["olddefconfig"], "olddefconfig")?;
         let final_cfg = KConfig::parse(&read(&cfg_path)?);
-        let missing = final_cfg.check(&KConfig::parse(catalog::REQUIRED));
+        let required = format!("{}\n{}", catalog::REQUIRED, self.extra);
+        let missing = final_cfg.check(&KConfig::parse(&required));
         if !missing.is_empty() {
             let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
             return Err(VmError::new(format!(

@@ -60,6 +60,11 @@ pub struct CatalogKernel {
     /// this lane, and no kernel selftests or libdrm programs (a lane whose kernel differs
     /// from another lane's only where these targets look). `None`: everything.
     pub matrix_suites: Option<&'static [&'static str]>,
+    /// Config lines for this kernel alone, merged after the project's fragment and required
+    /// in the final `.config` like [`REQUIRED`]'s (options older kernels lack, such as
+    /// `CONFIG_CGROUP_DMEM`); empty for most. Part of the cache key only when not empty,
+    /// so the other kernels' entries stay valid.
+    pub extra_config: &'static str,
     /// One line for `vm kernels`.
     pub about: &'static str,
 }
@@ -74,6 +79,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         },
         default_matrix: false,
         matrix_suites: None,
+        extra_config: "",
         about: "Debian bullseye's 5.10 source, project config (below the 5.15 target: on \
                 demand since src-5.15 took its place in the matrix)",
     },
@@ -88,6 +94,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         },
         default_matrix: true,
         matrix_suites: None,
+        extra_config: "",
         about: "the v5.15 release tarball (../shared/kernels), project config; the floor of \
                 the 5.15 target",
     },
@@ -101,6 +108,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         // CI through stock-6.1; this lane runs in scripts/guest-extra.
         default_matrix: false,
         matrix_suites: None,
+        extra_config: "",
         about: "Debian bookworm's 6.1 source, project config (scripts/guest-extra: strict \
                 suite, selftests, virgl; CI proves 6.1 through stock-6.1)",
     },
@@ -112,7 +120,23 @@ pub const CATALOG: &[CatalogKernel] = &[
         },
         default_matrix: true,
         matrix_suites: None,
+        extra_config: "",
         about: "Debian bookworm's 6.12 source, project config (the bindings' kernel)",
+    },
+    CatalogKernel {
+        name: "debian-7.3",
+        source: Source::DebianSource {
+            package: "linux-source-7.3",
+            suites: &["trixie-backports"],
+        },
+        // Not yet in CI's matrix (issue 29: its lane, the dmem cgroup tests and the CI
+        // budget are measured first): on demand and in scripts/guest-extra.
+        default_matrix: false,
+        matrix_suites: None,
+        extra_config: DEBIAN_7_3_CONFIG,
+        about: "Debian trixie-backports' 7.3 source (the newest kernel Debian ships; \
+                scripts/setup installs linux-source-7.3 from that suite alone), project config \
+                with the dmem cgroup controller and syscall tracepoints",
     },
     CatalogKernel {
         name: "stock-6.1",
@@ -123,6 +147,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         },
         default_matrix: true,
         matrix_suites: None,
+        extra_config: "",
         about: "Debian bookworm's own 6.1 image (linux-image-6.1.0-NN-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -140,6 +165,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         // whole strict suite on this image runs in scripts/guest-extra.
         default_matrix: false,
         matrix_suites: None,
+        extra_config: "",
         about: "Debian bookworm's own 6.12 image (linux-image-6.12.NNN+deb12-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -168,10 +194,16 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_isolation",
             "drmtool_vendor",
         ]),
+        extra_config: "",
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
                 stats and a composer engine counter (config/vkms-fdinfo.patch)",
     },
 ];
+
+/// debian-7.3's own config lines ([`CatalogKernel::extra_config`]): the device-memory
+/// cgroup controller (Linux 6.14 and later) and the syscall tracepoints that pair a DRM
+/// ioctl's entry with its failed exit.
+pub const DEBIAN_7_3_CONFIG: &str = "CONFIG_CGROUP_DMEM=y\nCONFIG_FTRACE_SYSCALLS=y\n";
 
 /// Test-only vkms patch (6.12): `drm_show_fdinfo` + `drm_show_memory_stats`, so an open
 /// vkms fd's `/proc/<pid>/fdinfo/<fd>` shows `drm-driver`, `drm-client-id`,
@@ -292,13 +324,18 @@ pub const REQUIRED: &str = include_str!("../config/required.list");
 pub const RECIPE_VERSION: &str = "recipe-1";
 
 /// Cache key of a catalog build: the package version and a hash of everything that shapes
-/// the kernel (fragment, required list, build recipe version).
-pub fn cache_key(name: &str, version: &str) -> String {
-    let hash = crate::kconfig::fragment_hash(&[
+/// the kernel (fragment, required list, build recipe version, and the kernel's own
+/// [`CatalogKernel::extra_config`] when it has one).
+pub fn cache_key(name: &str, version: &str, extra_config: &str) -> String {
+    let mut parts = vec![
         FRAGMENT.as_bytes(),
         REQUIRED.as_bytes(),
         RECIPE_VERSION.as_bytes(),
-    ]);
+    ];
+    if !extra_config.is_empty() {
+        parts.push(extra_config.as_bytes());
+    }
+    let hash = crate::kconfig::fragment_hash(&parts);
     format!("{name}-{}-{hash}", path_safe(version))
 }
 
@@ -404,9 +441,20 @@ mod tests {
 
     #[test]
     fn cache_key_is_path_safe_and_versioned() {
-        let a = cache_key("debian-6.12", "6.12.117-1~deb12u1");
+        let a = cache_key("debian-6.12", "6.12.117-1~deb12u1", "");
         assert!(a.starts_with("debian-6.12-6.12.117-1_deb12u1-"), "{a}");
         assert!(!a.contains('/') && !a.contains('~'));
-        assert_ne!(a, cache_key("debian-6.12", "6.12.118-1~deb12u1"));
+        assert_ne!(a, cache_key("debian-6.12", "6.12.118-1~deb12u1", ""));
+        // A kernel's own config lines change its key; none leave the key as it was (the
+        // cached entries of the kernels without any stay valid).
+        assert_ne!(
+            a,
+            cache_key("debian-6.12", "6.12.117-1~deb12u1", DEBIAN_7_3_CONFIG)
+        );
+        assert!(a.ends_with(&crate::kconfig::fragment_hash(&[
+            FRAGMENT.as_bytes(),
+            REQUIRED.as_bytes(),
+            RECIPE_VERSION.as_bytes()
+        ])));
     }
 }
