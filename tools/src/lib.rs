@@ -4,6 +4,7 @@
 //! - [`scan()`]: who holds which GPU memory (`drmtool buffers`), from the parsers of
 //!   [`fdinfo`], [`maps`] and [`debugfs`], joined into a [`Report`]; [`render`] draws it.
 //! - [`devices`]: every node in the ordering (`drmtool devices`).
+//! - [`dmem`]: GPU memory limits per job through the kernel's device-memory cgroup controller.
 //! - [`info`], [`caps`], [`kms`], [`hmm_probe`], [`pmem`]: a device's identity, capability
 //!   matrix and KMS state, the HMM and persistent-memory probes.
 //! - [`isolate`]: `run` (kernel-enforced GPU isolation), `pick` and `lease`, `slurm`, cgroup
@@ -48,6 +49,7 @@ pub mod cdi;
 pub mod cli;
 pub mod debugfs;
 pub mod devices;
+pub mod dmem;
 pub mod errno;
 pub mod export;
 pub mod fdinfo;

@@ -125,7 +125,7 @@ fn apply_patches(tree: &Path, patches: &[&str]) -> Result<()> {
                 .arg(tree)
                 .arg("-i")
                 .arg(&file),
-            "patch -p1 (build fix for the tarball's tree)",
+            "patch -p1 (a catalog kernel's patch to its unpacked tree)",
         );
         let _ = fs::remove_file(&file);
         r?;
@@ -207,7 +207,7 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
     }
     let start = Instant::now();
     let r = resolve(k)?;
-    let key = catalog::cache_key(k.name, &r.version, k.extra_config);
+    let key = catalog::cache_key(k.name, &r.version, &catalog::kernel_extra(k));
     let (dir, state) = cached(&key);
     match state {
         Ok(m) if !rebuild => return Ok(as_built(&dir, &m)),
@@ -242,7 +242,16 @@ pub fn ensure_catalog(k: &CatalogKernel, rebuild: bool) -> Result<BuiltKernel> {
         return Err(not_a_source_build(k));
     };
     let tarball = fetch_source(k, &r, start)?;
-    let tree = unpack(&tarball, package, &r.version, start)?;
+    let tree = if k.test_patches.is_empty() {
+        unpack(&tarball, package, &r.version, start)?
+    } else {
+        // Its own patched copy, apart from the plain tree of the same package.
+        let hash = crate::kconfig::fragment_hash(&[catalog::kernel_extra(k).as_bytes()]);
+        let dir_version = format!("{}-patched-{}", r.version, &hash[..8]);
+        unpack_with(&tarball, package, &dir_version, start, |t| {
+            apply_patches(t, k.test_patches)
+        })?
+    };
     build_tree(
         k.name,
         package,

@@ -65,6 +65,10 @@ pub struct CatalogKernel {
     /// `CONFIG_CGROUP_DMEM`); empty for most. Part of the cache key only when not empty,
     /// so the other kernels' entries stay valid.
     pub extra_config: &'static str,
+    /// Test-only `patch -p1` texts for a Debian source package's tree (applied to an
+    /// unpacked copy of its own, keyed by them; part of the cache key like
+    /// [`CatalogKernel::extra_config`]).
+    pub test_patches: &'static [&'static str],
     /// One line for `vm kernels`.
     pub about: &'static str,
 }
@@ -80,6 +84,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: false,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "Debian bullseye's 5.10 source, project config (below the 5.15 target: on \
                 demand since src-5.15 took its place in the matrix)",
     },
@@ -95,6 +100,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: true,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "the v5.15 release tarball (../shared/kernels), project config; the floor of \
                 the 5.15 target",
     },
@@ -109,6 +115,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: false,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "Debian bookworm's 6.1 source, project config (scripts/guest-extra: strict \
                 suite, selftests, virgl; CI proves 6.1 through stock-6.1)",
     },
@@ -121,6 +128,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: true,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "Debian bookworm's 6.12 source, project config (the bindings' kernel)",
     },
     CatalogKernel {
@@ -134,6 +142,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: false,
         matrix_suites: None,
         extra_config: DEBIAN_7_3_CONFIG,
+        test_patches: &[QXL_DMEM_PATCH],
         about: "Debian trixie-backports' 7.3 source (the newest kernel Debian ships; \
                 scripts/setup installs linux-source-7.3 from that suite alone), project config \
                 with the dmem cgroup controller and syscall tracepoints",
@@ -148,6 +157,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: true,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "Debian bookworm's own 6.1 image (linux-image-6.1.0-NN-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -166,6 +176,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         default_matrix: false,
         matrix_suites: None,
         extra_config: "",
+        test_patches: &[],
         about: "Debian bookworm's own 6.12 image (linux-image-6.12.NNN+deb12-amd64-unsigned), \
                 vkms built out of tree",
     },
@@ -195,6 +206,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_vendor",
         ]),
         extra_config: "",
+        test_patches: &[],
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
                 stats and a composer engine counter (config/vkms-fdinfo.patch)",
     },
@@ -204,6 +216,22 @@ pub const CATALOG: &[CatalogKernel] = &[
 /// cgroup controller (Linux 6.14 and later) and the syscall tracepoints that pair a DRM
 /// ioctl's entry with its failed exit.
 pub const DEBIAN_7_3_CONFIG: &str = "CONFIG_CGROUP_DMEM=y\nCONFIG_FTRACE_SYSCALLS=y\n";
+
+/// Test-only qxl patch (7.3): qxl's VRAM domain registered as the dmem cgroup region
+/// `drm/<bus id>/vram0`, with TTM's reclaim, so that the guests have a driver that charges
+/// dmem (upstream, amdgpu and xe do; none of QEMU's devices' drivers).
+pub const QXL_DMEM_PATCH: &str = include_str!("../config/qxl-dmem.patch");
+
+/// What shapes a catalog kernel beyond the project's fragment: its own config lines and
+/// test patches, as [`cache_key`] hashes them (empty for most kernels).
+pub fn kernel_extra(k: &CatalogKernel) -> String {
+    let mut s = k.extra_config.to_string();
+    for p in k.test_patches {
+        s.push_str("\n--- test patch ---\n");
+        s.push_str(p);
+    }
+    s
+}
 
 /// Test-only vkms patch (6.12): `drm_show_fdinfo` + `drm_show_memory_stats`, so an open
 /// vkms fd's `/proc/<pid>/fdinfo/<fd>` shows `drm-driver`, `drm-client-id`,
@@ -430,6 +458,20 @@ mod tests {
             verified(find("debian-5.10").unwrap()),
             "on demand (vm test --kernel debian-5.10): strict suite + selftests"
         );
+    }
+
+    #[test]
+    fn only_debian_7_3_has_config_lines_and_test_patches() {
+        for k in CATALOG {
+            assert_eq!(kernel_extra(k).is_empty(), k.name != "debian-7.3", "{}", k.name);
+        }
+        let k = find("debian-7.3").unwrap();
+        assert!(k.extra_config.contains("CONFIG_CGROUP_DMEM=y"));
+        assert!(QXL_DMEM_PATCH.starts_with("--- a/drivers/gpu/drm/qxl/qxl_drv.h\n"));
+        for l in QXL_DMEM_PATCH.lines().filter(|l| l.starts_with("+++ ")) {
+            assert!(l.starts_with("+++ b/drivers/gpu/drm/qxl/"), "{l}");
+        }
+        assert!(QXL_DMEM_PATCH.contains("\"drm/%s/vram0\", qdev->ddev.unique"));
     }
 
     #[test]

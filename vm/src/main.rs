@@ -325,7 +325,7 @@ fn kernels() -> ExitCode {
         } else {
             match build::resolve(k) {
                 Ok(r) => {
-                    let key = catalog::cache_key(k.name, &r.version, k.extra_config);
+                    let key = catalog::cache_key(k.name, &r.version, &catalog::kernel_extra(k));
                     match cache::cached(&key).1 {
                         Ok(m) => format!("yes ({})", m.release),
                         Err(why) => format!("no: {why} ({})", r.version),

@@ -52,7 +52,11 @@ impl Exit {
             RunError::Usage(_) | RunError::Spec(_) | RunError::Who(_) => Exit::Usage,
             RunError::Select(s) => Exit::of_select(s),
             RunError::NoGpu(_) => Exit::NoGpu,
-            RunError::Setup(_) | RunError::Anchor(_) | RunError::Unidentified { .. } => Exit::Setup,
+            RunError::Mem(crate::dmem::DmemError::BadSize { .. }) => Exit::Usage,
+            RunError::Setup(_)
+            | RunError::Anchor(_)
+            | RunError::Unidentified { .. }
+            | RunError::Mem(_) => Exit::Setup,
         }
     }
 

@@ -1,6 +1,7 @@
 //! `drmtool run`: flags to a [`RunRequest`], [`run::run`]'s result to an exit status.
 
 use super::{Exit, seconds};
+use crate::dmem::{Knob, LimitRequest};
 use crate::gpu::GpuSpec;
 use crate::isolate::lease::Sharing;
 use crate::isolate::run::{self, RunError, RunRequest};
@@ -44,6 +45,20 @@ pub(super) struct RunArgs {
     /// directory on the way must be root's alone. Root callers only.
     #[arg(long, value_name = "PATH")]
     cgroup_parent: Option<std::path::PathBuf>,
+    /// GPU memory the job may have charged, enforced by the kernel (the dmem cgroup
+    /// controller, Linux 6.14+): SIZE (8M, 4G) on every region of its GPUs, or
+    /// REGION=SIZE (repeatable; `drmtool devices` shows the regions). Written to the
+    /// job's cgroup before it starts and read back; exit 125 and nothing runs where it
+    /// cannot be (no dmem, a GPU whose driver registers no region).
+    #[arg(long = "mem-max", value_name = "[REGION=]SIZE")]
+    mem_max: Vec<String>,
+    /// GPU memory protected from eviction by other jobs' pressure, best effort (dmem.low):
+    /// as --mem-max.
+    #[arg(long = "mem-low", value_name = "[REGION=]SIZE")]
+    mem_low: Vec<String>,
+    /// GPU memory protected from eviction, hard (dmem.min): as --mem-max.
+    #[arg(long = "mem-min", value_name = "[REGION=]SIZE")]
+    mem_min: Vec<String>,
     /// Present the chosen nodes as card0.., renderD128.. in the order given.
     #[arg(long)]
     renumber: bool,
@@ -67,6 +82,16 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
     }
     let sharing = a.shared.map_or(Sharing::Exclusive, Sharing::Shared);
     let user = a.user.as_deref().map(UserSpec::parse).transpose()?;
+    let mut mem = Vec::new();
+    for (knob, args) in [
+        (Knob::Max, &a.mem_max),
+        (Knob::Low, &a.mem_low),
+        (Knob::Min, &a.mem_min),
+    ] {
+        for arg in args {
+            mem.push(LimitRequest::parse(knob, arg)?);
+        }
+    }
     Ok(RunRequest {
         gpus,
         renumber: a.renumber,
@@ -84,6 +109,7 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
         shared: a.shared,
         wait,
         cgroup_parent: a.cgroup_parent,
+        mem,
         caller: None,
     })
 }

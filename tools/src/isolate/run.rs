@@ -58,6 +58,9 @@ pub struct RunRequest {
     /// `--cgroup-parent`: where the job cgroups go, relative to the cgroup root (default
     /// [`anchor::DEFAULT_PARENT`]).
     pub cgroup_parent: Option<PathBuf>,
+    /// `--mem-max`, `--mem-low`, `--mem-min`: GPU memory limits of the job's cgroup
+    /// ([`crate::dmem`]), set before it starts and read back.
+    pub mem: Vec<crate::dmem::LimitRequest>,
     /// Who started this (default: this process, [`who::caller`]); tests set it.
     pub caller: Option<Caller>,
 }
@@ -86,6 +89,10 @@ pub enum RunError {
     /// Not enough eligible GPUs, or all of them leased by others until the deadline.
     #[error("{0}")]
     NoGpu(String),
+    /// A GPU memory limit that cannot be enforced or did not take (no dmem controller, a
+    /// GPU whose driver registers no region, a value that does not read back).
+    #[error(transparent)]
+    Mem(#[from] crate::dmem::DmemError),
     /// A chosen GPU has a vendor node drmtool could not identify: a job on it is refused
     /// rather than given a guessed node (or none of the ones it needs).
     #[error(
@@ -326,6 +333,9 @@ pub fn run_with(
     };
     let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
+    // GPU memory limits: resolved against the kernel's regions before anything is set
+    // up (fails closed: no dmem, a GPU without a region).
+    let mem = mem_plan(&req.mem, &chosen)?;
     let vendor = vendor_of(&chosen, warn)?;
     let allowed: Vec<(u32, u32)> = chosen
         .iter()
@@ -377,7 +387,60 @@ pub fn run_with(
         exec,
     };
 
-    launch(req, &plan, &allowed, &vendor.majors, user.as_ref(), leases)
+    let limits = JobLimits {
+        allowed: &allowed,
+        majors: &vendor.majors,
+        mem: &mem,
+    };
+    launch(req, &plan, &limits, user.as_ref(), leases)
+}
+
+/// What the job's cgroup is given before the job starts.
+struct JobLimits<'a> {
+    /// The device numbers the job may open.
+    allowed: &'a [(u32, u32)],
+    /// The GPU majors it is limited on.
+    majors: &'a [u32],
+    /// Its GPU memory limits ([`crate::dmem`]).
+    mem: &'a [crate::dmem::Setting],
+}
+
+/// The job's GPU memory limits against the kernel's dmem regions (none asked: none).
+fn mem_plan(
+    reqs: &[crate::dmem::LimitRequest],
+    chosen: &[&Gpu],
+) -> Result<Vec<crate::dmem::Setting>, RunError> {
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cap = crate::dmem::Capacity::read(&crate::dmem::root())?;
+    let refs: Vec<crate::dmem::GpuRef<'_>> = chosen
+        .iter()
+        .map(|g| crate::dmem::GpuRef {
+            device: &g.name,
+            driver: g.driver.as_deref().unwrap_or("no driver"),
+        })
+        .collect();
+    Ok(crate::dmem::plan(reqs, cap.as_ref(), &refs)?)
+}
+
+/// Turns the dmem controller on along the job cgroups' parent `rel`: in the root's and
+/// every directory's `cgroup.subtree_control` down to the parent (each opened without
+/// following links; [`anchor::open_parent`] has checked they are root's alone).
+fn enable_dmem(rel: &Path) -> Result<(), RunError> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut path = PathBuf::from(super::cgroup::ROOT);
+    let mut fd = rustix::fs::open(&path, flags, Mode::empty())
+        .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
+    crate::dmem::enable_for_children(&fd, &path)?;
+    for c in anchor::components(rel)? {
+        path.push(c);
+        fd = rustix::fs::openat(&fd, c, flags, Mode::empty())
+            .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
+        crate::dmem::enable_for_children(&fd, &path)?;
+    }
+    Ok(())
 }
 
 /// The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
@@ -426,8 +489,7 @@ fn vendor_of(
 fn launch(
     req: &RunRequest,
     plan: &JobPlan,
-    allowed: &[(u32, u32)],
-    majors: &[u32],
+    limits: &JobLimits<'_>,
     user: Option<&who::JobUser>,
     leases: Vec<Lease>,
 ) -> Result<u8, RunError> {
@@ -438,13 +500,18 @@ fn launch(
         .clone()
         .unwrap_or_else(|| PathBuf::from(anchor::DEFAULT_PARENT));
     let parent = anchor::open_parent(&rel)?;
+    if !limits.mem.is_empty() {
+        enable_dmem(&rel)?;
+    }
     anchor::sweep(&parent);
     let me = std::process::id();
     let start = anchor::start_ticks(me).unwrap_or(0);
     let n = JOB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cg = JobCgroup::create(&parent, &anchor::job_name(me, start, n))?;
-    let policy = Policy::only_nodes(allowed, majors);
+    let policy = Policy::only_nodes(limits.allowed, limits.majors);
     attach_checked(&parent, &cg, &policy)?;
+    // Set and read back before the job exists: a limit that did not take runs nothing.
+    crate::dmem::apply(cg.fd.as_fd(), &cg.path, limits.mem)?;
     let record = lease::JobRecord {
         pid: me,
         start_ticks: start,
