@@ -71,7 +71,8 @@ pub fn log_skip(test: &str, why: &str) {
 }
 
 /// Whether the guest was built to have `feature` (`vkms`, `vgem`, `virtio_gpu`, `bochs`,
-/// `qxl`, `udmabuf`, `test_hmm`, `pmem`, `dma_heap`, `sw_sync`, `tracing`, `vkms_fdinfo`: the
+/// `qxl`, `udmabuf`, `test_hmm`, `pmem`, `dma_heap`, `sw_sync`, `tracing`, `dmem` (the dmem cgroup
+/// controller), `qxl_dmem` (the test-only qxl patch of debian-7.3), `vkms_fdinfo`: the
 /// test-only vkms patch of stock-6.12-fdinfo). The harness lists what a
 /// kernel lacks by construction (a stock Debian kernel has no test_hmm, for example) in
 /// `VM_MISSING_FEATURES`; everything else is expected.

@@ -118,11 +118,16 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         // What the build's own config lacks (the project's fragment turns event tracing
         // off, for example), read from the `config` the build kept.
         // The project's kernels carry upstream vkms: no fdinfo usage stats.
-        missing_features: crate::kconfig::with_vkms_fdinfo(
-            fs::read_to_string(dir.join("config"))
-                .map(|c| crate::kconfig::missing_features(&crate::kconfig::KConfig::parse(&c)))
-                .unwrap_or_default(),
-            false,
+        // Only a catalog kernel that carries the qxl dmem patch has qxl charging dmem.
+        missing_features: crate::kconfig::with_qxl_dmem(
+            crate::kconfig::with_vkms_fdinfo(
+                fs::read_to_string(dir.join("config"))
+                    .map(|c| crate::kconfig::missing_features(&crate::kconfig::KConfig::parse(&c)))
+                    .unwrap_or_default(),
+                false,
+            ),
+            crate::catalog::find(&m.name)
+                .is_some_and(|k| k.test_patches.contains(&crate::catalog::QXL_DMEM_PATCH)),
         ),
         extra_modules: Vec::new(),
         early_modules: Vec::new(),

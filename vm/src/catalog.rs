@@ -463,7 +463,12 @@ mod tests {
     #[test]
     fn only_debian_7_3_has_config_lines_and_test_patches() {
         for k in CATALOG {
-            assert_eq!(kernel_extra(k).is_empty(), k.name != "debian-7.3", "{}", k.name);
+            assert_eq!(
+                kernel_extra(k).is_empty(),
+                k.name != "debian-7.3",
+                "{}",
+                k.name
+            );
         }
         let k = find("debian-7.3").unwrap();
         assert!(k.extra_config.contains("CONFIG_CGROUP_DMEM=y"));

@@ -186,6 +186,8 @@ pub const FEATURE_OPTIONS: &[(&str, &[&str])] = &[
     // Tracepoints readable through perf_event_open (`drmtool trace`): event tracing (the
     // tracefs `events/*/format` files and the tracepoints themselves) and perf events.
     ("tracing", &["CONFIG_EVENT_TRACING", "CONFIG_PERF_EVENTS"]),
+    // The device-memory cgroup controller (Linux 6.14+): `drmtool run --mem-max`.
+    ("dmem", &["CONFIG_CGROUP_DMEM"]),
     (
         "pmem",
         &[
@@ -205,6 +207,20 @@ pub const VKMS_FDINFO: &str = "vkms_fdinfo";
 pub fn with_vkms_fdinfo(mut missing: Vec<String>, patched: bool) -> Vec<String> {
     if !patched && !missing.iter().any(|f| f == VKMS_FDINFO) {
         missing.push(VKMS_FDINFO.into());
+    }
+    missing.sort();
+    missing
+}
+
+/// The feature of a kernel built with the test-only qxl patch that registers qxl's VRAM
+/// as a dmem region ([`crate::catalog::QXL_DMEM_PATCH`]).
+pub const QXL_DMEM: &str = "qxl_dmem";
+
+/// `missing` with [`QXL_DMEM`] added unless the kernel carries the qxl dmem patch
+/// (`patched`), sorted.
+pub fn with_qxl_dmem(mut missing: Vec<String>, patched: bool) -> Vec<String> {
+    if !patched && !missing.iter().any(|f| f == QXL_DMEM) {
+        missing.push(QXL_DMEM.into());
     }
     missing.sort();
     missing

@@ -112,7 +112,10 @@ pub fn resolve_kernel(
         built_from: None,
         cache_dir: None,
         // Not known to carry the project's test-only vkms patch.
-        missing_features: crate::stock::with_vkms_fdinfo(Vec::new(), false),
+        missing_features: crate::kconfig::with_qxl_dmem(
+            crate::stock::with_vkms_fdinfo(Vec::new(), false),
+            false,
+        ),
         extra_modules: Vec::new(),
         early_modules: Vec::new(),
     })

@@ -332,7 +332,10 @@ pub fn as_built(dir: &Path, m: &Manifest) -> BuiltKernel {
         built_from: None,
         cache_dir: Some(dir.to_path_buf()),
         // The patch is kept beside the build when one was applied.
-        missing_features: with_vkms_fdinfo(missing_features(&cfg), dir.join("vkms.patch").exists()),
+        missing_features: crate::kconfig::with_qxl_dmem(
+            with_vkms_fdinfo(missing_features(&cfg), dir.join("vkms.patch").exists()),
+            false,
+        ),
         extra_modules: modular(EXPLICIT_MODULES, &dep),
         early_modules: modular(EARLY_MODULES, &dep),
     }
@@ -468,7 +471,9 @@ extra/vkms.ko: kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz kernel/drivers/gpu/
         );
         assert_eq!(
             missing_features(&cfg61),
-            ["dma_heap", "sw_sync", "test_hmm", "tracing", "udmabuf"]
+            [
+                "dma_heap", "dmem", "sw_sync", "test_hmm", "tracing", "udmabuf"
+            ]
         );
         let cfg612 = KConfig::parse(
             "CONFIG_DRM_VGEM=m\nCONFIG_DRM_VIRTIO_GPU=m\nCONFIG_DRM_BOCHS=m\nCONFIG_DRM_QXL=m\n\
@@ -477,13 +482,16 @@ extra/vkms.ko: kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz kernel/drivers/gpu/
              CONFIG_LIBNVDIMM=m\nCONFIG_ACPI_NFIT=m\nCONFIG_BLK_DEV_PMEM=m\n\
              CONFIG_EVENT_TRACING=y\nCONFIG_PERF_EVENTS=y\n",
         );
-        assert_eq!(missing_features(&cfg612), ["sw_sync", "test_hmm"]);
+        assert_eq!(missing_features(&cfg612), ["dmem", "sw_sync", "test_hmm"]);
+        let mut cfg73 = cfg612.clone();
+        cfg73.set("CONFIG_CGROUP_DMEM", Some("y".into()));
+        assert_eq!(missing_features(&cfg73), ["sw_sync", "test_hmm"]);
         // Perf events without event tracing (a kernel built with CONFIG_FTRACE off).
         let mut no_ftrace = cfg612.clone();
         no_ftrace.set("CONFIG_EVENT_TRACING", None);
         assert_eq!(
             missing_features(&no_ftrace),
-            ["sw_sync", "test_hmm", "tracing"]
+            ["dmem", "sw_sync", "test_hmm", "tracing"]
         );
     }
 
