@@ -585,6 +585,108 @@ pub fn enable_for_children(dir: impl AsFd, path: &Path) -> Result<(), DmemError>
         })
 }
 
+/// One cgroup's use and limit of one region, as the kernel counts it (a cgroup's charge
+/// includes its descendants').
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Charge {
+    /// The cgroup, relative to the cgroup root (`/drmtool.slice/run-...`).
+    pub cgroup: String,
+    /// The region.
+    pub region: String,
+    /// `dmem.current`, bytes.
+    pub current: u64,
+    /// `dmem.max`: bytes, or `None` for no limit.
+    pub max: Option<u64>,
+}
+
+/// How deep [`charges`] walks below the cgroup root.
+const MAX_DEPTH: usize = 32;
+/// How many cgroups [`charges`] reads at most.
+const MAX_CGROUPS: usize = 16_384;
+
+/// Every cgroup below `root` with a charge or a limit on some region: its `dmem.current`
+/// and `dmem.max` (the kernel's view, hierarchical). Walks at most 32 levels and 16,384
+/// cgroups, never through a link; a cgroup that disappears meanwhile is skipped. Empty
+/// where the kernel has no dmem controller or no cgroup has it enabled.
+///
+/// # Errors
+/// [`DmemError::Io`] when the root cannot be read.
+pub fn charges(root: &Path) -> Result<Vec<Charge>, DmemError> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(PathBuf, usize)> = vec![(root.to_path_buf(), 0)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = stack.pop() {
+        seen += 1;
+        if seen > MAX_CGROUPS {
+            break;
+        }
+        if depth > 0 {
+            charges_of(root, &dir, &mut out);
+        }
+        if depth >= MAX_DEPTH {
+            continue;
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if depth == 0 => {
+                return Err(io_err(format!("read {}", dir.display()))(errno_of(&e)));
+            }
+            Err(_) => continue,
+        };
+        let mut subdirs: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        subdirs.sort();
+        stack.extend(subdirs.into_iter().rev().map(|d| (d, depth + 1)));
+    }
+    Ok(out)
+}
+
+/// The charges of the cgroup `dir` (nothing when its files are gone or unreadable).
+fn charges_of(root: &Path, dir: &Path, out: &mut Vec<Charge>) {
+    let Ok(Some(current)) = read_file(dir, CURRENT_FILE) else {
+        return;
+    };
+    let max = read_file(dir, Knob::Max.file())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let rel = dir
+        .strip_prefix(root)
+        .map(|r| format!("/{}", r.display()))
+        .unwrap_or_else(|_| dir.display().to_string());
+    out.extend(charge_rows(&rel, &current, &max));
+}
+
+/// The rows of one cgroup: each region with a charge or a limit.
+pub fn charge_rows(
+    cgroup: &str,
+    current: &[(String, Value)],
+    max: &[(String, Value)],
+) -> Vec<Charge> {
+    current
+        .iter()
+        .filter_map(|(region, cur)| {
+            let cur = match cur {
+                Value::Bytes(b) => *b,
+                Value::Max => return None,
+            };
+            let max = match max.iter().find(|(r, _)| r == region).map(|&(_, v)| v) {
+                Some(Value::Bytes(b)) => Some(b),
+                _ => None,
+            };
+            (cur > 0 || max.is_some()).then(|| Charge {
+                cgroup: cgroup.to_string(),
+                region: region.clone(),
+                current: cur,
+                max,
+            })
+        })
+        .collect()
+}
+
 /// The cgroup root as a path (for [`Capacity::read`]).
 pub fn root() -> PathBuf {
     PathBuf::from(crate::isolate::cgroup::ROOT)

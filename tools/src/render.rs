@@ -277,8 +277,49 @@ pub fn tables(r: &Report, by: By, sort: SortKey, color: bool) -> String {
         By::Buffer => buffers_table(&mut out, &st, r, sort),
     }
     sharing(&mut out, &st, r);
+    dmem_tables(&mut out, &st, r);
     footer(&mut out, r);
     out
+}
+
+/// The dmem controller's regions and the cgroups charged or limited on them (nothing where
+/// the kernel registers no region).
+fn dmem_tables(out: &mut String, st: &Style, r: &Report) {
+    let Some(d) = r.dmem.as_ref().filter(|d| !d.regions.is_empty()) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\n{}",
+        st.bold("GPU MEMORY REGIONS (dmem cgroup controller)")
+    );
+    let rows: Vec<Vec<String>> = d
+        .regions
+        .iter()
+        .map(|g| vec![esc(&g.region), human(g.capacity)])
+        .collect();
+    table(out, st, &["REGION", "CAPACITY"], &rows);
+    if d.charges.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        st.bold("CGROUPS CHARGED (dmem.current, dmem.max)")
+    );
+    let rows: Vec<Vec<String>> = d
+        .charges
+        .iter()
+        .map(|c| {
+            vec![
+                esc(&c.cgroup),
+                esc(&c.region),
+                human(c.current),
+                c.max.map_or_else(|| "max".into(), human),
+            ]
+        })
+        .collect();
+    table(out, st, &["CGROUP", "REGION", "CURRENT", "MAX"], &rows);
 }
 
 fn devices_table(out: &mut String, st: &Style, r: &Report) {

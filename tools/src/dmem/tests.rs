@@ -176,3 +176,54 @@ fn the_readback_must_show_every_value_written() {
         "{e}"
     );
 }
+
+#[test]
+fn a_cgroup_row_per_region_with_a_charge_or_a_limit() {
+    let cur = parse("drm/a/vram0 4096\ndrm/b/vram0 0\ndrm/c/vram0 0\n").unwrap();
+    let max = parse("drm/a/vram0 max\ndrm/b/vram0 8388608\ndrm/c/vram0 max\n").unwrap();
+    let rows = charge_rows("/drmtool.slice/run-1-2-0", &cur, &max);
+    assert_eq!(
+        rows,
+        [
+            Charge {
+                cgroup: "/drmtool.slice/run-1-2-0".into(),
+                region: "drm/a/vram0".into(),
+                current: 4096,
+                max: None,
+            },
+            Charge {
+                cgroup: "/drmtool.slice/run-1-2-0".into(),
+                region: "drm/b/vram0".into(),
+                current: 0,
+                max: Some(8 << 20),
+            },
+        ]
+    );
+}
+
+#[test]
+fn the_walk_reads_every_cgroup_below_the_root() {
+    let root = std::env::temp_dir().join(format!("dmem-walk-{}", std::process::id()));
+    let job = root.join("drmtool.slice/run-7");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(root.join("dmem.capacity"), "drm/q/vram0 67108864\n").unwrap();
+    std::fs::write(job.join("dmem.current"), "drm/q/vram0 8192\n").unwrap();
+    std::fs::write(job.join("dmem.max"), "drm/q/vram0 16384\n").unwrap();
+    // A parent without the controller's files, and a link that is not followed.
+    std::os::unix::fs::symlink(&root, root.join("drmtool.slice/loop")).unwrap();
+    let rows = charges(&root).unwrap();
+    assert_eq!(
+        rows,
+        [Charge {
+            cgroup: "/drmtool.slice/run-7".into(),
+            region: "drm/q/vram0".into(),
+            current: 8192,
+            max: Some(16384),
+        }]
+    );
+    assert_eq!(
+        Capacity::read(&root).unwrap().unwrap().regions,
+        [("drm/q/vram0".to_string(), 64 << 20)]
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

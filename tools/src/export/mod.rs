@@ -21,6 +21,9 @@
 //! | `drm_engine_cycles_total` | counter | fdinfo `drm-cycles-<e>` |
 //! | `drm_engine_total_cycles_total` | counter | fdinfo `drm-total-cycles-<e>` |
 //! | `drm_engine_max_frequency_hertz` | gauge | fdinfo `drm-maxfreq-<e>` |
+//! | `drm_dmem_capacity_bytes` | gauge | the dmem cgroup controller: a region's size (`dmem.capacity`) |
+//! | `drm_dmem_current_bytes` | gauge | a cgroup's charge on a region (`dmem.current`) |
+//! | `drm_dmem_max_bytes` | gauge | a cgroup's limit on a region (`dmem.max`) |
 //! | `drmtool_export_*` | | the exporter: scan duration, scans, errors, cached answers |
 //!
 //! A figure no source knows has no series at all (never a zero that means unknown); every

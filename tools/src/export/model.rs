@@ -291,6 +291,87 @@ pub fn build(
     debugfs_metrics(reg, &cx);
     mapped_metrics(reg, &cx);
     dmabuf_metrics(reg, &cx);
+    dmem_metrics(reg, &cx);
+}
+
+/// The group labels of a cgroup path the dmem controller reports (`cgroup`, and the
+/// unit, container, pod and Slurm job it names), as [`process_group`] gives a process's.
+fn cgroup_group(path: &str) -> Labels {
+    let a = crate::scan::attribution::from_cgroup_path(path);
+    let mut l: Labels = vec![(
+        "cgroup".into(),
+        hostile(&crate::Untrusted::new(path.as_bytes())),
+    )];
+    if let Some(u) = a.unit {
+        l.push(("unit".into(), u));
+    }
+    if let Some(c) = a.container {
+        l.push(("container_id".into(), c.id));
+        l.push(("container_runtime".into(), c.runtime.into()));
+    }
+    if let Some(pod) = a.pod_uid {
+        l.push(("pod_uid".into(), pod));
+    }
+    if let Some(s) = a.slurm {
+        l.push(("slurm_job".into(), s.job.to_string()));
+        if let Some(step) = s.step {
+            l.push(("slurm_step".into(), step));
+        }
+    }
+    l
+}
+
+/// `drm_dmem_capacity_bytes`, `drm_dmem_current_bytes` and `drm_dmem_max_bytes`: the
+/// kernel's dmem cgroup controller's own counts (`source="dmem"`), per region. Per device:
+/// the capacity and the charge of the cgroup root's children summed (the machine's
+/// charged total); per cgroup or client: every cgroup charged or limited, as the kernel
+/// counts it (a parent's charge includes its children's), and its limit. No series where
+/// the kernel has no controller.
+fn dmem_metrics(reg: &mut Registry, cx: &Ctx) {
+    let Some(d) = &cx.report.dmem else { return };
+    let (mut cap, mut cur, mut max) = (Sums::new(), Sums::new(), Sums::new());
+    let source = ("source", "dmem");
+    for r in &d.regions {
+        let dev = r.device.as_deref().unwrap_or("unknown");
+        let l = labels(dev, &Group::default(), &[("region", &r.region), source]);
+        add(&mut cap, l, r.capacity);
+    }
+    for c in &d.charges {
+        let dev = crate::dmem::region_device(&c.region).unwrap_or("unknown");
+        let group = match cx.per {
+            // The root's children partition the machine's charge.
+            Per::Device if c.cgroup.matches('/').count() == 1 => Group::default(),
+            Per::Device => continue,
+            Per::Cgroup | Per::Client => Group(cgroup_group(&c.cgroup)),
+        };
+        let l = labels(dev, &group, &[("region", &c.region), source]);
+        add(&mut cur, l.clone(), c.current);
+        if let (Some(m), false) = (c.max, cx.per == Per::Device) {
+            add(&mut max, l, m);
+        }
+    }
+    gauge_family(
+        reg,
+        "drm_dmem_capacity",
+        "Bytes of a device memory region the kernel's dmem cgroup controller manages",
+        Some(Unit::Bytes),
+        &cap,
+    );
+    gauge_family(
+        reg,
+        "drm_dmem_current",
+        "Bytes of a region charged to the cgroup and its descendants (dmem.current); per \
+         device, to every cgroup",
+        Some(Unit::Bytes),
+        &cur,
+    );
+    gauge_family(
+        reg,
+        "drm_dmem_max",
+        "The cgroup's limit on a region in bytes (dmem.max); no series: no limit",
+        Some(Unit::Bytes),
+        &max,
+    );
 }
 
 /// `drm_device_info`.
@@ -701,5 +782,70 @@ mod tests {
         // /a comes back afresh (a reset, as Prometheus reads a new series).
         let out = c.update(BTreeMap::from([(key("9"), client("/a", 5))]));
         assert_eq!(busy_of(&out, "/a"), Some(5));
+    }
+
+    #[test]
+    fn dmem_series_per_device_and_per_cgroup() {
+        use crate::dmem::Charge;
+        use crate::scan::{DmemRegion, DmemReport};
+        let charge = |cg: &str, cur, max| Charge {
+            cgroup: cg.into(),
+            region: "drm/0000:00:05.0/vram0".into(),
+            current: cur,
+            max,
+        };
+        let report = Report {
+            schema_version: crate::scan::SCHEMA_VERSION,
+            devices: Vec::new(),
+            clients: Vec::new(),
+            processes: Vec::new(),
+            dmabufs: Vec::new(),
+            sharing: Vec::new(),
+            unreadable: Vec::new(),
+            scan: Default::default(),
+            warnings: Vec::new(),
+            dmem: Some(DmemReport {
+                regions: vec![DmemRegion {
+                    region: "drm/0000:00:05.0/vram0".into(),
+                    device: Some("0000:00:05.0".into()),
+                    capacity: 64 << 20,
+                }],
+                charges: vec![
+                    charge("/drmtool.slice", 12 << 20, None),
+                    charge("/drmtool.slice/run-9-1-0", 8 << 20, Some(8 << 20)),
+                    charge(
+                        "/system.slice/slurmstepd.scope/job_42/step_0",
+                        4 << 20,
+                        None,
+                    ),
+                ],
+            }),
+        };
+        let text = |per| {
+            let mut reg = Registry::default();
+            build(&mut reg, &report, &[], per, false, &mut Counters::default());
+            super::super::encode(&reg, super::super::Format::Text)
+        };
+        let dev = text(Per::Device);
+        let r = "device=\"0000:00:05.0\",region=\"drm/0000:00:05.0/vram0\",source=\"dmem\"";
+        assert!(
+            dev.contains(&format!("drm_dmem_capacity_bytes{{{r}}} 67108864")),
+            "{dev}"
+        );
+        // The root's children only (/drmtool.slice): the job and the Slurm step are below.
+        assert!(
+            dev.contains(&format!("drm_dmem_current_bytes{{{r}}} 12582912")),
+            "{dev}"
+        );
+        assert!(!dev.contains("drm_dmem_max_bytes"), "{dev}");
+        let cg = text(Per::Cgroup);
+        assert!(
+            cg.contains(
+                "drm_dmem_max_bytes{device=\"0000:00:05.0\",cgroup=\"/drmtool.slice/run-9-1-0\",\
+                 region=\"drm/0000:00:05.0/vram0\",source=\"dmem\"} 8388608"
+            ),
+            "{cg}"
+        );
+        assert!(cg.contains("slurm_job=\"42\",slurm_step=\"0\""), "{cg}");
     }
 }

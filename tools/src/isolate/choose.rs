@@ -50,7 +50,8 @@ fn rank_now(
 ) -> Vec<pick::Candidate> {
     let held = held_by_index(all, cand, d);
     let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
-    pick::rank(&gs, report, &held, &pick::sysfs_free, want)
+    let dmem = report.and_then(|r| r.dmem.as_ref());
+    pick::rank(&gs, report, &held, &|g| pick::free_of(g, dmem), want)
 }
 
 /// `drmtool pick --json` (`tools/schema/pick.schema.json`).

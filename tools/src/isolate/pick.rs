@@ -7,7 +7,8 @@
 //! zero); then the ordering's index. Excluded, with the reason: another driver than
 //! `--driver`, more clients than `--max-clients`, free memory below `--min-free` or unknown
 //! (generic DRM has no free-memory query; amdgpu's sysfs `mem_info_vram_{total,used}` is read
-//! where present). A GPU without a DRM node (NVIDIA without nvidia-drm, an accelerator) has
+//! where present, else the dmem cgroup controller's region capacity minus the cgroups'
+//! charges where the driver registers a region: [`free_of`]). A GPU without a DRM node (NVIDIA without nvidia-drm, an accelerator) has
 //! no DRM client and no fdinfo: its clients and memory are unknown, and say why.
 
 use crate::gpu::Gpu;
@@ -211,9 +212,87 @@ pub fn sysfs_free(g: &Gpu) -> Known {
     }
 }
 
+/// Free memory as [`sysfs_free`] finds it (amdgpu), else from the dmem cgroup controller:
+/// the capacity of the GPU's regions minus what the cgroups right below the root have
+/// charged to them (their charges include their descendants'; allocations by processes in
+/// the root cgroup itself are charged nowhere a file shows, so they are not subtracted),
+/// else unknown.
+pub fn free_of(g: &Gpu, dmem: Option<&crate::scan::DmemReport>) -> Known {
+    let sysfs = sysfs_free(g);
+    if sysfs.value.is_some() {
+        return sysfs;
+    }
+    let Some(d) = dmem else { return sysfs };
+    let regions: Vec<&crate::scan::DmemRegion> = d
+        .regions
+        .iter()
+        .filter(|r| r.device.as_deref() == Some(g.name.as_str()))
+        .collect();
+    if regions.is_empty() {
+        return sysfs;
+    }
+    let capacity: u64 = regions.iter().map(|r| r.capacity).sum();
+    let charged: u64 = d
+        .charges
+        .iter()
+        .filter(|c| c.cgroup.matches('/').count() == 1)
+        .filter(|c| regions.iter().any(|r| r.region == c.region))
+        .map(|c| c.current)
+        .sum();
+    Known {
+        value: Some(capacity.saturating_sub(charged)),
+        source: "dmem: region capacity minus the charges of the root's child cgroups".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_memory_from_dmem_is_capacity_minus_the_top_level_charges() {
+        use crate::dmem::Charge;
+        use crate::scan::{DmemRegion, DmemReport};
+        let g = Gpu {
+            index: 0,
+            bus_id: Some("0000:00:05.0".into()),
+            name: "0000:00:05.0".into(),
+            driver: Some("qxl".into()),
+            pci_id: None,
+            nodes: Vec::new(),
+            vendor_nodes: Vec::new(),
+            numa_node: None,
+            local_cpulist: None,
+        };
+        let charge = |cg: &str, cur| Charge {
+            cgroup: cg.into(),
+            region: "drm/0000:00:05.0/vram0".into(),
+            current: cur,
+            max: None,
+        };
+        let d = DmemReport {
+            regions: vec![DmemRegion {
+                region: "drm/0000:00:05.0/vram0".into(),
+                device: Some("0000:00:05.0".into()),
+                capacity: 64 << 20,
+            }],
+            charges: vec![
+                charge("/drmtool.slice", 10 << 20),
+                charge("/drmtool.slice/run-1-1-0", 10 << 20),
+                charge("/user.slice", 6 << 20),
+            ],
+        };
+        let f = free_of(&g, Some(&d));
+        assert_eq!(f.value, Some(48 << 20), "{}", f.source);
+        assert!(f.source.starts_with("dmem"));
+        let other = Gpu {
+            name: "vkms".into(),
+            bus_id: None,
+            ..g
+        };
+        assert_eq!(free_of(&other, Some(&d)).value, None);
+        assert_eq!(free_of(&other, None).value, None);
+    }
 
     fn gpu(index: usize, driver: &str) -> Gpu {
         Gpu {

@@ -12,9 +12,9 @@ mod report;
 
 pub use procfs::{FDINFO_MAX, TRUNCATED, cgroup_v2_path};
 pub use report::{
-    Access, ClientReport, DeviceMapping, DeviceReport, DmaBufFd, DmaBufReport, DrmFd, EngineReport,
-    FdRef, Figure, KernelClient, Node, ProcessReport, Report, SCHEMA_VERSION, ScanStats, Sharing,
-    Source, Unreadable,
+    Access, ClientReport, DeviceMapping, DeviceReport, DmaBufFd, DmaBufReport, DmemRegion,
+    DmemReport, DrmFd, EngineReport, FdRef, Figure, KernelClient, Node, ProcessReport, Report,
+    SCHEMA_VERSION, ScanStats, Sharing, Source, Unreadable,
 };
 
 use crate::untrusted::Untrusted;
@@ -27,7 +27,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What to scan.
 #[derive(Debug, Clone)]
@@ -44,6 +44,8 @@ pub struct Options {
     pub pids: Vec<u32>,
     /// Sources to leave out (none by default).
     pub skip: Skip,
+    /// The cgroup v2 root (`/sys/fs/cgroup`), where the dmem controller's files are read.
+    pub cgroup_root: PathBuf,
 }
 
 /// Sources a scan may leave out, to be cheaper (`drmtool buffers --skip`). What a skipped
@@ -67,6 +69,7 @@ impl Default for Options {
             sys_root: "/sys".into(),
             pids: Vec::new(),
             skip: Skip::default(),
+            cgroup_root: crate::isolate::cgroup::ROOT.into(),
         }
     }
 }
@@ -141,6 +144,7 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
     stats.holders = processes.len();
     let devices = devices::device_reports(opts, &layout, &clients, &device_offsets);
     final_warnings(opts, &devices, &unreadable, &mut warnings);
+    let dmem = dmem_report(&opts.cgroup_root, &mut warnings);
 
     Ok(Report {
         schema_version: SCHEMA_VERSION,
@@ -152,6 +156,34 @@ pub fn scan(opts: &Options) -> Result<Report, ScanError> {
         unreadable,
         scan: stats,
         warnings,
+        dmem,
+    })
+}
+
+/// The dmem controller's regions and charges; `None` (and no warning) where the kernel has
+/// no controller, `None` with a warning where its files could not be read.
+fn dmem_report(root: &Path, warnings: &mut Vec<String>) -> Option<DmemReport> {
+    let read = || -> Result<Option<DmemReport>, crate::dmem::DmemError> {
+        let Some(cap) = crate::dmem::Capacity::read(root)? else {
+            return Ok(None);
+        };
+        let regions = cap
+            .regions
+            .iter()
+            .map(|(r, b)| DmemRegion {
+                region: r.clone(),
+                device: crate::dmem::region_device(r).map(str::to_string),
+                capacity: *b,
+            })
+            .collect();
+        Ok(Some(DmemReport {
+            regions,
+            charges: crate::dmem::charges(root)?,
+        }))
+    };
+    read().unwrap_or_else(|e| {
+        warnings.push(format!("dmem cgroup controller: {e}"));
+        None
     })
 }
 
@@ -540,6 +572,7 @@ mod tests {
             unreadable: Vec::new(),
             scan: ScanStats::default(),
             warnings: Vec::new(),
+            dmem: None,
         }
     }
 

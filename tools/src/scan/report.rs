@@ -363,6 +363,31 @@ pub struct Report {
     pub scan: ScanStats,
     /// Things the user should know (a source missing everywhere, a fallback taken).
     pub warnings: Vec<String>,
+    /// GPU memory as the kernel's dmem cgroup controller counts it (Linux 6.14+):
+    /// `None` where the kernel has none (or it could not be read: a warning says so).
+    pub dmem: Option<DmemReport>,
+}
+
+/// The dmem controller's view ([`crate::dmem`]): each region's capacity and every cgroup's
+/// charge and limit.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DmemReport {
+    /// Every region the kernel has.
+    pub regions: Vec<DmemRegion>,
+    /// Every cgroup with a charge or a limit on a region (hierarchical, as the kernel
+    /// counts: a parent's charge includes its children's).
+    pub charges: Vec<crate::dmem::Charge>,
+}
+
+/// One dmem region (`dmem.capacity`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DmemRegion {
+    /// Its name (`drm/0000:00:05.0/vram0`).
+    pub region: String,
+    /// The device part of the name (a DRM device's sysfs name).
+    pub device: Option<String>,
+    /// Bytes.
+    pub capacity: u64,
 }
 
 impl Report {
