@@ -16,6 +16,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod schema_common;
+use schema_common::validate;
+
 /// The cgroup root.
 const ROOT: &str = "/sys/fs/cgroup";
 
@@ -234,6 +237,45 @@ fn a_job_is_held_to_its_gpu_memory_limit_and_another_job_is_not() {
     // every failure of its allocation ioctl).
     assert!(failed.iter().all(|e| e == "ENOMEM"), "{failed:?}");
     assert_eq!(ok + failed.len(), 24);
+    // buffers and export show the job's charge and limit as the kernel counts them.
+    let rel = format!("/{}", job.cgroup.strip_prefix(ROOT).unwrap().display());
+    let (code, out) = drmtool::cli::run_captured(&["buffers", "--json"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "buffers.schema.json", "buffers --json");
+    let row = v["dmem"]["charges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == rel.as_str() && c["region"] == region.as_str())
+        .unwrap_or_else(|| panic!("no dmem row for {rel}: {}", v["dmem"]));
+    assert_eq!(
+        Value::Bytes(row["current"].as_u64().unwrap()),
+        job.read(dmem::CURRENT_FILE, &region)
+    );
+    assert_eq!(row["max"].as_u64(), Some(8 * MIB));
+    let prom = format!("/tmp/dmem-{}.prom", std::process::id());
+    let (code, out) = drmtool::cli::run_captured(&[
+        "export",
+        "--per",
+        "cgroup",
+        "--textfile",
+        &prom,
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    let _ = std::fs::remove_file(&prom);
+    let series = format!(
+        "cgroup=\"{rel}\",region=\"{region}\",source=\"dmem\"}} {}",
+        8 * MIB
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("drm_dmem_max_bytes{") && l.ends_with(&series)),
+        "no drm_dmem_max_bytes for {rel}: {text}"
+    );
     assert!(job.finish().success());
     // Unlimited on the same GPU: not held to the other job's limit.
     let job = AllocJob::start(&qxl, &parent, &[], 24, MIB as u32);
@@ -244,6 +286,64 @@ fn a_job_is_held_to_its_gpu_memory_limit_and_another_job_is_not() {
     assert!(peak >= Value::Bytes(24 * MIB), "{peak}");
     assert!(job.finish().success());
     let _ = std::fs::remove_dir(Path::new(ROOT).join(&parent));
+}
+
+/// `--mem-low` under another job's pressure: job A, protected with `--mem-low 16M`, holds
+/// 16 MiB of qxl's VRAM while job B allocates the whole region; then the same with an
+/// unprotected job C in A's place, the control: the pressure must evict C's buffers (or
+/// the test is blind), and A's must stay.
+#[test]
+fn a_protected_job_keeps_its_gpu_memory_under_another_jobs_pressure() {
+    let gpus = guest_gpus!();
+    require_feature!("qxl_dmem");
+    let (qxl, region, size) = qxl_region(&gpus).expect("qxl's dmem region");
+    const MIB: u64 = 1 << 20;
+    let pid = std::process::id();
+    let mut kept = Vec::new();
+    for (name, limits) in [
+        ("protected", &["--mem-low", "16M"][..]),
+        ("control", &[][..]),
+    ] {
+        let holder = AllocJob::start(
+            &qxl,
+            &format!("drmtool-dmem-a-{pid}"),
+            limits,
+            16,
+            MIB as u32,
+        );
+        let before = holder.read(dmem::CURRENT_FILE, &region);
+        let pressure = AllocJob::start(
+            &qxl,
+            &format!("drmtool-dmem-b-{pid}"),
+            &[],
+            (size / MIB) as usize,
+            MIB as u32,
+        );
+        let after = holder.read(dmem::CURRENT_FILE, &region);
+        let (ok, failed) = outcome(&pressure.lines);
+        eprintln!(
+            "{name}: holder's dmem.current {before} before, {after} under pressure; the \
+             pressure job got {ok} of {} MiB ({} failed: {:?})",
+            size / MIB,
+            failed.len(),
+            failed.first()
+        );
+        kept.push((before, after));
+        assert!(pressure.finish().success());
+        assert!(holder.finish().success());
+    }
+    let _ = std::fs::remove_dir(Path::new(ROOT).join(format!("drmtool-dmem-a-{pid}")));
+    let _ = std::fs::remove_dir(Path::new(ROOT).join(format!("drmtool-dmem-b-{pid}")));
+    let (protected, control) = (kept[0], kept[1]);
+    assert_eq!(protected.0, Value::Bytes(16 * MIB));
+    assert!(
+        control.1 < control.0,
+        "the pressure evicted nothing of the unprotected job: the test is blind ({control:?})"
+    );
+    assert_eq!(
+        protected.1, protected.0,
+        "the protected job lost VRAM under another job's pressure"
+    );
 }
 
 #[test]
