@@ -13,6 +13,7 @@ pub mod env;
 pub mod inspect;
 pub mod job;
 pub mod lease;
+pub mod memlimit;
 pub mod pick;
 pub mod run;
 pub mod slurm;

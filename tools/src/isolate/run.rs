@@ -308,6 +308,13 @@ pub fn run_with(
                 .into(),
         ));
     }
+    if through_sudo && let Some(r) = req.mem.iter().find(|r| r.knob != crate::dmem::Knob::Max) {
+        return Err(RunError::Usage(format!(
+            "{} is for root callers: protecting a job's GPU memory takes it from other jobs \
+             (through sudo a job may limit itself with --mem-max)",
+            r.knob.flag()
+        )));
+    }
     let user = match &decision {
         who::Decision::User(spec) => Some(who::resolve(spec)?),
         who::Decision::Root => None,
@@ -335,7 +342,7 @@ pub fn run_with(
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
     // GPU memory limits: resolved against the kernel's regions before anything is set
     // up (fails closed: no dmem, a GPU without a region).
-    let mem = mem_plan(&req.mem, &chosen)?;
+    let mem = super::memlimit::plan(&req.mem, &chosen)?;
     let vendor = vendor_of(&chosen, warn)?;
     let allowed: Vec<(u32, u32)> = chosen
         .iter()
@@ -405,44 +412,6 @@ struct JobLimits<'a> {
     mem: &'a [crate::dmem::Setting],
 }
 
-/// The job's GPU memory limits against the kernel's dmem regions (none asked: none).
-fn mem_plan(
-    reqs: &[crate::dmem::LimitRequest],
-    chosen: &[&Gpu],
-) -> Result<Vec<crate::dmem::Setting>, RunError> {
-    if reqs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let cap = crate::dmem::Capacity::read(&crate::dmem::root())?;
-    let refs: Vec<crate::dmem::GpuRef<'_>> = chosen
-        .iter()
-        .map(|g| crate::dmem::GpuRef {
-            device: &g.name,
-            driver: g.driver.as_deref().unwrap_or("no driver"),
-        })
-        .collect();
-    Ok(crate::dmem::plan(reqs, cap.as_ref(), &refs)?)
-}
-
-/// Turns the dmem controller on along the job cgroups' parent `rel`: in the root's and
-/// every directory's `cgroup.subtree_control` down to the parent (each opened without
-/// following links; [`anchor::open_parent`] has checked they are root's alone).
-fn enable_dmem(rel: &Path) -> Result<(), RunError> {
-    use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut path = PathBuf::from(super::cgroup::ROOT);
-    let mut fd = rustix::fs::open(&path, flags, Mode::empty())
-        .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
-    crate::dmem::enable_for_children(&fd, &path)?;
-    for c in anchor::components(rel)? {
-        path.push(c);
-        fd = rustix::fs::openat(&fd, c, flags, Mode::empty())
-            .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
-        crate::dmem::enable_for_children(&fd, &path)?;
-    }
-    Ok(())
-}
-
 /// The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
 /// accel), and every GPU major the job is limited on; for a job on an NVIDIA GPU,
 /// `nvidia-uvm` loaded first where it is not ([`super::uvm`]; `warn` hears when it could
@@ -501,7 +470,7 @@ fn launch(
         .unwrap_or_else(|| PathBuf::from(anchor::DEFAULT_PARENT));
     let parent = anchor::open_parent(&rel)?;
     if !limits.mem.is_empty() {
-        enable_dmem(&rel)?;
+        super::memlimit::enable_along(&rel, limits.mem)?;
     }
     anchor::sweep(&parent);
     let me = std::process::id();
@@ -882,128 +851,4 @@ fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The warning of a module that would not load is one line naming the command, its
-    /// status and what it printed (escaped).
-    #[test]
-    fn the_uvm_warning_is_one_line_naming_the_modprobe_result() {
-        let w = RunWarning::UvmNotLoaded(super::super::uvm::UvmError::Failed {
-            command: "/sbin/modprobe nvidia-uvm".into(),
-            code: 1,
-            stderr: "modprobe: FATAL: Module nvidia-uvm not found\n\x1b[2J".into(),
-        });
-        let text = w.to_string();
-        assert!(!text.contains('\n') && !text.contains('\x1b'), "{text}");
-        assert!(
-            text.starts_with(
-                "nvidia-uvm is not loaded (/sbin/modprobe nvidia-uvm exited with status 1: \
-                 modprobe: FATAL: Module nvidia-uvm not found"
-            ),
-            "{text}"
-        );
-    }
-    use crate::gpu::{Node, order};
-
-    fn gpu(name: &str, card: u32) -> Gpu {
-        Gpu {
-            index: 0,
-            bus_id: None,
-            name: name.into(),
-            driver: Some(name.into()),
-            pci_id: None,
-            nodes: vec![
-                Node {
-                    path: format!("/dev/dri/card{card}").into(),
-                    kind: NodeKind::Primary,
-                    dev: (226, card),
-                    by_path: Some(format!("platform-{name}-card")),
-                },
-                Node {
-                    path: format!("/dev/dri/renderD{}", 128 + card).into(),
-                    kind: NodeKind::Render,
-                    dev: (226, 128 + card),
-                    by_path: None,
-                },
-            ],
-            vendor_nodes: Vec::new(),
-            numa_node: None,
-            local_cpulist: None,
-        }
-    }
-
-    #[test]
-    fn renumbering_follows_selector_order() {
-        let all = order(vec![gpu("a", 0), gpu("b", 3)]);
-        let chosen = [&all[1], &all[0]];
-        let stat = |_: &Path| (0o660, (0, 44));
-        let p = placement(&chosen, true, stat);
-        let names: Vec<(&str, (u32, u32))> = p.iter().map(|n| (n.name.as_str(), n.dev)).collect();
-        assert_eq!(
-            names,
-            [
-                ("card0", (226, 3)),
-                ("renderD128", (226, 131)),
-                ("card1", (226, 0)),
-                ("renderD129", (226, 128))
-            ]
-        );
-        let kept = placement(&chosen, false, stat);
-        assert_eq!(kept[0].name, "card3");
-    }
-
-    #[test]
-    fn the_effective_list_must_keep_every_ancestor() {
-        assert_eq!(effective_ok(&[3, 4], &[3, 4, 9], 9), Ok(()));
-        assert_eq!(effective_ok(&[], &[9], 9), Ok(()));
-        // An ALLOW_OVERRIDE ancestor (4) yielded to ours.
-        let e = effective_ok(&[3, 4], &[3, 9], 9).unwrap_err();
-        assert_eq!(e, EffectiveError::AncestorLost(vec![4]));
-        assert!(e.to_string().contains("(id 4) stops applying"), "{e}");
-        assert_eq!(
-            effective_ok(&[3], &[3], 9),
-            Err(EffectiveError::OursMissing(9)),
-            "ours must apply"
-        );
-    }
-
-    #[test]
-    fn nvidia_majors_come_from_proc_devices() {
-        let text = "Character devices:\n  1 mem\n195 nvidia-frontend\n226 drm\n\
-                    236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  8 sd\n\
-                    259 nvidia-fake-block\n";
-        assert_eq!(nvidia_majors(text), [195, 236, 510]);
-        assert_eq!(nvidia_majors(""), [195]);
-    }
-
-    #[test]
-    fn inherited_gpu_nodes_are_refused() {
-        // fd 0 of a test is never a GPU node; a closed fd is refused.
-        assert!(check_inherited(&[0], &[], &GPU_MAJORS).is_ok());
-        assert!(check_inherited(&[999_999], &[], &GPU_MAJORS).is_err());
-        let f = std::fs::File::open("/dev/null").unwrap();
-        use std::os::fd::AsRawFd;
-        assert!(
-            check_inherited(&[f.as_raw_fd()], &[], &GPU_MAJORS).is_ok(),
-            "1:3 is no GPU"
-        );
-    }
-
-    #[test]
-    fn programs_are_found_as_execvp_would() {
-        use std::ffi::OsStr;
-        assert_eq!(
-            find_program(OsStr::new("./x"), None),
-            Some(PathBuf::from("./x"))
-        );
-        assert_eq!(
-            find_program(OsStr::new("sh"), Some(OsStr::new("relative:/bin"))),
-            Some(PathBuf::from("/bin/sh"))
-        );
-        assert_eq!(
-            find_program(OsStr::new("no-such-program-here"), Some(OsStr::new("/bin"))),
-            None
-        );
-    }
-}
+mod tests;
