@@ -252,7 +252,7 @@ pub const VIRGL_KERNELS: &[&str] = &["src-5.15", "debian-6.12"];
 /// What `scripts/guest-extra` runs, outside CI (the cold-run budget), before an issue is
 /// resolved: (lane, kernels).
 pub const EXTRA_LANES: &[(&str, &[&str])] = &[
-    ("strict suite, selftests", &["debian-6.1"]),
+    ("strict suite, selftests", &["debian-6.1", "debian-7.3"]),
     ("strict suite", &["stock-6.12"]),
     (
         "storm with drmtool's binaries",
