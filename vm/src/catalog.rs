@@ -155,7 +155,13 @@ pub const CATALOG: &[CatalogKernel] = &[
             vkms_patch: None,
         },
         default_matrix: true,
-        matrix_suites: None,
+        // Debian 12's own kernel: the drm-gem and hmm suites and drmtool's kernel-facing
+        // ones on Debian's config; drmtool's user-space engines (Slurm, Prometheus, the
+        // shared server, the KMS screenshot, the buffers and CLI tables) and libdrm's
+        // programs run on src-5.15 and debian-6.12 in CI, and on 6.1 in
+        // scripts/guest-extra (debian-6.1, the whole suite). The whole lane took 25-30
+        // minutes of CI's matrix (2026-12-05), its second phase alone.
+        matrix_suites: Some(KERNEL_FACING),
         extra_config: "",
         test_patches: &[],
         about: "Debian bookworm's own 6.1 image (linux-image-6.1.0-NN-amd64-unsigned), \
@@ -210,6 +216,48 @@ pub const CATALOG: &[CatalogKernel] = &[
         about: "stock-6.12 with a test-only vkms patch that prints the DRM fdinfo usage \
                 stats and a composer engine counter (config/vkms-fdinfo.patch)",
     },
+];
+
+/// The kernel-tests targets whose outcome turns on the kernel (drm-gem, hmm, and drmtool's
+/// isolation, vendor nodes, run, trace, hostile input, the library example, GPU memory
+/// limits): what a lane runs where another lane runs the user-space engines on the same
+/// series.
+pub const KERNEL_FACING: &[&str] = &[
+    "atomic",
+    "census",
+    "concurrency",
+    "device",
+    "dmabuf",
+    "drivers",
+    "drm_interop",
+    "drmtool_dmem",
+    "drmtool_hostile",
+    "drmtool_isolation",
+    "drmtool_library",
+    "drmtool_run",
+    "drmtool_trace",
+    "drmtool_vendor",
+    "example",
+    "example_modeset",
+    "gem",
+    "hmm_examples",
+    "hmm_mirror",
+    "host_register",
+    "kms",
+    "kms_legacy",
+    "kms_negative",
+    "negative",
+    "pmem",
+    "pmem_example",
+    "pointer_props",
+    "random_ops",
+    "release_failures",
+    "signal_storm",
+    "smoke",
+    "sync_file",
+    "syncobj",
+    "udmabuf",
+    "vgem",
 ];
 
 /// debian-7.3's own config lines ([`CatalogKernel::extra_config`]): the device-memory
@@ -451,8 +499,11 @@ mod tests {
         );
         assert_eq!(
             verified(find("stock-6.1").unwrap()),
-            "strict suite; scripts/guest-extra: storm with drmtool's binaries, CDI through \
-             podman"
+            format!(
+                "strict suite of {}; scripts/guest-extra: storm with drmtool's binaries, CDI \
+                 through podman",
+                KERNEL_FACING.join(", ")
+            )
         );
         assert_eq!(
             verified(find("debian-5.10").unwrap()),
