@@ -137,6 +137,8 @@ impl AllocJob {
         let mut args = vec!["--gpu", gpu, "--cgroup-parent", parent];
         args.extend_from_slice(limits);
         args.extend_from_slice(&["--", exe, &count, &bytes]);
+        let dir = Path::new(ROOT).join(parent);
+        let before = job_dirs(&dir);
         let mut child = drmtool_run(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -157,17 +159,14 @@ impl AllocJob {
                 break;
             }
         }
-        let dir = Path::new(ROOT).join(parent);
-        let jobs: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
+        let jobs: Vec<PathBuf> = job_dirs(&dir)
+            .into_iter()
+            .filter(|d| !before.contains(d))
             .collect();
         assert_eq!(
             jobs.len(),
             1,
-            "one job cgroup under {}: {jobs:?}",
+            "one new job cgroup under {}: {jobs:?}",
             dir.display()
         );
         AllocJob {
@@ -193,6 +192,18 @@ impl AllocJob {
         drop(self.child.stdin.take());
         self.child.wait().unwrap()
     }
+}
+
+/// The cgroups under `dir` (none when it does not exist yet).
+fn job_dirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `alloc I ok` / `alloc I errno E` lines: how many succeeded, and each failure's errno.
@@ -288,61 +299,69 @@ fn a_job_is_held_to_its_gpu_memory_limit_and_another_job_is_not() {
     let _ = std::fs::remove_dir(Path::new(ROOT).join(&parent));
 }
 
-/// `--mem-low` under another job's pressure: job A, protected with `--mem-low 16M`, holds
-/// 16 MiB of qxl's VRAM while job B allocates the whole region; then the same with an
-/// unprotected job C in A's place, the control: the pressure must evict C's buffers (or
-/// the test is blind), and A's must stay.
+/// Protection under another job's pressure: a holder job keeps 16 MiB of qxl's VRAM while
+/// a pressure job (a sibling job cgroup under the same parent, no protection) allocates the
+/// whole region, three times: the holder with `--mem-min 16M`, with `--mem-low 16M`, and
+/// unprotected (the control). `dmem.min` is the kernel's hard guarantee: the holder keeps
+/// all of it. The control must be evicted (or the test is blind). `dmem.low` is best
+/// effort: what it gives is measured and printed, not asserted.
+///
+/// Siblings, because the kernel weighs protection below the evictor's and the evictee's
+/// common ancestor, and where that is the root cgroup it evicts regardless
+/// (`dmem_cgroup_state_evict_valuable`; measured 2026-12-05 on 7.3.4 with the jobs under two
+/// parents: min and low alike kept nothing). drmtool's jobs share their parent
+/// (`drmtool.slice` by default), so they are protected from one another; a process in
+/// another top-level cgroup is not held back by them.
 #[test]
-fn a_protected_job_keeps_its_gpu_memory_under_another_jobs_pressure() {
+fn min_protects_a_jobs_gpu_memory_under_another_jobs_pressure() {
     let gpus = guest_gpus!();
     require_feature!("qxl_dmem");
     let (qxl, region, size) = qxl_region(&gpus).expect("qxl's dmem region");
     const MIB: u64 = 1 << 20;
-    let pid = std::process::id();
+    let parent = format!("drmtool-dmem-p-{}", std::process::id());
     let mut kept = Vec::new();
+    // Both jobs share the GPU (each says --shared 2).
     for (name, limits) in [
-        ("protected", &["--mem-low", "16M"][..]),
-        ("control", &[][..]),
+        ("min", &["--shared", "2", "--mem-min", "16M"][..]),
+        ("low", &["--shared", "2", "--mem-low", "16M"][..]),
+        ("control", &["--shared", "2"][..]),
     ] {
-        let holder = AllocJob::start(
-            &qxl,
-            &format!("drmtool-dmem-a-{pid}"),
-            limits,
-            16,
-            MIB as u32,
-        );
+        let holder = AllocJob::start(&qxl, &parent, limits, 16, MIB as u32);
         let before = holder.read(dmem::CURRENT_FILE, &region);
         let pressure = AllocJob::start(
             &qxl,
-            &format!("drmtool-dmem-b-{pid}"),
-            &[],
+            &parent,
+            &["--shared", "2"],
             (size / MIB) as usize,
             MIB as u32,
         );
         let after = holder.read(dmem::CURRENT_FILE, &region);
         let (ok, failed) = outcome(&pressure.lines);
         eprintln!(
-            "{name}: holder's dmem.current {before} before, {after} under pressure; the \
+            "holder with {name}: dmem.current {before} before, {after} under pressure; the \
              pressure job got {ok} of {} MiB ({} failed: {:?})",
             size / MIB,
             failed.len(),
             failed.first()
         );
+        assert!(failed.iter().all(|e| e == "ENOMEM"), "{failed:?}");
         kept.push((before, after));
         assert!(pressure.finish().success());
         assert!(holder.finish().success());
     }
-    let _ = std::fs::remove_dir(Path::new(ROOT).join(format!("drmtool-dmem-a-{pid}")));
-    let _ = std::fs::remove_dir(Path::new(ROOT).join(format!("drmtool-dmem-b-{pid}")));
-    let (protected, control) = (kept[0], kept[1]);
-    assert_eq!(protected.0, Value::Bytes(16 * MIB));
+    let _ = std::fs::remove_dir(Path::new(ROOT).join(&parent));
+    let (min, control) = (kept[0], kept[2]);
+    assert!(
+        kept.iter().all(|k| k.0 == Value::Bytes(16 * MIB)),
+        "{kept:?}"
+    );
     assert!(
         control.1 < control.0,
         "the pressure evicted nothing of the unprotected job: the test is blind ({control:?})"
     );
     assert_eq!(
-        protected.1, protected.0,
-        "the protected job lost VRAM under another job's pressure"
+        min.1, min.0,
+        "the job protected by dmem.min lost VRAM under another job's pressure"
     );
 }
 

@@ -6,7 +6,8 @@
 //! `alloc I errno E`) and then `held N` (how many it holds). It then holds them until its
 //! standard input closes, so that the test can read the job's cgroup meanwhile.
 //!
-//! The node: the render (else card) node the job was given whose driver is qxl.
+//! The node: the render (else card) node the job was given whose driver is qxl (qxl has
+//! no render node: its card node, where master is given up at once).
 
 use drm_gem::driver::qxl::{Qxl, QxlBo};
 use std::io::Read;
@@ -26,6 +27,10 @@ fn main() -> std::process::ExitCode {
         eprintln!("qxl-alloc: no qxl node in this job");
         return std::process::ExitCode::from(3);
     };
+    // qxl has no render node: on its card node the first opener is DRM master (and so
+    // authenticated, which QXL_ALLOC needs); giving master up at once leaves the next job
+    // on the GPU to become master in turn, while this file stays authenticated.
+    let _ = dev.drop_master();
     let qxl = match Qxl::new(&dev) {
         Ok(q) => q,
         Err(e) => {
