@@ -513,7 +513,7 @@ pub const SELFTESTS: &[(&str, &str)] = &[
 /// recipe, so a change of [`ensure_selftests`] builds them anew instead of reusing what an
 /// older recipe made (`selftests/`, without 5.15's `local_config.h`, has no hmm-tests) and
 /// never rewrites a directory another run may be using.
-pub const SELFTESTS_DIR: &str = "selftests-2";
+pub const SELFTESTS_DIR: &str = "selftests-3";
 
 /// Builds the kernel's own selftests for `k` (from the same source tree, against its
 /// installed uapi headers) into `<cache>/`[`SELFTESTS_DIR`], once. Returns the directory. A test
@@ -605,6 +605,20 @@ fn selftest_recipes(
         .unwrap_or_default();
     let hmm_src = t.join(hmm_dir).join("hmm-tests.c");
     let mut hmm_incs = vec![t.clone(), inc.clone(), tree.to_path_buf()];
+    // Newer trees (7.x) build hmm-tests with the mm selftests' helpers (vm_util.c,
+    // hugepage_settings.c): each helper whose header hmm-tests.c includes is compiled in,
+    // found by the source, not by the version.
+    let mut hmm_srcs = vec![hmm_src.clone()];
+    let hmm_text = fs::read_to_string(&hmm_src).unwrap_or_default();
+    for helper in ["vm_util", "hugepage_settings", "thp_settings"] {
+        let c = t.join(hmm_dir).join(format!("{helper}.c"));
+        if hmm_text.contains(&format!("{helper}.h")) && c.exists() {
+            hmm_srcs.push(c);
+        }
+    }
+    if hmm_srcs.len() > 1 {
+        hmm_incs.push(t.join(hmm_dir));
+    }
     // Trees around 5.15 include "./local_config.h", which their Makefile makes with
     // check_config.sh (it probes libhugetlbfs); the tree is never written, so the header is
     // made in the object directory and found through -I.
@@ -616,8 +630,9 @@ fn selftest_recipes(
         None => None,
     };
     let recipes: Vec<SelftestRecipe> = vec![
-        ("hmm-tests", vec![hmm_src.clone()], hmm_incs),
-        ("sync_test", sync_srcs, vec![inc.clone()]),
+        ("hmm-tests", hmm_srcs, hmm_incs),
+        // 7.x's sync_test includes "kselftest.h".
+        ("sync_test", sync_srcs, vec![inc.clone(), t.clone()]),
         (
             "udmabuf",
             vec![t.join("drivers/dma-buf/udmabuf.c")],
