@@ -687,9 +687,12 @@ pub fn charge_rows(
         .collect()
 }
 
+/// Where cgroup v2 is mounted, whose root holds [`CAPACITY_FILE`].
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 /// The cgroup root as a path (for [`Capacity::read`]).
 pub fn root() -> PathBuf {
-    PathBuf::from(crate::isolate::cgroup::ROOT)
+    PathBuf::from(CGROUP_ROOT)
 }
 
 #[cfg(test)]

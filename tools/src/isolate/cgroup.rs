@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 const CGROUP2_MAGIC: i64 = 0x6367_7270;
 
 /// Where cgroup v2 is mounted (the unified hierarchy).
-pub const ROOT: &str = "/sys/fs/cgroup";
+pub const ROOT: &str = crate::dmem::CGROUP_ROOT;
 
 /// Why cgroup v2 cannot be used here.
 #[derive(Debug, Clone, PartialEq, Eq)]

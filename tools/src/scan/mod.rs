@@ -69,7 +69,7 @@ impl Default for Options {
             sys_root: "/sys".into(),
             pids: Vec::new(),
             skip: Skip::default(),
-            cgroup_root: crate::isolate::cgroup::ROOT.into(),
+            cgroup_root: crate::dmem::CGROUP_ROOT.into(),
         }
     }
 }
