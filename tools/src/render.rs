@@ -288,26 +288,12 @@ fn dmem_tables(out: &mut String, st: &Style, r: &Report) {
     let Some(d) = r.dmem.as_ref().filter(|d| !d.regions.is_empty()) else {
         return;
     };
-    let _ = writeln!(
-        out,
-        "\n{}",
-        st.bold("GPU MEMORY REGIONS (dmem cgroup controller)")
-    );
-    let rows: Vec<Vec<String>> = d
+    let regions: Vec<Vec<String>> = d
         .regions
         .iter()
         .map(|g| vec![esc(&g.region), human(g.capacity)])
         .collect();
-    table(out, st, &["REGION", "CAPACITY"], &rows);
-    if d.charges.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "\n{}",
-        st.bold("CGROUPS CHARGED (dmem.current, dmem.max)")
-    );
-    let rows: Vec<Vec<String>> = d
+    let charges: Vec<Vec<String>> = d
         .charges
         .iter()
         .map(|c| {
@@ -319,7 +305,23 @@ fn dmem_tables(out: &mut String, st: &Style, r: &Report) {
             ]
         })
         .collect();
-    table(out, st, &["CGROUP", "REGION", "CURRENT", "MAX"], &rows);
+    for (title, header, rows) in [
+        (
+            "GPU MEMORY REGIONS (dmem cgroup controller)",
+            &["REGION", "CAPACITY"][..],
+            regions,
+        ),
+        (
+            "CGROUPS CHARGED (dmem.current, dmem.max)",
+            &["CGROUP", "REGION", "CURRENT", "MAX"][..],
+            charges,
+        ),
+    ] {
+        if !rows.is_empty() {
+            let _ = writeln!(out, "\n{}", st.bold(title));
+            table(out, st, header, &rows);
+        }
+    }
 }
 
 fn devices_table(out: &mut String, st: &Style, r: &Report) {
@@ -635,5 +637,47 @@ mod since_tests {
             super::since(951_782_400, 951_782_400 + 90_000),
             "2000-02-29 00:00:00Z (1d01h ago)"
         );
+    }
+
+    #[test]
+    fn dmem_regions_and_charges_are_tables_with_hostile_names_escaped() {
+        use crate::scan::{DmemRegion, DmemReport, Report, SCHEMA_VERSION, ScanStats};
+        let mut r = Report {
+            schema_version: SCHEMA_VERSION,
+            devices: Vec::new(),
+            clients: Vec::new(),
+            processes: Vec::new(),
+            dmabufs: Vec::new(),
+            sharing: Vec::new(),
+            unreadable: Vec::new(),
+            scan: ScanStats::default(),
+            warnings: Vec::new(),
+            dmem: None,
+        };
+        let mut out = String::new();
+        super::dmem_tables(&mut out, &super::Style { color: false }, &r);
+        assert_eq!(out, "", "no controller: no section");
+        r.dmem = Some(DmemReport {
+            regions: vec![DmemRegion {
+                region: "drm/0000:00:05.0/vram0".into(),
+                device: Some("0000:00:05.0".into()),
+                capacity: 64 << 20,
+            }],
+            charges: vec![crate::dmem::Charge {
+                cgroup: "/user.slice/\u{1b}[2Jevil".into(),
+                region: "drm/0000:00:05.0/vram0".into(),
+                current: 8 << 20,
+                max: None,
+            }],
+        });
+        super::dmem_tables(&mut out, &super::Style { color: false }, &r);
+        assert!(
+            out.contains("GPU MEMORY REGIONS (dmem cgroup controller)"),
+            "{out}"
+        );
+        assert!(out.contains("drm/0000:00:05.0/vram0"), "{out}");
+        assert!(out.contains("CGROUPS CHARGED"), "{out}");
+        assert!(!out.contains('\u{1b}'), "{out}");
+        assert!(out.contains(" max"), "{out}");
     }
 }

@@ -204,9 +204,15 @@ pub const FEATURE_OPTIONS: &[(&str, &[&str])] = &[
 pub const VKMS_FDINFO: &str = "vkms_fdinfo";
 
 /// `missing` with [`VKMS_FDINFO`] added unless `patched`, sorted.
-pub fn with_vkms_fdinfo(mut missing: Vec<String>, patched: bool) -> Vec<String> {
-    if !patched && !missing.iter().any(|f| f == VKMS_FDINFO) {
-        missing.push(VKMS_FDINFO.into());
+pub fn with_vkms_fdinfo(missing: Vec<String>, patched: bool) -> Vec<String> {
+    with_patch_feature(missing, VKMS_FDINFO, patched)
+}
+
+/// `missing` with a test patch's `feature` added (once) unless the kernel carries the
+/// patch, sorted.
+fn with_patch_feature(mut missing: Vec<String>, feature: &str, patched: bool) -> Vec<String> {
+    if !patched && !missing.iter().any(|f| f == feature) {
+        missing.push(feature.into());
     }
     missing.sort();
     missing
@@ -218,12 +224,8 @@ pub const QXL_DMEM: &str = "qxl_dmem";
 
 /// `missing` with [`QXL_DMEM`] added unless the kernel carries the qxl dmem patch
 /// (`patched`), sorted.
-pub fn with_qxl_dmem(mut missing: Vec<String>, patched: bool) -> Vec<String> {
-    if !patched && !missing.iter().any(|f| f == QXL_DMEM) {
-        missing.push(QXL_DMEM.into());
-    }
-    missing.sort();
-    missing
+pub fn with_qxl_dmem(missing: Vec<String>, patched: bool) -> Vec<String> {
+    with_patch_feature(missing, QXL_DMEM, patched)
 }
 
 /// The features of [`FEATURE_OPTIONS`] a kernel config lacks, sorted.
