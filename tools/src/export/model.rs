@@ -795,15 +795,6 @@ mod tests {
             max,
         };
         let report = Report {
-            schema_version: crate::scan::SCHEMA_VERSION,
-            devices: Vec::new(),
-            clients: Vec::new(),
-            processes: Vec::new(),
-            dmabufs: Vec::new(),
-            sharing: Vec::new(),
-            unreadable: Vec::new(),
-            scan: Default::default(),
-            warnings: Vec::new(),
             dmem: Some(DmemReport {
                 regions: vec![DmemRegion {
                     region: "drm/0000:00:05.0/vram0".into(),
@@ -820,6 +811,7 @@ mod tests {
                     ),
                 ],
             }),
+            ..Report::empty()
         };
         let text = |per| {
             let mut reg = Registry::default();

@@ -563,16 +563,8 @@ mod tests {
 
     fn report(c: ClientReport) -> Report {
         Report {
-            schema_version: SCHEMA_VERSION,
-            devices: Vec::new(),
             clients: vec![c],
-            processes: Vec::new(),
-            dmabufs: Vec::new(),
-            sharing: Vec::new(),
-            unreadable: Vec::new(),
-            scan: ScanStats::default(),
-            warnings: Vec::new(),
-            dmem: None,
+            ..Report::empty()
         }
     }
 

@@ -391,6 +391,24 @@ pub struct DmemRegion {
 }
 
 impl Report {
+    /// A report of nothing (no device, client or process, no dmem controller), at
+    /// [`SCHEMA_VERSION`]: what a scan of a machine without GPUs gives, and a base for
+    /// tests.
+    pub fn empty() -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            devices: Vec::new(),
+            clients: Vec::new(),
+            processes: Vec::new(),
+            dmabufs: Vec::new(),
+            sharing: Vec::new(),
+            unreadable: Vec::new(),
+            scan: ScanStats::default(),
+            warnings: Vec::new(),
+            dmem: None,
+        }
+    }
+
     /// Keeps only what concerns `gpus` (every node of each: their devices, the clients of
     /// those devices, the processes holding those clients or mappings of them); false, and
     /// the report unchanged, when none of the report's devices is theirs.
