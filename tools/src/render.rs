@@ -641,19 +641,8 @@ mod since_tests {
 
     #[test]
     fn dmem_regions_and_charges_are_tables_with_hostile_names_escaped() {
-        use crate::scan::{DmemRegion, DmemReport, Report, SCHEMA_VERSION, ScanStats};
-        let mut r = Report {
-            schema_version: SCHEMA_VERSION,
-            devices: Vec::new(),
-            clients: Vec::new(),
-            processes: Vec::new(),
-            dmabufs: Vec::new(),
-            sharing: Vec::new(),
-            unreadable: Vec::new(),
-            scan: ScanStats::default(),
-            warnings: Vec::new(),
-            dmem: None,
-        };
+        use crate::scan::{DmemRegion, DmemReport, Report};
+        let mut r = Report::empty();
         let mut out = String::new();
         super::dmem_tables(&mut out, &super::Style { color: false }, &r);
         assert_eq!(out, "", "no controller: no section");
