@@ -2,7 +2,8 @@
 //! `cmdline`, `status`, `fd/` links to char devices, dma-buf anon inodes, sockets and
 //! files, `fdinfo/` with drm-* and dma-buf keys, `maps`), a sysfs that says which char
 //! devices are DRM nodes and a DRM debugfs (`clients`, `framebuffer`, `gem_names`), written
-//! under one directory on /dev/shm (reused by every run of the process); then
+//! under one directory on /dev/shm (reused by every run of the process), and a cgroup v2
+//! root with the dmem controller's files (cgroups named by the input's bytes); then
 //! `drmtool::scan` runs on it and its report and tables are checked:
 //!
 //! - the scan never panics and accounts for every process directory;
@@ -11,6 +12,8 @@
 //!   fdinfo, a client's memory is at most its holders' fdinfo numbers in GiB, a process's
 //!   mapped bytes are at most its maps lines' lengths, totals add up;
 //! - the JSON and the tables are bounded by the input;
+//! - every dmem region's capacity and every cgroup's charge and limit is a number of its
+//!   file, every charged cgroup one of the tree's;
 //! - the tables carry no control byte but newlines.
 //!
 //! Char devices are the machine's harmless ones (`/dev/null`, `/dev/zero`...): a `statx`
@@ -467,11 +470,15 @@ fuzz_target!(|data: &[u8]| {
     if flags & 1 != 0 {
         fs::create_dir_all(proc_root.join("self")).unwrap();
     }
+    let cgroup_root = root.join("cgroup");
+    let cgroups = cgroup_tree(&mut inp, &cgroup_root);
+    written += cgroups.written;
 
     let opts = drmtool::Options {
         proc_root,
         debugfs_root,
         sys_root,
+        cgroup_root,
         pids: Vec::new(),
         skip: drmtool::scan::Skip {
             maps: flags & 2 != 0,
@@ -481,12 +488,22 @@ fuzz_target!(|data: &[u8]| {
     };
     let r = drmtool::scan(&opts).expect("the synthetic /proc is listable");
     check(&r, &procs, dirs, &f.pool_inodes);
+    check_dmem(&r, &cgroups);
 
     let by = [By::Process, By::Client, By::Buffer][usize::from(flags >> 4) % 3];
     let sort = [SortKey::Size, SortKey::Pid, SortKey::Name][usize::from(flags >> 6) % 3];
     let table = drmtool::render::tables(&r, by, sort, false);
     let json = serde_json::to_string(&r).unwrap();
-    let items = 1 + r.processes.len() + r.clients.len() + r.dmabufs.len() + r.devices.len();
+    let dmem_rows = r
+        .dmem
+        .as_ref()
+        .map_or(0, |d| d.regions.len() + d.charges.len());
+    let items = 1
+        + r.processes.len()
+        + r.clients.len()
+        + r.dmabufs.len()
+        + r.devices.len()
+        + dmem_rows;
     let bound = 64 * 1024 + 32 * (written + data.len()) * items;
     assert!(
         table.len() <= bound,
@@ -641,5 +658,113 @@ fn check(r: &drmtool::Report, procs: &BTreeMap<u32, Proc>, dirs: usize, pool: &[
                 p.pid
             );
         }
+    }
+}
+
+/// Lines of dmem files as the kernel writes them (`dmem.capacity`, `.current`, `.max`).
+const DMEM_LINES: &[&str] = &[
+    "drm/0000:00:02.0/vram0 16777216",
+    "drm/0000:00:05.0/vram0 0",
+    "drm/0000:00:05.0/vram0 max",
+    "ttm/system 1073741824",
+];
+
+fn dmem_line(inp: &mut In<'_>) -> String {
+    let region = String::from_utf8_lossy(inp.bytes(24)).into_owned();
+    if inp.u8() % 4 == 0 {
+        format!("{region} max")
+    } else {
+        format!("{region} {}", inp.number())
+    }
+}
+
+/// The synthetic cgroup v2 tree: what the scan may report of it.
+#[derive(Default)]
+struct Cgroups {
+    /// `dmem.capacity` was written.
+    capacity: bool,
+    /// Numbers of `dmem.capacity`.
+    capacity_numbers: Vec<u64>,
+    /// Each cgroup (`/a/b`, as the scan names it): numbers of its `dmem.current` and
+    /// `dmem.max`, and the lines of its `dmem.current`.
+    groups: BTreeMap<String, (Vec<u64>, Vec<u64>, usize)>,
+    written: usize,
+}
+
+/// Writes a cgroup root under `root` from the input: maybe a `dmem.capacity`, and up to 6
+/// cgroups (names of the input's bytes, any byte but `/` and NUL; nested or not) with
+/// `dmem.current` and `dmem.max`.
+fn cgroup_tree(inp: &mut In<'_>, root: &Path) -> Cgroups {
+    let mut c = Cgroups::default();
+    fs::create_dir_all(root).unwrap();
+    if inp.u8() % 2 == 0 {
+        return c;
+    }
+    let t = text(inp, DMEM_LINES, 6, &mut dmem_line);
+    numbers(&t, &mut c.capacity_numbers);
+    c.written += t.len();
+    c.capacity = true;
+    fs::write(root.join("dmem.capacity"), t).unwrap();
+    let mut made: Vec<String> = Vec::new();
+    for _ in 0..inp.below(7) {
+        let raw = String::from_utf8_lossy(inp.bytes(12)).replace(['/', '\0'], "_");
+        if raw.is_empty() || raw == "." || raw == ".." {
+            continue;
+        }
+        let rel = match inp.below(made.len() + 1) {
+            0 => format!("/{raw}"),
+            k => format!("{}/{raw}", made[k - 1]),
+        };
+        let dir = root.join(&rel[1..]);
+        if dir.exists() {
+            continue;
+        }
+        fs::create_dir_all(&dir).unwrap();
+        let (mut cur, mut max) = (Vec::new(), Vec::new());
+        let current = text(inp, DMEM_LINES, 4, &mut dmem_line);
+        let lines = String::from_utf8_lossy(&current).lines().count();
+        numbers(&current, &mut cur);
+        c.written += current.len() + rel.len();
+        fs::write(dir.join("dmem.current"), current).unwrap();
+        if inp.u8() % 4 != 0 {
+            let m = text(inp, DMEM_LINES, 4, &mut dmem_line);
+            numbers(&m, &mut max);
+            c.written += m.len();
+            fs::write(dir.join("dmem.max"), m).unwrap();
+        }
+        c.groups.insert(rel.clone(), (cur, max, lines));
+        made.push(rel);
+    }
+    c
+}
+
+/// Every dmem figure of the report is one of its file's numbers; every charged cgroup is
+/// one of the tree's, with no more rows than its `dmem.current` has lines.
+fn check_dmem(r: &drmtool::Report, c: &Cgroups) {
+    let Some(d) = &r.dmem else {
+        return;
+    };
+    assert!(c.capacity, "a dmem report without a dmem.capacity");
+    for reg in &d.regions {
+        assert!(
+            reg.capacity == u64::MAX || c.capacity_numbers.contains(&reg.capacity),
+            "capacity {} of {:?} is none of the file's",
+            reg.capacity,
+            reg.region
+        );
+        assert!(reg.region.bytes().all(|b| b.is_ascii_graphic()));
+    }
+    let mut rows: BTreeMap<&str, usize> = BTreeMap::new();
+    for ch in &d.charges {
+        let Some((cur, max, lines)) = c.groups.get(&ch.cgroup) else {
+            panic!("charge of {:?}, no cgroup of the tree", ch.cgroup);
+        };
+        assert!(cur.contains(&ch.current), "{ch:?}: current is none of the file's");
+        if let Some(m) = ch.max {
+            assert!(max.contains(&m), "{ch:?}: max is none of the file's");
+        }
+        let n = rows.entry(ch.cgroup.as_str()).or_default();
+        *n += 1;
+        assert!(*n <= *lines, "{:?}: more rows than lines", ch.cgroup);
     }
 }
