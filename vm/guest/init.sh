@@ -152,6 +152,10 @@ if [ "$VM_HOSTROOT" = 1 ]; then
   mount -t cgroup2 cgroup2 /host/sys/fs/cgroup 2>/dev/null
   mount -o rbind /dev /host/dev
   mount -t debugfs debugfs /host/sys/kernel/debug
+  # tracefs of its own: debugfs no longer mounts it at debug/tracing by itself once the
+  # kernel drops CONFIG_TRACEFS_AUTOMOUNT_DEPRECATED (7.3's Debian config does).
+  [ -d /host/sys/kernel/tracing ] &&
+    mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
   mount -t configfs configfs /host/sys/kernel/config 2>/dev/null
   # /tmp becomes a writable tmpfs; host directories under /tmp that the payload needs
   # (its working directory, programs given by path) are bound back in, read-only.
