@@ -669,9 +669,23 @@ fn qxl_bad_input() {
 /// while the buffer a CRTC scans out (fbcon's, on 5.10 and the stock kernels) is the one
 /// used range: as many pages as that framebuffer's pitch x height (read back with GETFB2).
 /// Where nothing is scanned out (the self-built 6.1 and 6.12 have no fbcon) VRAM is empty.
+///
+/// A bochs without the VRAM helper (7.3's: GEM shmem, no `vram-mm`; the driver copies
+/// damaged rectangles into VRAM at offset 0) keeps dumb buffers in system memory: writing
+/// one leaves VRAM (BAR 0, read through sysfs `resource0`) exactly as it was.
 #[test]
 fn bochs_vram_placement() {
     let dev = require_driver!("bochs", &bochs::DRIVER_NAMES, NodeKind::Primary);
+    if let Err(e) = bochs::vram_mm(&dev) {
+        eprintln!("no VRAM manager: {e}");
+        assert_no_vram_manager(&e);
+        let vram = BochsVram::map(&dev);
+        let before = vram.words(1024);
+        let mut b = DumbBuffer::create(&dev, DumbSpec::new(256, 256, 32)).expect("CREATE_DUMB");
+        b.map().unwrap().write_at(0, &[0xa5; 4096]).unwrap();
+        assert_eq!(vram.words(1024), before, "a dumb buffer is not in VRAM");
+        return;
+    }
     let read = || {
         let text = std::fs::read_to_string(bochs::vram_mm_path(&dev).unwrap()).unwrap();
         let mm = bochs::vram_mm(&dev).expect("vram-mm");
@@ -739,11 +753,13 @@ fn prop<O: drm_gem::kms::ModeObject + core::fmt::Debug>(
         .id
 }
 
-/// Scan-out is what puts a dumb buffer in VRAM: after an atomic modeset that shows our
-/// buffer, `vram-mm` has one more used range of exactly the buffer's pages; after the pipe
-/// is off and the buffer destroyed, VRAM is back to where it was. On every matrix kernel.
+/// Scan-out is what puts a dumb buffer in VRAM. With the VRAM helper: after an atomic
+/// modeset that shows our buffer, `vram-mm` has one more used range of exactly the
+/// buffer's pages; after the pipe is off and the buffer destroyed, VRAM is back to where it
+/// was. Without it (7.3's shmem bochs, probed by `vram-mm`'s absence): the modeset copies
+/// the buffer to VRAM offset 0, and a later write reaches VRAM after DIRTYFB names it.
 #[test]
-fn bochs_scanout_pins_the_buffer_in_vram() {
+fn bochs_scanout_puts_the_buffer_in_vram() {
     kernel_tests::fds_shared();
     use drm_gem::ClientCap;
     use drm_gem::kms::{AtomicFlags, AtomicRequest, FbSpec, Snapshot};
@@ -770,7 +786,14 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
         .or(probed.modes.first())
         .expect("a mode");
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
-    let before = bochs::vram_mm(&dev).expect("vram-mm");
+    let before = match bochs::vram_mm(&dev) {
+        Ok(mm) => Some(mm),
+        Err(e) => {
+            eprintln!("no VRAM manager: {e}");
+            assert_no_vram_manager(&e);
+            None
+        }
+    };
     let fds = open_fds();
     {
         let spec = DumbSpec {
@@ -789,7 +812,17 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
                 buf.pitch(),
             ))
             .expect("ADDFB2");
-        assert_eq!(bochs::vram_mm(&dev).unwrap(), before, "not yet scanned out");
+        if let Some(before) = &before {
+            assert_eq!(
+                &bochs::vram_mm(&dev).unwrap(),
+                before,
+                "not yet scanned out"
+            );
+        }
+        let mut buf = buf;
+        let row = (buf.pitch() / 4) as usize;
+        let pattern = |k: u32| move |i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ k;
+        write_words(&mut buf, 2 * row, pattern(1));
         let blob = dev.create_blob(&mode.to_blob_bytes()).expect("mode blob");
         let mut req = AtomicRequest::new();
         req.set(crtc, prop(&dev, crtc, "ACTIVE"), 1)
@@ -812,18 +845,29 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
             Some(fb.id()),
             "the CRTC shows our framebuffer"
         );
-        let on = bochs::vram_mm(&dev).expect("vram-mm");
-        let text = std::fs::read_to_string(bochs::vram_mm_path(&dev).unwrap()).unwrap();
-        eprintln!("{w}x{h}: {pages} pages; vram-mm while scanned out:\n{text}");
-        assert_eq!(on.used_pages, before.used_pages + pages, "{on:?}");
-        let new: Vec<_> = on
-            .used_ranges()
-            .filter(|r| !before.used_ranges().any(|o| o == *r))
-            .collect();
-        assert_eq!(new.len(), 1, "one new VRAM allocation: {new:?}");
-        assert_eq!(new[0].pages, pages);
-        if let Some(u) = on.usage_bytes {
-            assert_eq!(u, on.used_bytes());
+        if let Some(before) = &before {
+            pinned(&dev, before, pages);
+        } else {
+            let vram = BochsVram::map(&dev);
+            let want: Vec<u32> = (0..2 * row).map(pattern(1)).collect();
+            assert_eq!(
+                vram.words(2 * row),
+                want,
+                "the modeset copied the buffer to VRAM"
+            );
+            write_words(&mut buf, 2 * row, pattern(2));
+            assert_eq!(
+                vram.words(2 * row),
+                want,
+                "a write alone stays in system memory"
+            );
+            assert!(dev.dirty_framebuffer(fb.id(), &[]).expect("DIRTYFB"));
+            let want: Vec<u32> = (0..2 * row).map(pattern(2)).collect();
+            assert_eq!(
+                vram.words(2 * row),
+                want,
+                "DIRTYFB copied the write to VRAM"
+            );
         }
 
         let mut off = AtomicRequest::new();
@@ -836,8 +880,68 @@ fn bochs_scanout_pins_the_buffer_in_vram() {
             .expect("pipe off");
         drop((fb, blob, buf));
     }
-    let after = bochs::vram_mm(&dev).expect("vram-mm");
-    assert_eq!(after.used_pages, before.used_pages, "{after:?}");
+    if let Some(before) = &before {
+        let after = bochs::vram_mm(&dev).expect("vram-mm");
+        assert_eq!(after.used_pages, before.used_pages, "{after:?}");
+    }
     assert_eq!(open_fds(), fds, "fds leaked");
     assert_eq!(dev.live_handles(), 0, "handles leaked");
+}
+
+/// `vram-mm` while our buffer is scanned out: one more used range, of its pages.
+fn pinned(dev: &Device, before: &bochs::VramMm, pages: u64) {
+    let on = bochs::vram_mm(dev).expect("vram-mm");
+    let text = std::fs::read_to_string(bochs::vram_mm_path(dev).unwrap()).unwrap();
+    eprintln!("{pages} pages; vram-mm while scanned out:\n{text}");
+    assert_eq!(on.used_pages, before.used_pages + pages, "{on:?}");
+    let new: Vec<_> = on
+        .used_ranges()
+        .filter(|r| !before.used_ranges().any(|o| o == *r))
+        .collect();
+    assert_eq!(new.len(), 1, "one new VRAM allocation: {new:?}");
+    assert_eq!(new[0].pages, pages);
+    if let Some(u) = on.usage_bytes {
+        assert_eq!(u, on.used_bytes());
+    }
+}
+
+/// The probe said no `vram-mm`: that must be because the driver has no VRAM manager
+/// (debugfs is mounted in the guest), never another failure.
+fn assert_no_vram_manager(e: &Error) {
+    assert!(
+        matches!(e, Error::Unsupported { reason, .. } if reason.contains("no VRAM manager")),
+        "{e}"
+    );
+}
+
+/// A bochs device's VRAM as the CPU sees it: PCI BAR 0 through sysfs `resource0`, mapped
+/// read-only (the first 64 KiB).
+struct BochsVram(kernel_tests::mem::Region);
+
+impl BochsVram {
+    fn map(dev: &Device) -> BochsVram {
+        use std::os::fd::AsFd;
+        let st = rustix::fs::fstat(dev).expect("fstat");
+        let (ma, mi) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        let path = format!("/sys/dev/char/{ma}:{mi}/device/resource0");
+        let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let pages = (64 << 10) / kernel_tests::mem::page();
+        BochsVram(kernel_tests::mem::Region::file(
+            f.as_fd(),
+            pages,
+            true,
+            kernel_tests::mem::Access::Read,
+        ))
+    }
+
+    /// The first `n` 32-bit words.
+    fn words(&self, n: usize) -> Vec<u32> {
+        (0..n).map(|i| self.0.u32_at(i)).collect()
+    }
+}
+
+/// Writes `f(i)` as the `i`-th 32-bit word of `buf`, for the first `n` words.
+fn write_words(buf: &mut DumbBuffer<&Device>, n: usize, f: impl Fn(usize) -> u32) {
+    let bytes: Vec<u8> = (0..n).flat_map(|i| f(i).to_le_bytes()).collect();
+    buf.map().unwrap().write_at(0, &bytes).unwrap();
 }
