@@ -204,6 +204,7 @@ pub const CATALOG: &[CatalogKernel] = &[
         matrix_suites: Some(&[
             "smoke",
             "census",
+            "bochs",
             "dmabuf",
             "drivers",
             "drmtool_buffers",
@@ -227,6 +228,7 @@ pub const CATALOG: &[CatalogKernel] = &[
 /// series.
 pub const KERNEL_FACING: &[&str] = &[
     "atomic",
+    "bochs",
     "census",
     "concurrency",
     "device",
