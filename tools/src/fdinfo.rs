@@ -7,7 +7,10 @@
 //! (older, the same as resident), `drm-total-`, `drm-shared-`, `drm-resident-`,
 //! `drm-purgeable-`, `drm-active-<region>` with an optional `KiB`/`MiB` unit. Before 5.19
 //! amdgpu printed its own keys (`pdev`, `pasid`, `vram mem`, `gtt mem`, `cpu mem`, `gfx0`
-//! ...), which are parsed too. dma-buf files print `size`, `count`, `exp_name` and `name`.
+//! ...), which are parsed too; newer amdgpu (6.12 and 7.3 do) prints `amd-evicted-<region>`,
+//! `amd-requested-<region>` and `amd-memory-visible-vram` beside the common keys (kept per
+//! region; `visible-vram` is part of `vram` and adds nothing to a total). dma-buf files
+//! print `size`, `count`, `exp_name` and `name`.
 //!
 //! The parsers never fail: a line they cannot read goes to `malformed`, a key they do not
 //! know goes to `unknown`, and a value that does not fit stays unknown rather than guessed.
@@ -64,6 +67,13 @@ pub struct RegionStats {
     pub active: Option<u64>,
     /// `drm-memory-<region>`: the older key, defined as resident.
     pub memory: Option<u64>,
+    /// `amd-evicted-<region>` (amdgpu): of the client's buffers that want this
+    /// region, the bytes evicted out of it now.
+    pub amd_evicted: Option<u64>,
+    /// `amd-requested-<region>` (amdgpu): the bytes the client asked for in this region.
+    pub amd_requested: Option<u64>,
+    /// `amd-memory-<region>` (amdgpu, `visible-vram`): resident bytes in the region.
+    pub amd_memory: Option<u64>,
 }
 
 /// What pre-5.19 amdgpu printed before the common keys existed.
@@ -277,6 +287,7 @@ const MEMORY_KINDS: [&str; 6] = [
     "active",
     "memory",
 ];
+const AMD_MEMORY_KINDS: [&str; 3] = ["evicted", "requested", "memory"];
 const AMDGPU_RINGS: [&str; 7] = ["gfx", "compute", "dma", "dec", "enc_1", "enc", "jpeg"];
 
 /// Parses the text of a DRM fd's fdinfo.
@@ -399,6 +410,24 @@ fn amdgpu_key(out: &mut DrmFdinfo, key: &str, v: &str) -> Option<Result<(), Fiel
         "vram mem" => parse_size(v).map(|n| legacy(out).vram = Some(n)),
         "gtt mem" => parse_size(v).map(|n| legacy(out).gtt = Some(n)),
         "cpu mem" => parse_size(v).map(|n| legacy(out).cpu = Some(n)),
+        _ if key.starts_with("amd-") => {
+            let (kind, region) = AMD_MEMORY_KINDS.iter().find_map(|k| {
+                let region = key
+                    .strip_prefix("amd-")?
+                    .strip_prefix(k)?
+                    .strip_prefix('-')?;
+                (!region.is_empty()).then_some((*k, region))
+            })?;
+            parse_size(v).map(|n| {
+                let r = out.regions.entry(region.to_string()).or_default();
+                let slot = match kind {
+                    "evicted" => &mut r.amd_evicted,
+                    "requested" => &mut r.amd_requested,
+                    _ => &mut r.amd_memory,
+                };
+                *slot = Some(n);
+            })
+        }
         _ => {
             let ring = AMDGPU_RINGS.iter().any(|p| {
                 key.strip_prefix(p)

@@ -1,7 +1,8 @@
 //! Human tables for a [`Report`]: aligned columns, colour only when asked (a TTY without
 //! `NO_COLOR`), every figure followed by its source, unknown figures spelled `unknown`.
 
-use crate::scan::{Figure, Report, Source};
+use crate::fdinfo::RegionStats;
+use crate::scan::{ClientReport, Figure, Report, Source};
 use crate::untrusted::Untrusted;
 use std::fmt::Write;
 
@@ -421,6 +422,10 @@ fn clients_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
         SortKey::Size => cs.sort_by_key(|c| std::cmp::Reverse(size_of(&c.memory_total))),
         SortKey::Pid | SortKey::Name => cs.sort_by_key(|c| c.holders.first().map(|h| h.pid)),
     }
+    // amdgpu's evicted bytes get a column where some client prints them.
+    let evicted = cs
+        .iter()
+        .any(|c| c.regions.values().any(|r| r.amd_evicted.is_some()));
     let rows: Vec<Vec<String>> = cs
         .iter()
         .map(|c| {
@@ -433,7 +438,7 @@ fn clients_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
                 })
                 .collect::<Vec<_>>()
                 .join(" ");
-            vec![
+            let mut row = vec![
                 esc(&c.node),
                 c.client_id.map_or_else(|| "-".into(), |i| i.to_string()),
                 c.holders
@@ -444,28 +449,45 @@ fn clients_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
                 c.dedupe.to_string(),
                 fig(&c.memory_total),
                 fig(&c.memory_shared),
-                if engines.is_empty() {
-                    "-".into()
-                } else {
-                    engines
-                },
-            ]
+                region_sum(c, |r| r.resident.or(r.memory)),
+                region_sum(c, |r| r.purgeable),
+            ];
+            if evicted {
+                row.push(region_sum(c, |r| r.amd_evicted));
+            }
+            row.push(if engines.is_empty() {
+                "-".into()
+            } else {
+                engines
+            });
+            row
         })
         .collect();
-    table(
-        out,
-        st,
-        &[
-            "NODE",
-            "CLIENT ID",
-            "HELD BY (pid:fd)",
-            "SAME FILE BY",
-            "TOTAL",
-            "SHARED",
-            "ENGINES",
-        ],
-        &rows,
-    );
+    let mut head = vec![
+        "NODE",
+        "CLIENT ID",
+        "HELD BY (pid:fd)",
+        "SAME FILE BY",
+        "TOTAL",
+        "SHARED",
+        "RESIDENT",
+        "PURGEABLE",
+    ];
+    if evicted {
+        head.push("EVICTED");
+    }
+    head.push("ENGINES");
+    table(out, st, &head, &rows);
+}
+
+/// The sum over a client's regions of one fdinfo figure (`drm-resident-*` ...), human
+/// readable; `-` where no region prints it.
+fn region_sum(c: &ClientReport, f: impl Fn(&RegionStats) -> Option<u64>) -> String {
+    c.regions
+        .values()
+        .filter_map(f)
+        .reduce(u64::saturating_add)
+        .map_or_else(|| "-".into(), human)
 }
 
 fn buffers_table(out: &mut String, st: &Style, r: &Report, sort: SortKey) {
@@ -636,6 +658,56 @@ mod since_tests {
         assert_eq!(
             super::since(951_782_400, 951_782_400 + 90_000),
             "2000-02-29 00:00:00Z (1d01h ago)"
+        );
+    }
+
+    #[test]
+    fn clients_show_resident_purgeable_and_amdgpu_evicted() {
+        use crate::scan::{FdRef, Report, report::client_report};
+        let st = super::Style { color: false };
+        let plain = crate::fdinfo::parse_drm(include_str!(
+            "../tests/fixtures/fdinfo-full-usage-stats.txt"
+        ));
+        let amd =
+            crate::fdinfo::parse_drm(include_str!("../tests/fixtures/fdinfo-amdgpu-6.12.txt"));
+        let at = |fd| FdRef { pid: 42, fd };
+        let mut r = Report::empty();
+        r.clients = vec![client_report(
+            0,
+            0,
+            "renderD128",
+            at(3),
+            Some(plain),
+            "drm-client-id",
+        )];
+        let mut out = String::new();
+        super::clients_table(&mut out, &st, &r, super::SortKey::Size);
+        assert!(
+            out.contains("RESIDENT") && out.contains("PURGEABLE"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("EVICTED"),
+            "no client prints amd-evicted-*: {out}"
+        );
+        // resident: 30 MiB of vram, 12288 B of system, the older drm-memory-gtt 3 KiB.
+        assert!(out.contains("30.0 MiB"), "{out}");
+        assert!(out.contains("1.0 MiB"), "purgeable: {out}");
+        r.clients.push(client_report(
+            1,
+            0,
+            "renderD128",
+            at(4),
+            Some(amd),
+            "drm-client-id",
+        ));
+        out.clear();
+        super::clients_table(&mut out, &st, &r, super::SortKey::Size);
+        assert!(out.contains("EVICTED"), "{out}");
+        assert!(out.contains("128.0 MiB"), "amd-evicted-vram: {out}");
+        assert!(
+            out.contains("514.0 MiB"),
+            "resident from drm-memory-*: {out}"
         );
     }
 

@@ -75,6 +75,30 @@ fn drm_fdinfo_every_documented_key() {
 }
 
 #[test]
+fn drm_fdinfo_amdgpu_6_12_evicted_and_requested() {
+    // The lines and their order as 6.12's amdgpu_show_fdinfo prints them (a space before
+    // the tab of `drm-memory-gtt: ` included).
+    let d = fdinfo::parse_drm(&fixture("fdinfo-amdgpu-6.12.txt"));
+    assert!(d.malformed.is_empty() && d.unknown.is_empty(), "{d:?}");
+    let vram = &d.regions["vram"];
+    assert_eq!(vram.memory, Some(512 << 20));
+    assert_eq!(vram.amd_evicted, Some(128 << 20));
+    assert_eq!(vram.amd_requested, Some(640 << 20));
+    let visible = &d.regions["visible-vram"];
+    assert_eq!(visible.amd_memory, Some(256 << 20));
+    assert_eq!(visible.amd_evicted, Some(0));
+    assert_eq!(d.regions["gtt"].amd_requested, Some(2 << 20));
+    assert_eq!(d.regions["gtt"].memory, Some(2 << 20));
+    // visible-vram is part of vram: it adds nothing to the total.
+    assert_eq!(d.total_bytes(), Some((512 << 20) + (2 << 20)));
+    assert_eq!(d.amdgpu_legacy.as_ref().and_then(|l| l.pasid), Some(32772));
+    // An amd- key of another shape is unknown, never a region.
+    let d = fdinfo::parse_drm("amd-evicted-:\t1 KiB\namd-other-vram:\t1 KiB\n");
+    assert!(d.regions.is_empty(), "{d:?}");
+    assert_eq!(d.unknown.len(), 2);
+}
+
+#[test]
 fn drm_fdinfo_amdgpu_before_5_19() {
     let d = fdinfo::parse_drm(&fixture("fdinfo-amdgpu-5.14-legacy.txt"));
     assert!(d.malformed.is_empty() && d.unknown.is_empty(), "{d:?}");

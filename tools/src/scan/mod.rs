@@ -8,7 +8,7 @@ mod dedup;
 mod devices;
 mod nodes;
 mod procfs;
-mod report;
+pub(crate) mod report;
 
 pub use procfs::{FDINFO_MAX, TRUNCATED, cgroup_v2_path};
 pub use report::{

@@ -461,7 +461,7 @@ pub(super) fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-pub(super) fn client_report(
+pub(crate) fn client_report(
     index: usize,
     device: usize,
     node: &str,
