@@ -709,6 +709,17 @@ mod since_tests {
             out.contains("514.0 MiB"),
             "resident from drm-memory-*: {out}"
         );
+        // The JSON of both, amdgpu's keys included, is what the schema says.
+        let v = serde_json::to_value(&r).unwrap();
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../schema/buffers.schema.json")).unwrap();
+        let errors: Vec<String> = jsonschema::validator_for(&schema)
+            .unwrap()
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+        assert_eq!(v["clients"][1]["regions"]["vram"]["amd_evicted"], 128 << 20);
     }
 
     #[test]
