@@ -24,6 +24,7 @@ pub mod pmem;
 pub mod prime;
 pub mod sample;
 mod sys_call;
+pub mod udmabuf_limit;
 
 pub use sys_call::raw;
 

@@ -250,12 +250,10 @@ fn udmabuf_registration_checks_the_seals_and_the_size_limit() {
     );
     drop((r, raw));
     assert_eq!(open_fds(), before, "a refusal leaked an fd");
-    // One page over the driver's size limit (the pages are never touched).
-    let limit = std::fs::read_to_string("/sys/module/udmabuf/parameters/size_limit_mb")
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        .unwrap_or(64)
-        << 20;
+    // One page over the driver's size limit (the pages are never touched), pinned at
+    // 64 MiB where the kernel's default is out of reach (7.3: INT_MAX MiB).
+    let _pinned = kernel_tests::udmabuf_limit::PinnedLimit::set(64);
+    let limit = 64usize << 20;
     let big = SealedMemfd::new("big", (limit + page()) as u64).unwrap();
     let mut whole = Region::file(big.as_fd(), limit / page() + 1, true, Access::ReadWrite);
     let r = unchanged_process("over the driver's size limit", || {
