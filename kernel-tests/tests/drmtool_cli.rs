@@ -30,6 +30,17 @@ fn probe_all(nodes: &[drm_gem::NodeInfo]) {
     }
 }
 
+/// `drm_info -j PATH`: its object for that node (null where it prints none).
+fn drm_info_of(path: &str) -> Value {
+    let out = std::process::Command::new("/usr/bin/drm_info")
+        .args(["-j", path])
+        .output()
+        .expect("run drm_info");
+    assert!(out.status.success(), "drm_info -j {path}: {:?}", out.status);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("drm_info JSON");
+    v[path].clone()
+}
+
 fn status_code(s: &str) -> u64 {
     match s {
         "connected" => 1,
@@ -63,7 +74,16 @@ fn info_agrees_with_drm_info() {
             .iter()
             .find(|d| d["path"] == path.as_str())
             .unwrap_or_else(|| panic!("no {path} in info"));
-        let theirs = &di[&path];
+        let by_path;
+        let mut theirs = &di[&path];
+        if theirs.is_null() && n.driver.as_deref() != Some("vgem") {
+            // drm_info enumerates through libdrm's drmGetDevices2, which leaves out a device
+            // whose bus libdrm cannot name (7.3's vkms is a faux device); asked by path it
+            // reads the node, and that is what we compare.
+            by_path = drm_info_of(&path);
+            eprintln!("drm_info's enumeration left out {path}: compared by path");
+            theirs = &by_path;
+        }
         if n.driver.as_deref() == Some("vgem") {
             // drm_info gives up on a node whose GETRESOURCES fails (vgem: no KMS) and
             // leaves it out; we report the driver and caps and say why there is no KMS.

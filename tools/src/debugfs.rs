@@ -38,6 +38,9 @@ pub struct Client {
     pub magic: u32,
     /// `name` column (6.13+): the client name, `<unset>` when none.
     pub name: Option<String>,
+    /// `id` column (7.3 prints it after `name`): the file's `drm-client-id`, which joins
+    /// the row to the fdinfo of the fds that hold it.
+    pub client_id: Option<u64>,
 }
 
 /// A parsed `clients` file.
@@ -61,7 +64,7 @@ fn yn(s: &str) -> Result<bool, FieldError> {
 pub fn parse_clients(text: &str) -> Clients {
     let mut out = Clients::default();
     let mut lines = text.lines().enumerate();
-    let (with_name, id_column) = loop {
+    let (trailing, id_column) = loop {
         match lines.next() {
             None => return out,
             Some((_, l)) if l.trim().is_empty() => continue,
@@ -80,7 +83,31 @@ pub fn parse_clients(text: &str) -> Clients {
                 } else {
                     "pid"
                 };
-                break (cols.last() == Some(&"name"), id_column);
+                // The columns after `magic`: none (before 6.13), `name`, or `name id` (7.3).
+                let trailing = match cols.iter().position(|c| *c == "magic") {
+                    Some(m) => match &cols[m + 1..] {
+                        [] => Trailing::None,
+                        ["name"] => Trailing::Name,
+                        ["name", "id"] => Trailing::NameId,
+                        _ => {
+                            out.malformed.push(Malformed::new(
+                                i + 1,
+                                l,
+                                "unknown columns after `magic` in the header",
+                            ));
+                            return out;
+                        }
+                    },
+                    None => {
+                        out.malformed.push(Malformed::new(
+                            i + 1,
+                            l,
+                            "no `magic` column in the header",
+                        ));
+                        return out;
+                    }
+                };
+                break (trailing, id_column);
             }
         }
     };
@@ -88,7 +115,7 @@ pub fn parse_clients(text: &str) -> Clients {
         if l.trim().is_empty() {
             continue;
         }
-        match client_row(l, with_name, id_column) {
+        match client_row(l, trailing, id_column) {
             Ok(c) => out.clients.push(c),
             Err(why) => out.malformed.push(Malformed::new(i + 1, l, why)),
         }
@@ -96,12 +123,26 @@ pub fn parse_clients(text: &str) -> Clients {
     out
 }
 
-fn client_row(l: &str, with_name: bool, id_column: &'static str) -> Result<Client, FieldError> {
+/// What a `clients` header has after `magic`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trailing {
+    None,
+    Name,
+    NameId,
+}
+
+fn client_row(l: &str, trailing: Trailing, id_column: &'static str) -> Result<Client, FieldError> {
     let mut cols: Vec<&str> = l.split_whitespace().collect();
-    let name = if with_name {
-        Some(cols.pop().ok_or(FieldError::EmptyName("row"))?.to_string())
+    let client_id = if trailing == Trailing::NameId {
+        let id = cols.pop().ok_or(FieldError::EmptyName("row"))?;
+        Some(id.parse::<u64>().map_err(|_| FieldError::bad("id", id))?)
     } else {
         None
+    };
+    let name = if trailing == Trailing::None {
+        None
+    } else {
+        Some(cols.pop().ok_or(FieldError::EmptyName("row"))?.to_string())
     };
     if cols.len() < 7 {
         return Err(FieldError::Columns {
@@ -121,6 +162,7 @@ fn client_row(l: &str, with_name: bool, id_column: &'static str) -> Result<Clien
         uid: num(tail[4], "uid")?,
         magic: num(tail[5], "magic")?,
         name,
+        client_id,
     })
 }
 

@@ -282,6 +282,19 @@ fn debugfs_clients_each_kernel() {
     assert_eq!(c.clients[0].name.as_deref(), Some("<unset>"));
     assert_eq!(c.clients[1].name.as_deref(), Some("mpv-gl"));
     assert_eq!(c.clients[1].command, "mpv");
+    // 7.3 adds the drm-client-id after the name.
+    let c = debugfs::parse_clients(&fixture("debugfs-clients-7.3-id.txt"));
+    assert!(c.malformed.is_empty(), "{c:?}");
+    assert_eq!(c.clients[0].command, "Xwayland main");
+    assert_eq!((c.clients[0].id, c.clients[0].client_id), (1234, Some(7)));
+    assert_eq!(c.clients[1].name.as_deref(), Some("job-7"));
+    assert_eq!((c.clients[1].id, c.clients[1].client_id), (240, Some(12)));
+    assert!(c.clients[1].master);
+    // A header with columns of no known shape after `magic` is refused whole, never read
+    // with the columns misplaced.
+    let c =
+        debugfs::parse_clients("command tgid dev master a uid magic id name\n x 1 0 y y 0 0 1 n\n");
+    assert!(c.clients.is_empty() && c.malformed.len() == 1, "{c:?}");
     let c = debugfs::parse_clients(&fixture("debugfs-clients-malformed.txt"));
     assert_eq!(
         c.malformed.iter().map(|m| m.line).collect::<Vec<_>>(),
