@@ -736,15 +736,7 @@ fn vblank_timer_runs(dev: &Device, crtc: CrtcId) {
         .expect("a virtio_gpu connector with a mode");
     let (w, h) = (u32::from(mode.size().0), u32::from(mode.size().1));
     let buf = DumbBuffer::create(dev, spec(w, h)).unwrap();
-    let fb = dev
-        .add_framebuffer(&FbSpec::single(
-            w,
-            h,
-            drm_gem::DrmFourcc::Xrgb8888,
-            buf.handle(),
-            buf.pitch(),
-        ))
-        .unwrap();
+    let fb = xrgb_fb(dev, &buf).unwrap();
     dev.set_crtc(crtc, fb.id(), (0, 0), &[conn], &mode)
         .expect("SETCRTC on virtio_gpu");
     let index = dev
