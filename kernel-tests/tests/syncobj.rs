@@ -636,7 +636,7 @@ fn bad_input_is_rejected_with_exact_errnos() {
     );
     expect_errno_quiet(
         &dev,
-        // Bit 1 is TIMELINE in 7.3, not in 6.12 (`DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_TIMELINE`): the
+        // Bit 1 is TIMELINE where the uapi has `DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_TIMELINE` (7.3 does): the
         // top bit is unknown to every kernel.
         "handle-to-fd: unknown flag",
         || raw::syncobj_handle_to_fd(&dev, sh.get(), 1 << 31, 0),
