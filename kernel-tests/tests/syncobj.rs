@@ -1,30 +1,31 @@
-//! DRM sync objects in real guests: support on every driver (and the kernel's answer where
-//! there is none), binary and timeline objects, waits, transfer, fd and sync_file interop
-//! (with vgem as the fence source), eventfd, and IGT-style bad input with exact errnos.
+//! DRM sync objects in real guests, the binary side: support on every driver (and the
+//! kernel's answer where there is none), binary objects' create/signal/wait/reset, waits
+//! across threads and over several handles, export and import of the object's fd, sync_file
+//! interop (with vgem as the fence source), and IGT-style bad input with exact errnos (the
+//! timeline and eventfd ioctls' bad input included). Timeline points, their waits,
+//! transfers, queries and eventfd: `syncobj_timeline`.
 //!
 //! In the matrix only virtio-gpu on Linux 6.12 has sync objects; on older kernels the
 //! positive tests assert that the probe says Unsupported, then skip loudly.
 
 #[macro_use]
 mod fence_common;
+#[macro_use]
+mod syncobj_common;
 
-use drm_gem::driver::vgem::{Vgem, VgemFence, VgemFenceAccess};
 use drm_gem::{
-    Caps, Device, DmaBufSync, DumbBuffer, DumbSpec, Errno, Error, FenceStatus, NodeKind,
-    PrimeFlags, SyncFile, Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags, Syncobjs, raw,
+    Caps, Errno, FenceStatus, NodeKind, Syncobj, SyncobjHandle, SyncobjTimeout, SyncobjWaitFlags,
+    Syncobjs, raw,
 };
 use fence_common::{
-    closed_fd, expect_errno, expect_errno_quiet, expect_unsupported, fd_count, kernel,
-    kernel_at_least,
+    closed_fd, expect_errno, expect_errno_quiet, expect_unsupported, fd_count, kernel_at_least,
 };
 use kernel_tests::{open_driver, require_driver, unchanged};
 use rustix::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use syncobj_common::{NONE, POLL, SUBMIT, vgem_fenced, virtio_support};
 
-const POLL: SyncobjTimeout = SyncobjTimeout::POLL;
-const NONE: SyncobjWaitFlags = SyncobjWaitFlags::empty();
-const SUBMIT: SyncobjWaitFlags = SyncobjWaitFlags::WAIT_FOR_SUBMIT;
 /// A handle no test creates (handles are allocated from 1 upwards).
 const UNKNOWN: u32 = 0x7fff_fff0;
 /// `DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_EXPORT_SYNC_FILE` (drm.h).
@@ -32,95 +33,8 @@ const EXPORT_SYNC_FILE: u32 = 1;
 /// `DRM_SYNCOBJ_FD_TO_HANDLE_FLAGS_IMPORT_SYNC_FILE` (drm.h).
 const IMPORT_SYNC_FILE: u32 = 1;
 
-/// What the probe must say for virtio-gpu on this kernel: sync objects from Linux 6.4
-/// ("drm/virtio: Support sync objects"); timelines (DRIVER_SYNCOBJ_TIMELINE) are asserted
-/// on 6.12, which has them, and taken as the probe says in 6.4-6.11.
-fn virtio_support(dev: &Device) -> Option<Syncobjs<&Device>> {
-    let (major, minor) = kernel();
-    match dev.syncobjs() {
-        Ok(s) => {
-            assert!(
-                kernel_at_least(6, 4),
-                "virtio-gpu on Linux {major}.{minor} must not claim sync objects"
-            );
-            if kernel_at_least(6, 12) {
-                assert!(s.timeline(), "virtio-gpu on 6.12 has timeline sync objects");
-            }
-            Some(s)
-        }
-        Err(e @ Error::Unsupported { .. }) => {
-            assert!(
-                !kernel_at_least(6, 4),
-                "virtio-gpu on Linux {major}.{minor} must have sync objects: {e}"
-            );
-            expect_unsupported(
-                "Syncobj::create",
-                unchanged(dev, "Syncobj::create", || Syncobj::create(dev, false)),
-            );
-            None
-        }
-        Err(e) => panic!("probing sync objects on virtio-gpu: {e}"),
-    }
-}
-
-/// The virtio-gpu device's sync objects, or a loud (non-failing) skip on kernels where the
-/// driver has none, after asserting that the probe says so.
-macro_rules! virtio_syncobjs {
-    ($dev:expr) => {
-        match virtio_support(&$dev) {
-            Some(s) => s,
-            None => skip_on_this_kernel!(
-                "virtio-gpu has no sync objects on Linux {:?} (asserted: Unsupported)",
-                kernel()
-            ),
-        }
-    };
-}
-
-macro_rules! timeline_syncobjs {
-    ($dev:expr) => {{
-        let s = virtio_syncobjs!($dev);
-        if !s.timeline() {
-            skip_on_this_kernel!("virtio-gpu has no timeline sync objects on {:?}", kernel());
-        }
-        s
-    }};
-}
-
 fn handle(raw: u32) -> SyncobjHandle {
     SyncobjHandle::new(raw).unwrap()
-}
-
-fn spec() -> DumbSpec {
-    DumbSpec {
-        width: 16,
-        height: 16,
-        bpp: 32,
-    }
-}
-
-/// A vgem dumb buffer with an unsignalled write fence, and the sync_file a reader of its
-/// dma-buf must wait for (`DMA_BUF_IOCTL_EXPORT_SYNC_FILE`, Linux 6.0+).
-fn vgem_fenced<'d>(
-    vgem: &Vgem<&'d Device>,
-) -> (DumbBuffer<&'d Device>, VgemFence<&'d Device>, SyncFile) {
-    let dev: &'d Device = vgem.device_ref();
-    let buf = DumbBuffer::create(dev, spec()).expect("vgem CREATE_DUMB");
-    let dmabuf = dev.export(buf.gem(), PrimeFlags::default()).unwrap();
-    let fence = vgem
-        .attach_fence(buf.handle(), VgemFenceAccess::Write)
-        .expect("VGEM_FENCE_ATTACH");
-    let sf = dmabuf
-        .export_sync_file(DmaBufSync::READ)
-        .expect("DMA_BUF_IOCTL_EXPORT_SYNC_FILE");
-    assert_eq!(sf.info().unwrap().status, FenceStatus::Active);
-    (buf, fence, sf)
-}
-
-macro_rules! vgem {
-    ($dev:expr) => {
-        Vgem::new(&$dev).expect("the vgem node is vgem")
-    };
 }
 
 #[test]
@@ -432,141 +346,6 @@ fn sync_file_export_and_import_into_an_existing_handle() {
     fence2.signal().unwrap();
     drop((sf, back, vsf, vsf2));
     assert_eq!(fd_count(), before, "fds leaked");
-}
-
-#[test]
-fn timeline_signal_wait_query_and_transfer() {
-    let dev = require_driver!("virtio_gpu", &["virtio_gpu"]);
-    let objs = timeline_syncobjs!(dev);
-    let vdev = require_driver!("vgem", &["vgem"]);
-    let vgem = vgem!(vdev);
-    let t = objs.create(false).unwrap();
-    assert_eq!(t.query().unwrap(), 0);
-    assert_eq!(t.last_submitted().unwrap(), 0);
-    t.timeline_signal(3).expect("TIMELINE_SIGNAL");
-    assert_eq!(t.query().unwrap(), 3);
-    assert_eq!(t.last_submitted().unwrap(), 3);
-    assert!(t.timeline_wait(2, NONE, POLL).unwrap(), "earlier points");
-    assert!(t.timeline_wait(3, NONE, POLL).unwrap());
-    expect_errno_quiet(
-        &dev,
-        "unsubmitted point without WAIT_FOR_SUBMIT",
-        || t.timeline_wait(5, NONE, POLL),
-        "DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT",
-        Errno::INVAL,
-    );
-    assert!(!t.timeline_wait(5, SUBMIT, POLL).unwrap());
-    assert!(
-        !t.timeline_wait(5, SyncobjWaitFlags::WAIT_AVAILABLE, POLL)
-            .unwrap()
-    );
-
-    // Binary -> timeline: an unsignalled vgem fence becomes point 7.
-    let (_buf, fence, vsf) = vgem_fenced(&vgem);
-    let b = objs.create(false).unwrap();
-    b.import_sync_file(vsf.as_fd()).unwrap();
-    objs.transfer(b.handle(), 0, t.handle(), 7, NONE)
-        .expect("SYNCOBJ_TRANSFER binary -> timeline");
-    assert_eq!(t.last_submitted().unwrap(), 7, "point 7 is submitted");
-    assert_eq!(t.query().unwrap(), 3, "but not signalled");
-    assert!(
-        t.timeline_wait(7, SyncobjWaitFlags::WAIT_AVAILABLE, POLL)
-            .unwrap()
-    );
-    assert!(!t.timeline_wait(7, NONE, POLL).unwrap());
-    // Timeline -> binary: point 7's fence into a fresh binary object.
-    let c = objs.create(false).unwrap();
-    objs.transfer(t.handle(), 7, c.handle(), 0, NONE)
-        .expect("SYNCOBJ_TRANSFER timeline -> binary");
-    assert!(!c.wait(NONE, POLL).unwrap());
-    // Several points at once, any and all.
-    let u = objs.create(false).unwrap();
-    objs.timeline_signal(&[u.handle()], &[1]).unwrap();
-    let hs = [t.handle(), u.handle()];
-    let all = SyncobjWaitFlags::WAIT_ALL;
-    assert_eq!(
-        objs.timeline_wait(&hs, &[7, 1], NONE, POLL).unwrap(),
-        Some(1)
-    );
-    assert_eq!(objs.timeline_wait(&hs, &[7, 1], all, POLL).unwrap(), None);
-    let mut points = [0u64; 2];
-    objs.query(&hs, &mut points, false).unwrap();
-    assert_eq!(points, [3, 1]);
-    objs.query(&hs, &mut points, true).unwrap();
-    assert_eq!(points, [7, 1]);
-
-    fence.signal().unwrap();
-    assert_eq!(t.query().unwrap(), 7);
-    assert!(t.timeline_wait(7, NONE, POLL).unwrap());
-    assert!(c.wait(NONE, POLL).unwrap());
-    assert!(
-        objs.timeline_wait(&hs, &[7, 1], all, POLL)
-            .unwrap()
-            .is_some()
-    );
-    // A signalled binary object becomes a signalled timeline point.
-    let s = objs.create(true).unwrap();
-    objs.transfer(s.handle(), 0, t.handle(), 9, NONE).unwrap();
-    assert_eq!(t.query().unwrap(), 9);
-}
-
-#[test]
-fn eventfd_fires_when_the_point_signals_or_becomes_available() {
-    kernel_tests::fds_shared();
-    use rustix::event::{EventfdFlags, eventfd};
-    let dev = require_driver!("virtio_gpu", &["virtio_gpu"]);
-    let objs = timeline_syncobjs!(dev);
-    let vdev = require_driver!("vgem", &["vgem"]);
-    let vgem = vgem!(vdev);
-    let new_eventfd = || eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap();
-    let count = |fd: &rustix::fd::OwnedFd| -> Option<u64> {
-        let mut b = [0u8; 8];
-        match rustix::io::read(fd, &mut b) {
-            Ok(8) => Some(u64::from_ne_bytes(b)),
-            Err(Errno::AGAIN) => None,
-            other => panic!("eventfd read: {other:?}"),
-        }
-    };
-    let t = objs.create(false).unwrap();
-    if !kernel_at_least(6, 6) {
-        let efd = new_eventfd();
-        expect_unsupported(
-            "eventfd before 6.6",
-            unchanged(&dev, "eventfd before 6.6", || {
-                t.eventfd(1, efd.as_fd(), NONE)
-            }),
-        );
-        skip_on_this_kernel!("DRM_IOCTL_SYNCOBJ_EVENTFD arrived in Linux 6.6");
-    }
-    let on_signal = new_eventfd();
-    t.eventfd(1, on_signal.as_fd(), NONE)
-        .expect("SYNCOBJ_EVENTFD");
-    assert_eq!(count(&on_signal), None, "nothing signalled yet");
-    t.timeline_signal(1).unwrap();
-    assert_eq!(count(&on_signal), Some(1));
-
-    // A point whose fence is submitted but unsignalled: WAIT_AVAILABLE fires at once.
-    let (_buf, fence, vsf) = vgem_fenced(&vgem);
-    let on_available = new_eventfd();
-    let on_signal = new_eventfd();
-    t.eventfd(2, on_available.as_fd(), SyncobjWaitFlags::WAIT_AVAILABLE)
-        .unwrap();
-    t.eventfd(2, on_signal.as_fd(), NONE).unwrap();
-    let b = objs.create(false).unwrap();
-    b.import_sync_file(vsf.as_fd()).unwrap();
-    objs.transfer(b.handle(), 0, t.handle(), 2, NONE).unwrap();
-    assert_eq!(count(&on_available), Some(1));
-    assert_eq!(count(&on_signal), None);
-    fence.signal().unwrap();
-    assert_eq!(count(&on_signal), Some(1));
-
-    // A binary object: point 0.
-    let a = objs.create(false).unwrap();
-    let efd = new_eventfd();
-    a.eventfd(0, efd.as_fd(), NONE).unwrap();
-    assert_eq!(count(&efd), None);
-    a.signal().unwrap();
-    assert_eq!(count(&efd), Some(1));
 }
 
 #[test]

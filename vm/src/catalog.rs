@@ -263,6 +263,7 @@ pub const KERNEL_FACING: &[&str] = &[
     "smoke",
     "sync_file",
     "syncobj",
+    "syncobj_timeline",
     "udmabuf",
     "vgem",
 ];
