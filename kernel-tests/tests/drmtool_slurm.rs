@@ -12,13 +12,13 @@
 //! (`probe_entry`, `sample_client_entry`).
 
 use drmtool::gpu;
-use kernel_tests::{in_guest, skip, which};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Stdio;
 
+#[macro_use]
 mod slurm_common;
+use slurm_common::{Cluster, failed, job_argv};
 
 const PROBE_ENV: &str = "DRMTOOL_SLURM_PROBE_OUT";
 
@@ -64,250 +64,23 @@ fn probe_entry() {
     std::process::exit(0);
 }
 
-/// A single-node cluster: munged, slurmctld and slurmd, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    conf: PathBuf,
-    /// The pid files of the daemons, in start order.
-    pids: Vec<PathBuf>,
-}
-
-/// The error text of a command that failed, with the daemons' logs.
-fn failed(dir: &Path, what: &str, out: &std::process::Output) -> String {
-    let logs: String = ["slurmctld.log", "slurmd.log", "munged.log"]
-        .iter()
-        .map(|l| {
-            let t = std::fs::read_to_string(dir.join(l)).unwrap_or_default();
-            let tail: Vec<&str> = t.lines().rev().take(15).collect();
-            format!(
-                "--- {l} (last lines)\n{}\n",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            )
-        })
-        .collect();
-    format!(
-        "{what}: {}\nstdout: {}\nstderr: {}\n{logs}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+/// One `srun --gres=<gres>` job of `cluster` running the probe (`probe_entry`); its
+/// report, written to `<name>.json` in the cluster's directory.
+fn probe(cluster: &Cluster, gres: &str, name: &str) -> Value {
+    let out = PathBuf::from(format!("{}/{name}.json", cluster.dir.display()));
+    let o = cluster
+        .cmd("srun")
+        .args([&format!("--gres={gres}"), "-n1", "--time=5"])
+        .args(job_argv("probe_entry"))
+        .env(PROBE_ENV, &out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", failed(&cluster.dir, "srun", &o));
+    serde_json::from_str(
+        &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
     )
-}
-
-impl Cluster {
-    /// Writes the configuration for `gpus` (gres.conf from `drmtool slurm gres-conf`) and
-    /// starts the daemons; waits until the node is idle.
-    fn start(gres_conf: &str, gpus: &[gpu::Gpu]) -> Self {
-        let dir = PathBuf::from(format!("/tmp/drmtool-slurm-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("state")).unwrap();
-        std::fs::create_dir_all(dir.join("spool")).unwrap();
-        // munged wants its socket's directory searchable by all, its key private.
-        let munge = dir.join("munge");
-        std::fs::create_dir_all(&munge).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&munge, std::fs::Permissions::from_mode(0o711)).unwrap();
-        let key: Vec<u8> = (0..1024u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ std::process::id() as u8)
-            .collect();
-        let key_path = munge.join("munge.key");
-        std::fs::write(&key_path, key).unwrap();
-        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let sock = munge.join("munge.sock");
-        // The guest's hostname is "(none)", which no resolver knows and Slurm cannot
-        // parse: the node is `localhost` (slurmd -N), which every /etc/hosts has.
-        let host = "localhost";
-        slurm_common::ipv4_configured();
-        // Slurm numbers a node's GRES of one type in gres.conf's order; the node declares
-        // each type's count.
-        let mut types: Vec<(String, usize)> = Vec::new();
-        for g in gpus {
-            let t = g.driver.clone().expect("every guest GPU has a driver");
-            match types.iter_mut().find(|(n, _)| *n == t) {
-                Some((_, c)) => *c += 1,
-                None => types.push((t, 1)),
-            }
-        }
-        let gres = types
-            .iter()
-            .map(|(t, c)| format!("gpu:{t}:{c}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let d = dir.display();
-        let conf = dir.join("slurm.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "ClusterName=drmtest\n\
-                 SlurmctldHost={host}(127.0.0.1)\n\
-                 SlurmUser=root\nSlurmdUser=root\n\
-                 AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n\
-                 StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-                 SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
-                 SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\n\
-                 SlurmctldPort=6817\nSlurmdPort=6818\n\
-                 ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                 JobAcctGatherType=jobacct_gather/none\n\
-                 GresTypes=gpu\nSchedulerType=sched/builtin\n\
-                 SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
-                 ReturnToService=2\nMpiDefault=none\nJobCompType=jobcomp/none\n\
-                 AccountingStorageType=accounting_storage/none\n\
-                 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} Gres={gres} State=UNKNOWN\n\
-                 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
-                sock = sock.display(),
-                cpus = std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("cgroup.conf"),
-            "CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nConstrainDevices=yes\n\
-             ConstrainCores=no\nConstrainRAMSpace=no\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("gres.conf"),
-            format!("AutoDetect=off\n{gres_conf}"),
-        )
-        .unwrap();
-        let mut c = Cluster {
-            conf,
-            pids: Vec::new(),
-            dir,
-        };
-        let munged = c.run(
-            "munged",
-            &[
-                &format!("--key-file={}", key_path.display()),
-                &format!("--socket={}", sock.display()),
-                &format!("--pid-file={}/munged.pid", c.dir.display()),
-                &format!("--log-file={}/munged.log", c.dir.display()),
-                &format!("--seed-file={}/munged.seed", c.dir.display()),
-            ],
-        );
-        c.pids.push(c.dir.join("munged.pid"));
-        assert!(
-            munged.status.success(),
-            "{}",
-            failed(&c.dir, "munged", &munged)
-        );
-        let ctld = c.run("slurmctld", &["-i"]);
-        c.pids.push(c.dir.join("slurmctld.pid"));
-        assert!(
-            ctld.status.success(),
-            "{}",
-            failed(&c.dir, "slurmctld", &ctld)
-        );
-        // slurmd makes <node>_slurmstepd.scope under system.slice, which it does not create
-        // when systemd is ignored.
-        std::fs::create_dir_all("/sys/fs/cgroup/system.slice")
-            .expect("/sys/fs/cgroup/system.slice");
-        let slurmd = c.run("slurmd", &["-N", host]);
-        c.pids.push(c.dir.join("slurmd.pid"));
-        assert!(
-            slurmd.status.success(),
-            "{}",
-            failed(&c.dir, "slurmd", &slurmd)
-        );
-        // The node registers; under TCG that takes seconds.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let out = c.run("sinfo", &["-h", "-N", "-o", "%T"]);
-            let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if state == "idle" {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the node did not become idle in 120 s (last state {state:?}): {}",
-                failed(&c.dir, "sinfo", &out)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        c
-    }
-
-    /// `prog args` with this cluster's configuration, waited for.
-    fn run(&self, prog: &str, args: &[&str]) -> std::process::Output {
-        self.cmd(prog)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{prog}: {e}"))
-    }
-
-    /// `prog` with this cluster's configuration and without the signal storm (it belongs
-    /// to the test process, not to the daemons or the jobs).
-    fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new(which(prog).unwrap_or_else(|| prog.into()));
-        c.env("SLURM_CONF", &self.conf)
-            .env_remove("KERNEL_TESTS_SIGNAL_STORM");
-        c
-    }
-
-    /// One `srun --gres=<gres>` job running the probe (`probe_entry`); its report, written
-    /// to `<name>.json` in the cluster's directory.
-    fn probe(&self, gres: &str, name: &str) -> Value {
-        let out = PathBuf::from(format!("{}/{name}.json", self.dir.display()));
-        let o = self
-            .cmd("srun")
-            .args([&format!("--gres={gres}"), "-n1", "--time=5"])
-            .args(job_argv("probe_entry"))
-            .env(PROBE_ENV, &out)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", failed(&self.dir, "srun", &o));
-        serde_json::from_str(
-            &std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display())),
-        )
-        .unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for p in self.pids.iter().rev() {
-            let pid = std::fs::read_to_string(p)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-                .and_then(rustix::process::Pid::from_raw);
-            let Some(pid) = pid else { continue };
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            let t = Instant::now();
-            while rustix::process::test_kill_process(pid).is_ok()
-                && t.elapsed() < Duration::from_secs(10)
-            {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-/// The program of a job: this binary's test `entry`.
-fn job_argv(entry: &str) -> Vec<String> {
-    vec![
-        std::env::current_exe().unwrap().display().to_string(),
-        entry.into(),
-        "--exact".into(),
-        "--nocapture".into(),
-        "-q".into(),
-        "--test-threads=1".into(),
-    ]
-}
-
-macro_rules! slurm_guest {
-    () => {{
-        if !in_guest() {
-            skip!("not in a vm guest: no DRM devices or cgroup v2 here");
-        }
-        for p in ["munged", "slurmctld", "slurmd", "srun", "sinfo"] {
-            if which(p).is_none() {
-                skip!("{p} is not installed (scripts/setup installs slurmctld, slurmd, slurm-client and munge)");
-            }
-        }
-        gpu::gpus().expect("the guest has DRM devices")
-    }};
+    .unwrap()
 }
 
 /// The probe report `v` of a job given the GPUs at `mine` (places in gres.conf, whose
@@ -363,7 +136,11 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         if same.first() != Some(&i) {
             continue;
         }
-        let v = cluster.probe(&format!("gpu:{ty}:{}", same.len()), &format!("probe-{i}"));
+        let v = probe(
+            &cluster,
+            &format!("gpu:{ty}:{}", same.len()),
+            &format!("probe-{i}"),
+        );
         assert_opens_only(&v, &files, &same, &format!("job for {ty}"));
         // The indices Slurm gives the step are the GPUs' places in gres.conf: drmtool's
         // ordering.
@@ -389,7 +166,7 @@ fn srun_jobs_open_only_their_gpus_and_buffers_names_the_job() {
         "the guest has two virtio-gpus: {}",
         gpu::summary(&gpus)
     );
-    let v = cluster.probe("gpu:virtio_gpu:1", "probe-one-of-two");
+    let v = probe(&cluster, "gpu:virtio_gpu:1", "probe-one-of-two");
     let given: usize = v["env"]["SLURM_STEP_GPUS"]
         .as_str()
         .and_then(|s| s.parse().ok())

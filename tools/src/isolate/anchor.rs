@@ -154,6 +154,17 @@ pub fn open_parent(rel: &Path) -> Result<Parent, AnchorError> {
     Ok(Parent { fd, path })
 }
 
+/// Opens the directory `name` under `at` (never through a link) and checks it and its
+/// `cgroup.procs` are root's alone, as [`open_parent`] checks each directory on its way.
+///
+/// # Errors
+/// [`AnchorError::Io`], [`AnchorError::Writable`].
+pub fn open_checked(at: impl AsFd, name: &str, path: &Path) -> Result<OwnedFd, AnchorError> {
+    let fd = open_dir(at, name.as_ref(), path)?;
+    check(&fd, path)?;
+    Ok(fd)
+}
+
 /// A job's cgroup: made under a [`Parent`], opened relative to it, removed on drop once
 /// empty.
 #[derive(Debug)]

@@ -17,6 +17,7 @@ pub mod memlimit;
 pub mod pick;
 pub mod run;
 pub mod slurm;
+pub mod slurm_mem;
 pub mod uvm;
 pub mod vendor_access;
 pub mod who;
