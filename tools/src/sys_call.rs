@@ -445,6 +445,34 @@ pub fn perf_ioctl(fd: BorrowedFd<'_>, request: u32, arg: libc::c_ulong) -> Resul
     Err(Errno::INTR)
 }
 
+/// `PERF_EVENT_IOC_SET_FILTER`: a tracepoint event's ftrace filter expression. EINTR is
+/// retried a bounded number of times.
+///
+/// # Errors
+/// The kernel's errno (`EINVAL` for an expression it does not parse, `EBADF`).
+pub fn perf_set_filter(fd: BorrowedFd<'_>, filter: &std::ffi::CStr) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    for _ in 0..1000 {
+        // SAFETY: the request takes a NUL-terminated string, which `filter` is and stays
+        // alive through the call (the kernel copies it in, bounded by a page); `fd` is live.
+        let r = unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::c_ulong::from(ioctl_sys::perf_event::PERF_EVENT_IOC_SET_FILTER),
+                filter.as_ptr(),
+            )
+        };
+        if r >= 0 {
+            return Ok(());
+        }
+        match last_errno() {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+    Err(Errno::INTR)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -379,3 +379,122 @@ fn summary_of_missing_bad_and_good_files() {
     assert!(text.contains("vgem unbound (context 40)"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A tracefs tree with the given `(system, event, format text)` files.
+fn fake_tracefs(events: &[(&str, &str, String)]) -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!(
+        "drmtool-fake-tracefs-{}-{}",
+        std::process::id(),
+        events.len()
+    ));
+    let _ = std::fs::remove_dir_all(&root);
+    for (system, event, text) in events {
+        let d = root.join("events").join(system).join(event);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("format"), text).unwrap();
+    }
+    root
+}
+
+/// A format file as the kernel writes one: the common fields, then `fields`
+/// (`(declaration, offset, size, signed)`).
+fn format_text(name: &str, id: u32, fields: &[(&str, u32, u32, u32)]) -> String {
+    let mut t = format!(
+        "name: {name}\nID: {id}\nformat:\n\
+         \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+         \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\
+         \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\
+         \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+    );
+    for (decl, off, size, signed) in fields {
+        t.push_str(&format!(
+            "\tfield:{decl};\toffset:{off};\tsize:{size};\tsigned:{signed};\n"
+        ));
+    }
+    t.push_str("\nprint fmt: \"\"\n");
+    t
+}
+
+/// The eviction group finds the drivers' tracepoints by their format files and decodes
+/// them generically (amdgpu's `amdgpu_bo_move`, fields as amdgpu_trace.h declares them);
+/// the allocation group needs both syscall tracepoints or is absent.
+#[test]
+fn eviction_tracepoints_are_found_and_decoded_and_alloc_needs_both_syscalls() {
+    use drmtool::trace::Category;
+    use drmtool::trace::record::{decode, resolve};
+    let bo_move = format_text(
+        "amdgpu_bo_move",
+        1201,
+        &[
+            ("struct amdgpu_bo * bo", 8, 8, 0),
+            ("int pages", 16, 4, 1),
+            ("u32 old_placement", 20, 4, 0),
+            ("u32 new_placement", 24, 4, 0),
+        ],
+    );
+    let enter = format_text(
+        "sys_enter_ioctl",
+        700,
+        &[
+            ("int __syscall_nr", 8, 4, 1),
+            ("unsigned int fd", 16, 8, 0),
+            ("unsigned int cmd", 24, 8, 0),
+            ("unsigned long arg", 32, 8, 0),
+        ],
+    );
+    let exit = format_text(
+        "sys_exit_ioctl",
+        701,
+        &[("int __syscall_nr", 8, 4, 1), ("long ret", 16, 8, 1)],
+    );
+    let half = fake_tracefs(&[
+        ("amdgpu", "amdgpu_bo_move", bo_move.clone()),
+        ("syscalls", "sys_enter_ioctl", enter.clone()),
+    ]);
+    let r = resolve(&half, &[Category::Alloc, Category::Evict]).unwrap();
+    assert_eq!(
+        r.absent,
+        vec![Category::Alloc],
+        "one syscall tracepoint is no pair"
+    );
+    assert_eq!(r.formats.len(), 1);
+    let f = &r.formats[&1201];
+    assert_eq!(
+        (f.system.as_str(), f.name.as_str()),
+        ("amdgpu", "amdgpu_bo_move")
+    );
+    // A hit: bo 0xffff8880deadbeef, 256 pages, from placement 2 (GTT) to 4 (VRAM).
+    let mut raw = vec![0u8; 28];
+    raw[0..2].copy_from_slice(&1201u16.to_ne_bytes());
+    raw[8..16].copy_from_slice(&0xffff_8880_dead_beef_u64.to_ne_bytes());
+    raw[16..20].copy_from_slice(&256i32.to_ne_bytes());
+    raw[20..24].copy_from_slice(&2u32.to_ne_bytes());
+    raw[24..28].copy_from_slice(&4u32.to_ne_bytes());
+    let s = drmtool::trace::perf::Sample {
+        pid: 42,
+        tid: 43,
+        time: 1000,
+        cpu: 0,
+        raw,
+    };
+    let e = decode(&r.formats, &s).unwrap();
+    assert_eq!(
+        (
+            e.int("pages"),
+            e.int("old_placement"),
+            e.int("new_placement")
+        ),
+        (Some(256), Some(2), Some(4))
+    );
+    let both = fake_tracefs(&[
+        ("syscalls", "sys_enter_ioctl", enter),
+        ("syscalls", "sys_exit_ioctl", exit),
+        ("amdgpu", "amdgpu_bo_move", bo_move),
+    ]);
+    let r = resolve(&both, &[Category::Alloc]).unwrap();
+    assert!(r.absent.is_empty());
+    let names: Vec<&str> = r.formats.values().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["sys_enter_ioctl", "sys_exit_ioctl"]);
+    let _ = std::fs::remove_dir_all(&half);
+    let _ = std::fs::remove_dir_all(&both);
+}

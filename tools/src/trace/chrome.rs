@@ -43,6 +43,9 @@ pub const GPUMEM_PID: u64 = 10_000_004;
 pub const WAIT: &str = "fence wait";
 /// See [`WAIT`].
 pub const VBLANK: &str = "vblank";
+/// Category of an allocation failure's slice ([`super::alloc`]), which `trace summary`
+/// reads back.
+pub const ALLOC_CAT: &str = "alloc";
 
 fn ts(ns: u64) -> Value {
     // µs with three decimals: exact for any uptime below 104 days.
@@ -310,6 +313,24 @@ impl Builder {
     }
 
     /// The memory samples drmtool took itself, as counters per process.
+    /// Each failed allocation: a slice from the ioctl's enter to its exit on the
+    /// thread's own track, named after the request and the errno, with the process's
+    /// comm and cgroup (read during the recording) as args.
+    fn alloc_failures(&mut self, rec: &Recording) {
+        for f in &rec.alloc_failures {
+            let p = rec.procs.get(&f.pid).cloned().unwrap_or_default();
+            self.out.push(json!({
+                "ph": "X", "name": format!("{} {}", f.ioctl, f.errno), "cat": ALLOC_CAT,
+                "ts": ts(f.start), "dur": (f.time.saturating_sub(f.start) as f64) / 1000.0,
+                "pid": f.pid, "tid": f.tid,
+                "args": {
+                    "ioctl": f.ioctl, "errno": f.errno, "fd": f.fd,
+                    "request": format!("{:#010x}", f.cmd), "comm": p.comm, "cgroup": p.cgroup,
+                },
+            }));
+        }
+    }
+
     fn memory(&mut self, rec: &Recording) {
         let mut named = BTreeMap::new();
         for m in &rec.memory {
@@ -353,6 +374,7 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
     }
     b.tracks();
     b.memory(rec);
+    b.alloc_failures(rec);
     let Builder { out, counts, .. } = b;
     json!({
         "traceEvents": out,
@@ -373,6 +395,9 @@ pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
             "lost": rec.lost,
             "corrupt_bytes": rec.corrupt_bytes,
             "undecoded": rec.undecoded,
+            "filtered": rec.filtered,
+            "filter_refused": rec.filter_refused,
+            "alloc_failures": rec.alloc_failures.len(),
             "absent": rec.absent.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "memory_samples": rec.memory.len(),
             "command": command,

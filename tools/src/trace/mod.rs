@@ -19,6 +19,7 @@
 //! # Ok::<(), trace::TraceError>(())
 //! ```
 
+pub mod alloc;
 pub mod chrome;
 pub mod format;
 pub mod perf;
@@ -42,16 +43,25 @@ pub enum Category {
     Gpumem,
     /// Every `drm:*` event.
     Drm,
+    /// GPU memory allocation failures: DRM ioctls that return ENOMEM or ENOSPC
+    /// (`syscalls:sys_enter_ioctl` and `sys_exit_ioctl`, where the kernel has syscall
+    /// tracepoints; see [`alloc`]).
+    Alloc,
+    /// Drivers' buffer eviction and move tracepoints, where loaded: `amdgpu:amdgpu_bo_move`,
+    /// `xe:xe_bo_move`, `i915:i915_gem_evict*` (decoded by their own format files).
+    Evict,
 }
 
 impl Category {
     /// Every category, the default of `--events`.
-    pub const ALL: [Category; 5] = [
+    pub const ALL: [Category; 7] = [
         Category::Fence,
         Category::Sched,
         Category::Vblank,
         Category::Gpumem,
         Category::Drm,
+        Category::Alloc,
+        Category::Evict,
     ];
 
     /// Its `--events` name.
@@ -62,6 +72,8 @@ impl Category {
             Self::Vblank => "vblank",
             Self::Gpumem => "gpumem",
             Self::Drm => "drm",
+            Self::Alloc => "alloc",
+            Self::Evict => "evict",
         }
     }
 }

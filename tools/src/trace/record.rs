@@ -2,6 +2,7 @@
 //! through perf, runs the command or waits out the duration, and collects what the kernel
 //! wrote, with per-client GPU memory sampled alongside.
 
+use super::alloc;
 use super::format::{self, EventFormat, Value};
 use super::perf::{self, Record, Ring};
 use super::{Category, TraceError};
@@ -16,22 +17,40 @@ use std::time::{Duration, Instant};
 /// Where tracefs is looked for, in order.
 pub const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// The tracepoints of a category on this kernel: `(system, event)`; `None` for "every event
-/// of the system".
-fn wanted(c: Category) -> (&'static str, Option<&'static [&'static str]>) {
+/// The tracepoints of a category: `(system, events)` pairs, `None` for "every event of
+/// the system".
+fn wanted(c: Category) -> &'static [(&'static str, Option<&'static [&'static str]>)] {
     match c {
-        Category::Fence => ("dma_fence", None),
-        Category::Sched => ("gpu_scheduler", None),
-        Category::Vblank => (
+        Category::Fence => &[("dma_fence", None)],
+        Category::Sched => &[("gpu_scheduler", None)],
+        Category::Vblank => &[(
             "drm",
             Some(&[
                 "drm_vblank_event",
                 "drm_vblank_event_queued",
                 "drm_vblank_event_delivered",
             ]),
-        ),
-        Category::Drm => ("drm", None),
-        Category::Gpumem => ("gpu_mem", Some(&["gpu_mem_total"])),
+        )],
+        Category::Drm => &[("drm", None)],
+        Category::Gpumem => &[("gpu_mem", Some(&["gpu_mem_total"]))],
+        Category::Alloc => &[(alloc::SYSTEM, Some(&[alloc::ENTER, alloc::EXIT]))],
+        Category::Evict => &[
+            ("amdgpu", Some(&["amdgpu_bo_move"])),
+            ("xe", Some(&["xe_bo_move"])),
+            (
+                "i915",
+                Some(&["i915_gem_evict", "i915_gem_evict_node", "i915_gem_evict_vm"]),
+            ),
+        ],
+    }
+}
+
+/// The kernel filter a tracepoint is opened with, if any.
+fn filter_of(f: &EventFormat) -> Option<&'static std::ffi::CStr> {
+    match (f.system.as_str(), f.name.as_str()) {
+        (alloc::SYSTEM, alloc::ENTER) => Some(alloc::ENTER_FILTER_C),
+        (alloc::SYSTEM, alloc::EXIT) => Some(alloc::EXIT_FILTER_C),
+        _ => None,
     }
 }
 
@@ -80,31 +99,45 @@ pub struct Resolved {
 pub fn resolve(root: &Path, categories: &[Category]) -> Result<Resolved, TraceError> {
     let mut r = Resolved::default();
     for &c in categories {
-        let (system, names) = wanted(c);
-        let have = system_events(root, system);
-        let pick: Vec<&String> = match names {
-            None => have.iter().collect(),
-            Some(n) => have.iter().filter(|h| n.contains(&h.as_str())).collect(),
-        };
-        if pick.is_empty() {
-            r.absent.push(c);
-            continue;
-        }
-        for name in pick {
-            let path = root.join("events").join(system).join(name).join("format");
-            let text = match read_bounded(&path, format::MAX_FORMAT) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    return Err(TraceError::Permission {
-                        what: path.display().to_string(),
-                        errno: e.raw_os_error().unwrap_or(0),
-                    });
-                }
-                Err(_) => continue,
+        let mut found = false;
+        for &(system, names) in wanted(c) {
+            let have = system_events(root, system);
+            let pick: Vec<&String> = match names {
+                None => have.iter().collect(),
+                Some(n) => have.iter().filter(|h| n.contains(&h.as_str())).collect(),
             };
-            if let Ok(f) = format::parse(system, &text) {
-                r.formats.insert(f.id, f);
+            for name in pick {
+                let path = root.join("events").join(system).join(name).join("format");
+                let text = match read_bounded(&path, format::MAX_FORMAT) {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Err(TraceError::Permission {
+                            what: path.display().to_string(),
+                            errno: e.raw_os_error().unwrap_or(0),
+                        });
+                    }
+                    Err(_) => continue,
+                };
+                if let Ok(f) = format::parse(system, &text) {
+                    r.formats.insert(f.id, f);
+                    found = true;
+                }
             }
+        }
+        // The syscall pair is of use only whole.
+        if c == Category::Alloc {
+            let both = [alloc::ENTER, alloc::EXIT].iter().all(|n| {
+                r.formats
+                    .values()
+                    .any(|f| f.system == alloc::SYSTEM && f.name == *n)
+            });
+            if !both {
+                r.formats.retain(|_, f| f.system != alloc::SYSTEM);
+                found = false;
+            }
+        }
+        if !found {
+            r.absent.push(c);
         }
     }
     if r.formats.is_empty() {
@@ -258,6 +291,15 @@ pub struct Recording {
     pub corrupt_bytes: u64,
     /// Samples whose `common_type` named no opened tracepoint.
     pub undecoded: u64,
+    /// Samples dropped by the recording's own filter ([`alloc::keep`]: where the kernel
+    /// refused its filter, or passed what it does not test).
+    pub filtered: u64,
+    /// Tracepoints whose kernel filter this kernel refused.
+    pub filter_refused: Vec<String>,
+    /// The processes of allocation failures, read when their failing exit was drained.
+    pub procs: BTreeMap<u32, ProcInfo>,
+    /// DRM ioctls that failed with ENOMEM or ENOSPC ([`alloc::pair`]), in time order.
+    pub alloc_failures: Vec<alloc::AllocFailure>,
     /// Per-process GPU memory over time.
     pub memory: Vec<MemorySample>,
     /// `CLOCK_MONOTONIC` ns at start and end.
@@ -303,6 +345,8 @@ struct Session {
     fds: Vec<(OwnedFd, u32)>,
     /// Each CPU's first event fd, its ring, its tracepoint id.
     rings: Vec<(OwnedFd, Ring, u32)>,
+    /// Tracepoints whose kernel filter this kernel refused (the recording filters them).
+    refused: std::collections::BTreeSet<String>,
 }
 
 impl Session {
@@ -316,6 +360,7 @@ impl Session {
         let mut s = Session {
             fds: Vec::new(),
             rings: Vec::new(),
+            refused: std::collections::BTreeSet::new(),
         };
         for &cpu in cpus {
             let mut leader: Option<usize> = None;
@@ -325,6 +370,11 @@ impl Session {
                     cpu,
                     errno: e,
                 })?;
+                if let Some(filter) = filter_of(f)
+                    && sys_call::perf_set_filter(fd.as_fd(), filter).is_err()
+                {
+                    s.refused.insert(format!("{}:{}", f.system, f.name));
+                }
                 match leader {
                     None => {
                         let ring = Ring::new(&fd, pages).map_err(|e| TraceError::Ring {
@@ -410,7 +460,15 @@ impl Session {
             for r in records.drain(..) {
                 match r {
                     Record::Sample(s) => match decode(&rec.formats, &s) {
-                        Some(e) => rec.events.push(e),
+                        Some(e) if alloc::keep(&e) => {
+                            if e.system == alloc::SYSTEM && e.name == alloc::EXIT {
+                                rec.procs
+                                    .entry(e.pid)
+                                    .or_insert_with(|| ProcInfo::read(e.pid));
+                            }
+                            rec.events.push(e);
+                        }
+                        Some(_) => rec.filtered += 1,
                         None => rec.undecoded += 1,
                     },
                     Record::Lost(n) => rec.lost = rec.lost.saturating_add(n),
@@ -648,14 +706,43 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     off?;
     rec.fired = session.fired();
     let fired: u64 = rec.fired.values().sum();
-    let kept = (rec.events.len() as u64).saturating_add(rec.undecoded);
+    let kept = (rec.events.len() as u64)
+        .saturating_add(rec.undecoded)
+        .saturating_add(rec.filtered);
     if !rec.fired.is_empty() {
         rec.lost = rec.lost.max(fired.saturating_sub(kept));
     }
     // Rings are per CPU: merge into one time order (stable: same-time events keep their
     // CPU order).
     rec.events.sort_by_key(|e| e.time);
+    rec.alloc_failures = alloc::pair(&rec.events);
+    rec.filter_refused = session.refused.iter().cloned().collect();
     Ok(rec)
+}
+
+/// A process as the recording saw it: another user's text, escaped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// `/proc/<pid>/comm`, escaped (`None`: gone before it was read).
+    pub comm: Option<String>,
+    /// Its cgroup v2 path (`0::` line of `/proc/<pid>/cgroup`), escaped.
+    pub cgroup: Option<String>,
+}
+
+impl ProcInfo {
+    /// Reads `pid`'s comm and cgroup (bounded reads).
+    pub fn read(pid: u32) -> ProcInfo {
+        let dir = PathBuf::from(format!("/proc/{pid}"));
+        let esc = |t: &str| crate::Untrusted::new(t.as_bytes()).escaped();
+        ProcInfo {
+            comm: read_bounded(&dir.join("comm"), 64)
+                .ok()
+                .map(|c| esc(c.trim_end_matches('\n'))),
+            cgroup: read_bounded(&dir.join("cgroup"), 4096)
+                .ok()
+                .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::")).map(esc)),
+        }
+    }
 }
 
 #[cfg(test)]

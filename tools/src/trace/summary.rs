@@ -3,7 +3,7 @@
 //! it is): fence emit-to-signal per timeline, vblank intervals per CRTC, fence waits per
 //! process.
 
-use super::chrome::{DISPLAY_PID, FENCE_PID, VBLANK, WAIT};
+use super::chrome::{ALLOC_CAT, DISPLAY_PID, FENCE_PID, VBLANK, WAIT};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -82,6 +82,25 @@ pub struct Summary {
     pub crtcs: Vec<Crtc>,
     /// Per process.
     pub waits: Vec<Waits>,
+    /// GPU memory allocation failures, by process, cgroup, request and errno.
+    pub alloc_failures: Vec<AllocFailures>,
+}
+
+/// Allocation failures of one process with one request and errno.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AllocFailures {
+    /// The process.
+    pub pid: u64,
+    /// Its comm, as the trace has it (escaped when recorded).
+    pub comm: Option<String>,
+    /// Its cgroup.
+    pub cgroup: Option<String>,
+    /// The request's name.
+    pub ioctl: String,
+    /// `ENOMEM` or `ENOSPC`.
+    pub errno: String,
+    /// How many.
+    pub count: u64,
 }
 
 /// Nearest-rank percentile of sorted `v` (non-empty).
@@ -209,7 +228,40 @@ pub fn summarize(trace: &Value) -> Result<Summary, NotATrace> {
         timelines,
         crtcs,
         waits,
+        alloc_failures: alloc_failures(evs),
     })
+}
+
+/// The allocation failures' slices ([`ALLOC_CAT`]), counted by process, cgroup, request
+/// and errno.
+fn alloc_failures(evs: &[Value]) -> Vec<AllocFailures> {
+    type Key = (u64, Option<String>, Option<String>, String, String);
+    let mut by: BTreeMap<Key, u64> = BTreeMap::new();
+    for e in evs
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == ALLOC_CAT)
+    {
+        let a = &e["args"];
+        let text = |k: &str| a[k].as_str().map(str::to_string);
+        let key = (
+            e["pid"].as_u64().unwrap_or(0),
+            text("comm"),
+            text("cgroup"),
+            text("ioctl").unwrap_or_default(),
+            text("errno").unwrap_or_default(),
+        );
+        *by.entry(key).or_default() += 1;
+    }
+    by.into_iter()
+        .map(|((pid, comm, cgroup, ioctl, errno), count)| AllocFailures {
+            pid,
+            comm,
+            cgroup,
+            ioctl,
+            errno,
+            count,
+        })
+        .collect()
 }
 
 fn us(v: Option<f64>) -> String {
@@ -259,6 +311,21 @@ pub fn render(s: &Summary) -> String {
             w.pid, w.waits, w.total_us, w.max_us
         ));
     }
+    o.push_str(
+        "\nallocation failures (DRM ioctls: ENOMEM, ENOSPC)\n      pid  count  errno   ioctl  \
+         comm  cgroup\n",
+    );
+    for a in &s.alloc_failures {
+        o.push_str(&format!(
+            "  {:>7}  {:>5}  {:<6}  {}  {}  {}\n",
+            a.pid,
+            a.count,
+            esc(&a.errno),
+            esc(&a.ioctl),
+            esc(a.comm.as_deref().unwrap_or("-")),
+            esc(a.cgroup.as_deref().unwrap_or("-"))
+        ));
+    }
     o
 }
 
@@ -273,6 +340,36 @@ mod tests {
         assert_eq!((percentile(&v, 50.0), percentile(&v, 99.0)), (50.0, 99.0));
         assert_eq!(percentile(&[3.0], 99.0), 3.0);
         assert_eq!(percentile(&[1.0, 2.0], 50.0), 1.0);
+    }
+
+    #[test]
+    fn allocation_failures_are_counted_and_their_text_escaped() {
+        let slice = |pid: u64, errno: &str, comm: &str| {
+            json!({"ph": "X", "cat": ALLOC_CAT, "name": "x", "ts": 1.0, "dur": 1.0,
+                   "pid": pid, "tid": pid, "args": {"ioctl": "DRM_IOCTL_QXL_ALLOC",
+                   "errno": errno, "comm": comm, "cgroup": "/job", "fd": 3}})
+        };
+        let t = json!({"traceEvents": [
+            slice(7, "ENOMEM", "a\u{1b}[31m"),
+            slice(7, "ENOMEM", "a\u{1b}[31m"),
+            slice(7, "ENOSPC", "a\u{1b}[31m"),
+            slice(9, "ENOMEM", "b"),
+            // A wait slice is not one.
+            {"ph": "X", "name": WAIT, "ts": 2.0, "dur": 1.0, "pid": 7},
+        ], "otherData": {}});
+        let s = summarize(&t).unwrap();
+        let rows: Vec<(u64, &str, u64)> = s
+            .alloc_failures
+            .iter()
+            .map(|a| (a.pid, a.errno.as_str(), a.count))
+            .collect();
+        assert_eq!(rows, [(7, "ENOMEM", 2), (7, "ENOSPC", 1), (9, "ENOMEM", 1)]);
+        let text = render(&s);
+        assert!(text.contains("DRM_IOCTL_QXL_ALLOC"), "{text}");
+        assert!(
+            !text.contains('\u{1b}'),
+            "no escape byte reaches a terminal: {text}"
+        );
     }
 
     #[test]
