@@ -137,13 +137,20 @@ pub const CATALOG: &[CatalogKernel] = &[
             package: "linux-source-7.3",
             suites: &["trixie-backports"],
         },
-        // In CI: the GPU memory limit target (qxl's dmem region is this kernel's alone)
-        // and the smoke test. The whole strict suite with its selftests runs in
-        // scripts/guest-extra; it is not green on 7.3 yet (issue 29's note lists the
-        // drift: bochs off VRAM helpers, CRTC_GET_SEQUENCE's errno on virtio-gpu, the
-        // debugfs client list), so the fdinfo targets join this lane once they pass here.
+        // In CI: the GPU memory limit targets (qxl's dmem region is this kernel's alone:
+        // `drmtool run --mem-max` and Slurm's gpumem budget), the allocation failures from
+        // the syscall tracepoints (this lane's config has them), the fdinfo and debugfs
+        // targets (the newest kernel's keys and client list), and the smoke test. The
+        // whole strict suite with its selftests runs in scripts/guest-extra.
         default_matrix: true,
-        matrix_suites: Some(&["smoke", "drmtool_dmem"]),
+        matrix_suites: Some(&[
+            "smoke",
+            "drmtool_dmem",
+            "drmtool_slurm_dmem",
+            "drmtool_trace_alloc",
+            "drmtool_buffers",
+            "drmtool_export",
+        ]),
         extra_config: DEBIAN_7_3_CONFIG,
         test_patches: &[QXL_DMEM_PATCH],
         about: "Debian trixie-backports' 7.3 source (the newest kernel Debian ships; \
@@ -243,6 +250,7 @@ pub const KERNEL_FACING: &[&str] = &[
     "drmtool_pick",
     "drmtool_run",
     "drmtool_trace",
+    "drmtool_trace_alloc",
     "drmtool_vendor",
     "example",
     "example_modeset",
