@@ -404,6 +404,23 @@ pub mod storm {
     }
 }
 
+/// A job's output read line by line (trimmed) through the first line that starts with
+/// `last` (`qxl-alloc`'s `held N`): `Ok` with every line read, or `Err` with those read
+/// before the output ended without it.
+pub fn lines_through(out: impl std::io::BufRead, last: &str) -> Result<Vec<String>, Vec<String>> {
+    let mut lines = Vec::new();
+    for l in out.lines() {
+        let Ok(l) = l else { break };
+        let l = l.trim().to_string();
+        let done = l.starts_with(last);
+        lines.push(l);
+        if done {
+            return Ok(lines);
+        }
+    }
+    Err(lines)
+}
+
 /// Where a program is: the first `PATH` directory holding it, else `/usr/sbin` or `/sbin`
 /// (daemons such as slurmd and munged live there, off a plain user's PATH).
 pub fn which(prog: &str) -> Option<std::path::PathBuf> {

@@ -12,7 +12,7 @@
 use drmtool::dmem::{self, Capacity, Knob, Setting, Skew, Value};
 use drmtool::gpu;
 use kernel_tests::{expected, in_guest, require_feature, skip};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -144,21 +144,14 @@ impl AllocJob {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            if out.read_line(&mut l).unwrap() == 0 {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let lines = match kernel_tests::lines_through(out, "held ") {
+            Ok(l) => l,
+            Err(lines) => {
                 let st = child.wait().unwrap();
                 panic!("the job ended before it held its buffers ({st}): {lines:?}");
             }
-            let l = l.trim().to_string();
-            let done = l.starts_with("held ");
-            lines.push(l);
-            if done {
-                break;
-            }
-        }
+        };
         let jobs: Vec<PathBuf> = job_dirs(&dir)
             .into_iter()
             .filter(|d| !before.contains(d))

@@ -14,7 +14,7 @@
 use drmtool::dmem::{self, Capacity, Value};
 use drmtool::isolate::slurm_mem;
 use kernel_tests::{require_feature, which};
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -60,6 +60,23 @@ fn hooks() -> (PathBuf, String) {
         lines.push_str(&format!("{key}={}\n", script.display()));
     }
     (dir, lines)
+}
+
+/// The cluster with the `gpumem` GRES (`count` bytes on the node) and the hooks; the
+/// hooks' directory.
+fn gpumem_cluster(gres_conf: &str, gpus: &[drmtool::gpu::Gpu], count: u64) -> (Cluster, PathBuf) {
+    let (hooks_dir, conf) = hooks();
+    let node_gres = format!(",gpumem:{count}");
+    let cluster = Cluster::start_with(
+        gres_conf,
+        gpus,
+        &Extra {
+            gres_types: ",gpumem",
+            node_gres: &node_gres,
+            conf: &conf,
+        },
+    );
+    (cluster, hooks_dir)
 }
 
 /// The Prolog's and Epilog's output so far.
@@ -123,11 +140,10 @@ impl AllocJob {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            if out.read_line(&mut l).unwrap() == 0 {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let lines = match kernel_tests::lines_through(out, "held ") {
+            Ok(l) => l,
+            Err(lines) => {
                 let _ = child.kill();
                 let o = child.wait_with_output().unwrap();
                 panic!(
@@ -135,13 +151,7 @@ impl AllocJob {
                     failed(&cluster.dir, "srun qxl-alloc", &o)
                 );
             }
-            let l = l.trim().to_string();
-            let done = l.starts_with("held ");
-            lines.push(l);
-            if done {
-                break;
-            }
-        }
+        };
         let jobs = job_cgroups();
         assert_eq!(jobs.len(), 1, "one job cgroup: {jobs:?}");
         AllocJob {
@@ -204,17 +214,7 @@ fn a_jobs_gpumem_is_its_dmem_max_from_its_first_process() {
         gres_conf.contains("(vgem): no dmem region"),
         "a GPU without a region is named: {gres_conf}"
     );
-    let (hooks_dir, conf) = hooks();
-    let node_gres = format!(",gpumem:{total}");
-    let cluster = Cluster::start_with(
-        &gres_conf,
-        &gpus,
-        &Extra {
-            gres_types: ",gpumem",
-            node_gres: &node_gres,
-            conf: &conf,
-        },
-    );
+    let (cluster, hooks_dir) = gpumem_cluster(&gres_conf, &gpus, total);
     // With a budget: held to it from its first allocation on.
     let job = AllocJob::start(&cluster, "gpu:qxl:1,gpumem:8M");
     let max = read(&job.cgroup, dmem::Knob::Max.file(), &region);
@@ -287,17 +287,7 @@ fn a_gpumem_budget_that_cannot_be_enforced_drains_the_node_and_runs_nothing() {
         .find_map(|l| l.strip_prefix("Name=gpumem Count="))
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("a gpumem count: {gres_conf}"));
-    let (hooks_dir, conf) = hooks();
-    let node_gres = format!(",gpumem:{count}");
-    let cluster = Cluster::start_with(
-        &gres_conf,
-        &gpus,
-        &Extra {
-            gres_types: ",gpumem",
-            node_gres: &node_gres,
-            conf: &conf,
-        },
-    );
+    let (cluster, hooks_dir) = gpumem_cluster(&gres_conf, &gpus, count);
     // The job would leave `ran` behind; its output goes to the cluster's directory (the
     // working directory, under the host's read-only root, would fail its start anyway).
     let ran = cluster.dir.join("ran");

@@ -97,6 +97,24 @@ pub struct Gpu {
     pub local_cpulist: Option<String>,
 }
 
+#[cfg(test)]
+impl Gpu {
+    /// A GPU with a name and a driver and nothing else (unit tests).
+    pub(crate) fn bare(index: usize, name: &str, driver: &str) -> Gpu {
+        Gpu {
+            index,
+            bus_id: None,
+            name: name.into(),
+            driver: Some(driver.into()),
+            pci_id: None,
+            nodes: Vec::new(),
+            vendor_nodes: Vec::new(),
+            numa_node: None,
+            local_cpulist: None,
+        }
+    }
+}
+
 impl Gpu {
     /// Its render node, if it has one.
     pub fn render(&self) -> Option<&Node> {

@@ -524,18 +524,7 @@ mod tests {
 
     #[test]
     fn gres_conf_sums_the_regions_and_names_gpus_without() {
-        use crate::gpu::Gpu;
-        let gpu = |index: usize, name: &str, driver: &str| Gpu {
-            index,
-            bus_id: None,
-            name: name.into(),
-            driver: Some(driver.into()),
-            pci_id: None,
-            nodes: Vec::new(),
-            vendor_nodes: Vec::new(),
-            numa_node: None,
-            local_cpulist: None,
-        };
+        let gpu = Gpu::bare;
         let cap = dmem::Capacity {
             regions: vec![
                 ("drm/0000:00:07.0/vram0".into(), 64 << 20),

@@ -179,15 +179,8 @@ mod tests {
 
     fn gpu(bus: &str, driver: &str) -> Gpu {
         Gpu {
-            index: 0,
             bus_id: Some(bus.into()),
-            name: bus.into(),
-            driver: Some(driver.into()),
-            pci_id: None,
-            nodes: Vec::new(),
-            vendor_nodes: Vec::new(),
-            numa_node: None,
-            local_cpulist: None,
+            ..Gpu::bare(0, bus, driver)
         }
     }
 

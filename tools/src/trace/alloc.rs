@@ -529,18 +529,8 @@ mod tests {
     use crate::trace::format::Value as V;
 
     fn ev(name: &str, time: u64, tid: u32, fields: &[(&str, i64)]) -> Event {
-        Event {
-            system: SYSTEM.into(),
-            name: name.into(),
-            time,
-            pid: 100,
-            tid,
-            cpu: 0,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), V::Int(*v)))
-                .collect(),
-        }
+        let fields: Vec<(&str, V)> = fields.iter().map(|&(k, v)| (k, V::Int(v))).collect();
+        Event::for_test(SYSTEM, name, time, tid, &fields)
     }
 
     const ALLOC: u32 = ioctl_sys::qxl::DRM_IOCTL_QXL_ALLOC;

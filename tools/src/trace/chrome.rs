@@ -470,18 +470,7 @@ mod tests {
         } else {
             "drm"
         };
-        Event {
-            system: system.into(),
-            name: name.into(),
-            time,
-            pid: 100,
-            tid,
-            cpu: 0,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        }
+        Event::for_test(system, name, time, tid, fields)
     }
 
     /// A dma_fence event of `driver`'s `timeline` on `context`, on thread 101.

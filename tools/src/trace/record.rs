@@ -220,6 +220,29 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event of process 100 on CPU 0 (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        system: &str,
+        name: &str,
+        time: u64,
+        tid: u32,
+        fields: &[(&str, Value)],
+    ) -> Event {
+        Event {
+            system: system.into(),
+            name: name.into(),
+            time,
+            pid: 100,
+            tid,
+            cpu: 0,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        }
+    }
+
     /// Integer field `name`.
     pub fn int(&self, name: &str) -> Option<i64> {
         match self.fields.get(name)? {
