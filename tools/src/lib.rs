@@ -61,6 +61,7 @@ pub mod isolate;
 pub mod kms;
 pub mod maps;
 pub mod outfile;
+pub mod place;
 pub mod pmem;
 pub mod probe;
 pub mod render;
