@@ -181,6 +181,38 @@ pub fn class(a: &PciPath, a_numa: Option<u32>, b: &PciPath, b_numa: Option<u32>)
     }
 }
 
+/// A class as a count for Slurm's gres.conf `Links=` (which prefers GPUs with more links
+/// between them): `-1` for the GPU itself, then 4 (PIX), 3 (PXB), 2 (PHB), 1 (NODE) and 0
+/// (SYS). Not physical links (PCIe has none to count): a nearness Slurm can rank by.
+pub fn slurm_links(c: Class) -> i32 {
+    match c {
+        Class::Same => -1,
+        Class::Pix => 4,
+        Class::Pxb => 3,
+        Class::Phb => 2,
+        Class::Node => 1,
+        Class::Sys => 0,
+    }
+}
+
+/// The kernel's NUMA distance table (`/sys/devices/system/node/node<N>/distance`, one
+/// row per node, in node order): `(node, row)` pairs, rows checked to be square. `None`
+/// for text that is not numbers or rows of unequal length.
+pub fn numa_distances(rows: &[(u32, &str)]) -> Option<Vec<(u32, Vec<u32>)>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for &(node, text) in rows {
+        let row: Vec<u32> = text
+            .split_ascii_whitespace()
+            .map(|d| d.parse().ok())
+            .collect::<Option<_>>()?;
+        if row.len() != rows.len() {
+            return None;
+        }
+        out.push((node, row));
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +283,21 @@ mod tests {
         let c = p(&format!("{HB}/0000:00:02.0"));
         let d = p(&format!("{HB}/0000:00:03.0"));
         assert_eq!(class(&c, None, &d, None), Class::Phb);
+    }
+
+    #[test]
+    fn slurm_links_rank_nearer_higher() {
+        let links: Vec<i32> = Class::ALL.iter().map(|&c| slurm_links(c)).collect();
+        assert_eq!(links, [-1, 4, 3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn numa_distance_tables() {
+        let t = numa_distances(&[(0, "10 21\n"), (1, "21 10\n")]).unwrap();
+        assert_eq!(t, vec![(0, vec![10, 21]), (1, vec![21, 10])]);
+        assert_eq!(numa_distances(&[(0, "10 21"), (1, "21")]), None);
+        assert_eq!(numa_distances(&[(0, "10 x")]), None);
+        assert_eq!(numa_distances(&[(0, "10")]), Some(vec![(0, vec![10])]));
     }
 
     #[test]
