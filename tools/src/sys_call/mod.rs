@@ -16,8 +16,9 @@
 //!
 //! `perf_event_open(2)` reads a `struct perf_event_attr` of the size its `size` field gives
 //! (the wrapper passes a reference to a whole one, with its own size); the ioctls wrapped
-//! here take integers. The perf ring itself is a [`drm_gem::Mmap`], read and written only
-//! through its volatile copies (tools/src/trace/perf.rs): no unsafe code of ours.
+//! here take integers, and `PERF_EVENT_IOC_SET_FILTER` a NUL-terminated string (`sys_call/perf.rs`).
+//! The perf ring itself is a [`drm_gem::Mmap`], read and written only through its volatile
+//! copies (tools/src/trace/perf.rs): no unsafe code of ours.
 //!
 //! The probe's mappings are [`drm_gem::Mmap`]s (drm-gem owns every `mmap` and `munmap`, and
 //! their copies): private anonymous pages, borrowed as slices through `Mmap::as_mut_slice`,
@@ -26,6 +27,10 @@
 //! hands out no slice of it. The one place that needs one (a udmabuf registration) is
 //! [`register_udmabuf`] here, under its contract.
 #![allow(unsafe_code)]
+
+mod perf;
+
+pub use perf::{perf_event_open, perf_ioctl, perf_set_filter};
 
 use drm_gem::{Mmap, Sharing};
 use rustix::io::Errno;
@@ -379,98 +384,6 @@ pub fn restore_job_signals(saved: SavedSignals) {
 
 fn last_errno() -> Errno {
     Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-}
-
-/// `perf_event_open(attr, pid, cpu, -1, flags)`: a new perf event fd (no group).
-///
-/// EINTR (none is documented, but a signal storm is no reason to fail) is retried a
-/// bounded number of times.
-///
-/// # Errors
-/// The kernel's errno: `EACCES`/`EPERM` (perf_event_paranoid, no CAP_PERFMON), `ENOENT` or
-/// `EINVAL` (no such tracepoint), `ENODEV` (an offline CPU), `E2BIG` (an attr size this
-/// kernel refuses, with non-zero bytes past its own), `EMFILE`.
-pub fn perf_event_open(
-    attr: &ioctl_sys::perf_event::perf_event_attr,
-    pid: i32,
-    cpu: u32,
-    flags: u32,
-) -> Result<OwnedFd, Errno> {
-    let cpu = libc::c_int::try_from(cpu).map_err(|_| Errno::INVAL)?;
-    for _ in 0..1000 {
-        // SAFETY: `attr` is a live `struct perf_event_attr` whose `size` field is its own
-        // size (the kernel reads that many bytes and, for the output fields, writes back
-        // at most `size` on E2BIG); the other arguments are integers; group fd -1.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                attr as *const ioctl_sys::perf_event::perf_event_attr,
-                libc::pid_t::from(pid),
-                cpu,
-                -1 as libc::c_int,
-                libc::c_ulong::from(flags),
-            )
-        };
-        if r >= 0 {
-            return adopt(r);
-        }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
-}
-
-/// A perf event fd ioctl whose argument is an integer (`PERF_EVENT_IOC_ENABLE`,
-/// `_DISABLE`, `_RESET` with 0, `_SET_OUTPUT` with a target fd). EINTR is retried a
-/// bounded number of times.
-///
-/// # Errors
-/// The kernel's errno (`EINVAL` for a target ring on another CPU, `EBADF`).
-pub fn perf_ioctl(fd: BorrowedFd<'_>, request: u32, arg: libc::c_ulong) -> Result<(), Errno> {
-    use std::os::fd::AsRawFd;
-    for _ in 0..1000 {
-        // SAFETY: these requests take their argument as an integer (a flag or an fd number);
-        // the kernel dereferences no user pointer for them; `fd` is a live fd.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
-        if r >= 0 {
-            return Ok(());
-        }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
-}
-
-/// `PERF_EVENT_IOC_SET_FILTER`: a tracepoint event's ftrace filter expression. EINTR is
-/// retried a bounded number of times.
-///
-/// # Errors
-/// The kernel's errno (`EINVAL` for an expression it does not parse, `EBADF`).
-pub fn perf_set_filter(fd: BorrowedFd<'_>, filter: &std::ffi::CStr) -> Result<(), Errno> {
-    use std::os::fd::AsRawFd;
-    for _ in 0..1000 {
-        // SAFETY: the request takes a NUL-terminated string, which `filter` is and stays
-        // alive through the call (the kernel copies it in, bounded by a page); `fd` is live.
-        let r = unsafe {
-            libc::ioctl(
-                fd.as_raw_fd(),
-                libc::c_ulong::from(ioctl_sys::perf_event::PERF_EVENT_IOC_SET_FILTER),
-                filter.as_ptr(),
-            )
-        };
-        if r >= 0 {
-            return Ok(());
-        }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
 }
 
 #[cfg(test)]
