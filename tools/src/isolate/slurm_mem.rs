@@ -33,8 +33,8 @@
 //!
 //! ```
 //! use drmtool::isolate::slurm_mem::{gpumem_of_tres, share};
-//! assert_eq!(gpumem_of_tres("gres:gpu:qxl:1,gres:gpumem:16M").unwrap(), Some(16 << 20));
-//! assert_eq!(gpumem_of_tres("gres:gpu:1").unwrap(), None);
+//! assert_eq!(gpumem_of_tres(7, "gres:gpu:qxl:1,gres:gpumem:16M").unwrap(), Some(16 << 20));
+//! assert_eq!(gpumem_of_tres(7, "gres:gpu:1").unwrap(), None);
 //! assert_eq!(share(16 << 20, 2), 8 << 20);
 //! ```
 
@@ -122,11 +122,10 @@ pub enum GpumemError {
 /// none. Counts take Slurm's suffixes K, M, G, T and P (powers of 1024).
 ///
 /// # Errors
-/// [`GpumemError::BadTres`] (job 0: the caller names it) for a malformed `gpumem` entry or
-/// two of them.
-pub fn gpumem_of_tres(tres: &str) -> Result<Option<u64>, GpumemError> {
+/// [`GpumemError::BadTres`] (naming `job`) for a malformed `gpumem` entry or two of them.
+pub fn gpumem_of_tres(job: u64, tres: &str) -> Result<Option<u64>, GpumemError> {
     let bad = |why| GpumemError::BadTres {
-        job: 0,
+        job,
         text: tres.to_string(),
         why,
     };
@@ -310,13 +309,8 @@ fn find_scope(given: Option<&Path>, node: Option<&str>) -> Result<PathBuf, Gpume
 pub fn prolog(input: &PrologInput) -> Result<PrologOutcome, GpumemError> {
     let job = job_id(input.job_id.as_deref())?;
     let tres = query_tres(&input.squeue, job)?;
-    let budget = match gpumem_of_tres(&tres) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Ok(PrologOutcome::NotAsked { job }),
-        Err(GpumemError::BadTres { text, why, .. }) => {
-            return Err(GpumemError::BadTres { job, text, why });
-        }
-        Err(e) => return Err(e),
+    let Some(budget) = gpumem_of_tres(job, &tres)? else {
+        return Ok(PrologOutcome::NotAsked { job });
     };
     let all = super::choose::all_gpus()?;
     let idx = super::slurm::job_gpus(None, input.job_gpus.as_deref(), all.len())?;
@@ -452,19 +446,22 @@ mod tests {
 
     #[test]
     fn tres_gives_the_budget_in_bytes() {
-        assert_eq!(gpumem_of_tres("gres:gpumem:16M").unwrap(), Some(16 << 20));
         assert_eq!(
-            gpumem_of_tres("gres:gpu:qxl:1,gres:gpumem:4G").unwrap(),
+            gpumem_of_tres(7, "gres:gpumem:16M").unwrap(),
+            Some(16 << 20)
+        );
+        assert_eq!(
+            gpumem_of_tres(7, "gres:gpu:qxl:1,gres:gpumem:4G").unwrap(),
             Some(4 << 30)
         );
-        assert_eq!(gpumem_of_tres("gres/gpumem:1024").unwrap(), Some(1024));
-        assert_eq!(gpumem_of_tres("gres:gpumem:big:2K").unwrap(), Some(2048));
-        assert_eq!(gpumem_of_tres("gres:gpumem").unwrap(), Some(1));
-        assert_eq!(gpumem_of_tres("gres:gpu:1").unwrap(), None);
-        assert_eq!(gpumem_of_tres("N/A").unwrap(), None);
-        assert_eq!(gpumem_of_tres("").unwrap(), None);
+        assert_eq!(gpumem_of_tres(7, "gres/gpumem:1024").unwrap(), Some(1024));
+        assert_eq!(gpumem_of_tres(7, "gres:gpumem:big:2K").unwrap(), Some(2048));
+        assert_eq!(gpumem_of_tres(7, "gres:gpumem").unwrap(), Some(1));
+        assert_eq!(gpumem_of_tres(7, "gres:gpu:1").unwrap(), None);
+        assert_eq!(gpumem_of_tres(7, "N/A").unwrap(), None);
+        assert_eq!(gpumem_of_tres(7, "").unwrap(), None);
         // A GRES whose name starts like it is another one.
-        assert_eq!(gpumem_of_tres("gres:gpumemx:8M").unwrap(), None);
+        assert_eq!(gpumem_of_tres(7, "gres:gpumemx:8M").unwrap(), None);
     }
 
     #[test]
@@ -479,7 +476,7 @@ mod tests {
             "gres:gpumem:99999999999P",
         ] {
             assert!(
-                matches!(gpumem_of_tres(t), Err(GpumemError::BadTres { .. })),
+                matches!(gpumem_of_tres(7, t), Err(GpumemError::BadTres { .. })),
                 "{t}"
             );
         }

@@ -246,6 +246,24 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             (self.0 >> 33) % n
         }
+
+        /// A `jobs` x `gpus` cost matrix: one cell in `none_in` forbidden, the others
+        /// below `below`.
+        fn costs(
+            &mut self,
+            jobs: usize,
+            gpus: usize,
+            none_in: u64,
+            below: u64,
+        ) -> Vec<Vec<Option<u64>>> {
+            (0..jobs)
+                .map(|_| {
+                    (0..gpus)
+                        .map(|_| (self.next(none_in) != 0).then(|| self.next(below)))
+                        .collect()
+                })
+                .collect()
+        }
     }
 
     #[test]
@@ -282,13 +300,7 @@ mod tests {
         for _ in 0..3000 {
             let jobs = 1 + r.next(5) as usize;
             let gpus = 1 + r.next(4) as usize;
-            let costs: Vec<Vec<Option<u64>>> = (0..jobs)
-                .map(|_| {
-                    (0..gpus)
-                        .map(|_| (r.next(4) != 0).then(|| r.next(50)))
-                        .collect()
-                })
-                .collect();
+            let costs = r.costs(jobs, gpus, 4, 50);
             let slots: Vec<u32> = (0..gpus).map(|_| r.next(3) as u32).collect();
             let wait = 1 + r.next(120);
             let a = assign(&costs, &slots, wait);
@@ -310,13 +322,7 @@ mod tests {
         for _ in 0..2000 {
             let jobs = 1 + r.next(5) as usize;
             let gpus = 1 + r.next(4) as usize;
-            let costs: Vec<Vec<Option<u64>>> = (0..jobs)
-                .map(|_| {
-                    (0..gpus)
-                        .map(|_| (r.next(3) != 0).then(|| r.next(20)))
-                        .collect()
-                })
-                .collect();
+            let costs = r.costs(jobs, gpus, 3, 20);
             let slots: Vec<u32> = (0..gpus).map(|_| 1 + r.next(2) as u32).collect();
             let never = u64::from(u32::MAX);
             if brute(&costs, &slots, never) >= never {

@@ -48,8 +48,8 @@ fn wanted(c: Category) -> &'static [(&'static str, Option<&'static [&'static str
 /// The kernel filter a tracepoint is opened with, if any.
 fn filter_of(f: &EventFormat) -> Option<&'static std::ffi::CStr> {
     match (f.system.as_str(), f.name.as_str()) {
-        (alloc::SYSTEM, alloc::ENTER) => Some(alloc::ENTER_FILTER_C),
-        (alloc::SYSTEM, alloc::EXIT) => Some(alloc::EXIT_FILTER_C),
+        (alloc::SYSTEM, alloc::ENTER) => Some(alloc::ENTER_FILTER),
+        (alloc::SYSTEM, alloc::EXIT) => Some(alloc::EXIT_FILTER),
         _ => None,
     }
 }
