@@ -441,6 +441,16 @@ fn as_nobody(script: &str) -> (i32, String) {
     )
 }
 
+/// A started supervisor, killed (SIGKILL: its whole job goes with it) and reaped on drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `drmtool run --user nobody --gpu vgem -- sh -c SCRIPT`, started (the supervisor).
 fn nobody_job(script: &str) -> std::process::Child {
     drmtool(&[
@@ -481,11 +491,16 @@ fn leases_cannot_be_forged_or_removed_by_another_user() {
     let key = lease::key(vgem);
     let d = lease::dir();
     let lock = d.join(format!("{key}.lock"));
-    // A job takes (and so makes) the lease, then holds it.
-    let mut holder = drmtool(&["run", "--as-root", "--gpu", "vgem", "--", "sleep", "30"])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    // A job takes (and so makes) the lease, then holds it until it is killed below (or,
+    // should an assertion fail first, when the guard drops): a job that ended by itself
+    // part-way (CI, 2026-12-06: `sleep 30` over a 39 s test beside other guests) would
+    // free the lease under the checks that need it held.
+    let holder = KillOnDrop(
+        drmtool(&["run", "--as-root", "--gpu", "vgem", "--", "sleep", "900"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     assert!(
         until(30, || lease_of(&key, false).is_some()),
         "no lease listed"
@@ -496,9 +511,9 @@ fn leases_cannot_be_forged_or_removed_by_another_user() {
     let dm = std::fs::metadata(&d).unwrap();
     assert_eq!((dm.uid(), dm.mode() & 0o7777), (0, 0o755));
     let l = lease_of(&key, true).expect("nobody sees the lease");
-    assert_eq!(l["pid"], i64::from(holder.id()), "{l}");
+    assert_eq!(l["pid"], i64::from(holder.0.id()), "{l}");
     assert_eq!(l["user"], "root", "{l}");
-    assert_eq!(l["command"], "sleep 30", "{l}");
+    assert_eq!(l["command"], "sleep 900", "{l}");
     assert!(
         l["cgroup"]
             .as_str()
@@ -517,8 +532,7 @@ fn leases_cannot_be_forged_or_removed_by_another_user() {
     ]));
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("is leased by another job"), "{err}");
-    let _ = holder.kill();
-    let _ = holder.wait();
+    drop(holder);
     assert!(
         until(30, || lease_of(&key, false).is_none()),
         "the lease stayed"
