@@ -325,7 +325,7 @@ pub const EXTRA_LANES: &[(&str, &[&str])] = &[
     ("CDI through podman", &["src-5.15", "stock-6.1"]),
     ("virgl", &["debian-6.1"]),
 ];
-/// The kernels of the power-cut checks in `scripts/guest-matrix` (the NVDIMM on debian-6.12,
+/// The kernels of the power-cut checks in `scripts/guest-powercut` (the NVDIMM on debian-6.12,
 /// virtio-pmem behind the write-back cache layer on Debian's own 6.12 image, whose
 /// virtio_pmem the project's config leaves out).
 pub const POWERCUT_KERNELS: &[&str] = &["debian-6.12", "stock-6.12-fdinfo"];
@@ -487,11 +487,11 @@ mod tests {
             VIRGL_KERNELS.join(" ")
         )));
         assert!(
-            read("guest-matrix")
+            read("guest-powercut")
                 .contains(&format!("KERNEL={} scripts/powercut", POWERCUT_KERNELS[0]))
         );
         assert!(
-            read("guest-matrix")
+            read("guest-powercut")
                 .contains(&format!("VKERNEL={} scripts/powercut", POWERCUT_KERNELS[1]))
         );
         assert!(read("guest-oops").contains(&format!("KERNEL=${{KERNEL:-{}}}", OOPS_KERNELS[0])));
