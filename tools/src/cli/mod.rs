@@ -39,12 +39,13 @@ mod pick;
 mod pmem;
 mod run;
 mod slurm;
+mod topo;
 mod trace;
 
 use self::emit::{emit_json, emit_text};
 use self::{
     buffers::*, devices::*, export::*, hmm::*, info::*, kms::*, leases::*, pick::*, pmem::*,
-    slurm::*, trace::*,
+    slurm::*, topo::*, trace::*,
 };
 
 use crate::gpu::GpuSpec;
@@ -178,6 +179,11 @@ enum Cmd {
     /// the supervisor's root-owned record while it lives).
     #[command(after_help = "Examples:\n  drmtool leases\n  drmtool leases --json")]
     Leases,
+    /// Where each GPU sits: NUMA node, local CPUs, PCIe path and link; the GPU-to-GPU
+    /// matrix (X, PIX, PXB, PHB, NODE, SYS, as nvidia-smi topo -m classes them, for any
+    /// vendor); the NICs and disks near each GPU; the NUMA distance table.
+    #[command(after_help = "Examples:\n  drmtool topo\n  drmtool topo --json")]
+    Topo,
     /// cgroup v2 device rules.
     #[command(subcommand)]
     Cgroup(cgroup::CgroupCmd),
@@ -239,6 +245,7 @@ pub fn main_with(
         Cmd::Export(a) => export_cmd(&a),
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
         Cmd::Leases => leases_cmd(cli.json, out),
+        Cmd::Topo => topo_cmd(cli.json, out),
         Cmd::Slurm(c) => slurm_cmd(&c, out),
         Cmd::Cdi(c) => cdi::exec(&c, cli.json, out),
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),

@@ -1,5 +1,5 @@
-//! Where a device sits on the PCIe tree, and the class of the path between two devices
-//! (issue 30, under way: the classification first; `drmtool topo` is not built yet).
+//! Where a device sits on the PCIe tree, and the class of the path between two devices;
+//! `drmtool topo`'s report of the machine ([`report`]).
 //!
 //! A PCI device's canonical sysfs path (`/sys/bus/pci/devices/<bdf>` resolved) is its way
 //! down from the host bridge: `/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/
@@ -27,6 +27,12 @@
 //! assert_eq!(class(&a, None, &b, None), Class::Pix);
 //! assert_eq!(Class::Pix.to_string(), "PIX");
 //! ```
+
+pub mod report;
+
+pub use report::{Report, read_report};
+
+use crate::sysfs::is_bus_id;
 
 /// The class of the path between two devices (see the [module](self) docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -102,18 +108,6 @@ pub struct PciPath {
     pub bridges: Vec<String>,
     /// The device's bus id.
     pub device: String,
-}
-
-/// Whether `s` is a PCI bus id `dddd:bb:dd.f` (hex digits).
-fn is_bus_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 impl PciPath {

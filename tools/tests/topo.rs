@@ -1,0 +1,249 @@
+//! `drmtool topo`'s report on a synthetic sysfs: a PCIe switch holding two GPUs and an
+//! NVMe disk, a root-complex GPU without a PCIe link, a second NUMA node's host bridge
+//! with a GPU and a NIC, a platform GPU (vgem), virtual class devices; the JSON checked
+//! against `tools/schema/topo.schema.json`.
+
+use drmtool::gpu::Gpu;
+use drmtool::topo::Class::{self, *};
+use drmtool::topo::report::{DeviceKind, read_report_at, render};
+use serde_json::Value;
+
+mod vendor_tree;
+use vendor_tree::Tree;
+
+const SW: &str = "pci0000:00/0000:00:01.0/0000:01:00.0";
+
+/// A PCI function at `sys/devices/<path>` linked from `sys/bus/pci/devices`.
+fn function(t: &Tree, path: &str, numa: &str) {
+    let bus = path.rsplit('/').next().unwrap();
+    t.write(
+        &format!("sys/devices/{path}/numa_node"),
+        format!("{numa}\n"),
+    );
+    t.link(
+        &t.0.join(format!("sys/devices/{path}"))
+            .display()
+            .to_string(),
+        &format!("sys/bus/pci/devices/{bus}"),
+    );
+}
+
+/// A class device `class/<class>/<name>` linked to `sys/devices/<path>`.
+fn class_device(t: &Tree, class: &str, name: &str, path: &str) {
+    t.dir(&format!("sys/devices/{path}"));
+    t.link(
+        &t.0.join(format!("sys/devices/{path}"))
+            .display()
+            .to_string(),
+        &format!("sys/class/{class}/{name}"),
+    );
+}
+
+fn gpu(index: usize, name: &str, driver: &str, bus: Option<&str>, numa: Option<u32>) -> Gpu {
+    Gpu {
+        index,
+        bus_id: bus.map(String::from),
+        name: name.into(),
+        driver: Some(driver.into()),
+        pci_id: None,
+        nodes: Vec::new(),
+        vendor_nodes: Vec::new(),
+        numa_node: numa,
+        local_cpulist: numa.map(|n| {
+            if n == 0 {
+                "0-7".into()
+            } else {
+                "8-15\n;".into()
+            }
+        }),
+    }
+}
+
+fn machine() -> (Tree, Vec<Gpu>) {
+    let t = Tree::new("topo");
+    let a = format!("{SW}/0000:02:01.0/0000:03:00.0");
+    let b = format!("{SW}/0000:02:02.0/0000:04:00.0");
+    let nvme = format!("{SW}/0000:02:03.0/0000:05:00.0");
+    for f in [&a, &b, &nvme] {
+        function(&t, f, "0");
+    }
+    for (f, v) in [
+        ("current_link_speed", "8.0 GT/s PCIe"),
+        ("current_link_width", "8"),
+        ("max_link_speed", "16.0 GT/s PCIe"),
+        ("max_link_width", "16"),
+    ] {
+        t.write(&format!("sys/devices/{a}/{f}"), format!("{v}\n"));
+    }
+    function(&t, "pci0000:00/0000:00:02.0", "0");
+    t.write(
+        "sys/devices/pci0000:00/0000:00:02.0/current_link_speed",
+        "Unknown\n",
+    );
+    t.write(
+        "sys/devices/pci0000:00/0000:00:02.0/current_link_width",
+        "0\n",
+    );
+    function(&t, "pci0000:80/0000:80:01.0/0000:81:00.0", "1");
+    function(&t, "pci0000:80/0000:80:02.0", "1");
+    class_device(
+        &t,
+        "block",
+        "nvme0n1",
+        &format!("{nvme}/nvme/nvme0/nvme0n1"),
+    );
+    class_device(
+        &t,
+        "block",
+        "nvme0n1p1",
+        &format!("{nvme}/nvme/nvme0/nvme0n1/nvme0n1p1"),
+    );
+    t.write(
+        &format!("sys/devices/{nvme}/nvme/nvme0/nvme0n1/nvme0n1p1/partition"),
+        "1\n",
+    );
+    class_device(&t, "block", "loop0", "virtual/block/loop0");
+    class_device(
+        &t,
+        "net",
+        "eth\x1b[31m0",
+        "pci0000:80/0000:80:02.0/virtio1/net/eth0",
+    );
+    class_device(&t, "net", "lo", "virtual/net/lo");
+    t.write("sys/devices/system/node/node0/distance", "10 21\n");
+    t.write("sys/devices/system/node/node1/distance", "21 10\n");
+    let gpus = vec![
+        gpu(
+            0,
+            "0000:00:02.0",
+            "bochs-drm",
+            Some("0000:00:02.0"),
+            Some(0),
+        ),
+        gpu(1, "0000:03:00.0", "amdgpu", Some("0000:03:00.0"), Some(0)),
+        gpu(2, "0000:04:00.0", "amdgpu", Some("0000:04:00.0"), Some(0)),
+        gpu(3, "0000:81:00.0", "xe", Some("0000:81:00.0"), Some(1)),
+        gpu(4, "vgem", "vgem", None, None),
+    ];
+    (t, gpus)
+}
+
+#[test]
+fn classes_links_nearby_devices_and_numa_from_a_synthetic_sysfs() {
+    let (t, gpus) = machine();
+    let r = read_report_at(&gpus, &t.0.join("sys"));
+    let want: [[Option<Class>; 5]; 5] = [
+        [Some(Same), Some(Phb), Some(Phb), Some(Sys), None],
+        [Some(Phb), Some(Same), Some(Pix), Some(Sys), None],
+        [Some(Phb), Some(Pix), Some(Same), Some(Sys), None],
+        [Some(Sys), Some(Sys), Some(Sys), Some(Same), None],
+        [None, None, None, None, Some(Same)],
+    ];
+    assert_eq!(r.matrix, want.map(Vec::from).to_vec());
+    let g1 = &r.gpus[1];
+    let path = g1.pci_path.as_ref().unwrap();
+    assert_eq!(path.host_bridge, "pci0000:00");
+    assert_eq!(
+        path.bridges,
+        ["0000:00:01.0", "0000:01:00.0", "0000:02:01.0"]
+    );
+    let link = g1.link.as_ref().unwrap();
+    assert_eq!(
+        (
+            link.current_speed.as_deref(),
+            link.current_width,
+            link.max_width
+        ),
+        (Some("8.0 GT/s PCIe"), Some(8), Some(16))
+    );
+    // "Unknown" and width 0 (no link): none; a platform device: no path, no DRA root.
+    assert_eq!(r.gpus[0].link, None);
+    assert_eq!(r.gpus[4].pci_path, None);
+    assert_eq!(r.gpus[4].dra.pcie_root, None);
+    assert_eq!(r.gpus[3].dra.pcie_root.as_deref(), Some("pci0000:80"));
+    // A CPU list that is not one reads as unknown.
+    assert_eq!(r.gpus[1].local_cpus.as_deref(), Some("0-7"));
+    assert_eq!(r.gpus[3].local_cpus, None);
+    // The disk (not its partition) under the switch: PIX to both GPUs on it; the NIC on
+    // node 1: SYS to node 0's GPUs, PHB to the GPU on its host bridge; lo and loop0 counted.
+    let near: Vec<(DeviceKind, String, Vec<Option<Class>>)> = r
+        .devices
+        .iter()
+        .map(|d| (d.kind, d.name.escaped(), d.classes.clone()))
+        .collect();
+    assert_eq!(
+        near,
+        [
+            (
+                DeviceKind::Net,
+                "eth\\x1b[31m0".to_string(),
+                vec![Some(Sys), Some(Sys), Some(Sys), Some(Phb), None]
+            ),
+            (
+                DeviceKind::Block,
+                "nvme0n1".to_string(),
+                vec![Some(Phb), Some(Pix), Some(Pix), Some(Sys), None]
+            ),
+        ]
+    );
+    assert_eq!(r.devices[1].bus_id, "0000:05:00.0");
+    assert_eq!(r.off_pci, 2);
+    assert!(!r.truncated);
+    let numa = r.numa.as_ref().unwrap();
+    assert_eq!(numa[1].distances, [21, 10]);
+    let text = render(&r);
+    assert!(!text.contains('\x1b'), "{text}");
+    for want in [
+        "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:03:00.0",
+        "8.0 GT/s PCIe x8 (max 16.0 GT/s PCIe x16)",
+        "none (a platform device: not on PCI)",
+        "PIX   through at most one PCIe switch",
+        "(2 class device(s) not on PCI left out)",
+        "NUMA distances:",
+    ] {
+        assert!(text.contains(want), "{want:?} in:\n{text}");
+    }
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["gpus"][1]["dra"]["pciBusID"], "0000:03:00.0");
+    assert_eq!(v["gpus"][1]["dra"]["pcieRoot"], "pci0000:00");
+    assert_eq!(v["gpus"][1]["dra"]["numaNode"], 0);
+    assert_eq!(v["matrix"][1][2], "PIX");
+    validate(&v);
+}
+
+#[test]
+fn a_machine_without_numa_or_class_devices() {
+    let t = Tree::new("topo-bare");
+    function(&t, "pci0000:00/0000:00:02.0", "-1");
+    let gpus = vec![gpu(
+        0,
+        "0000:00:02.0",
+        "bochs-drm",
+        Some("0000:00:02.0"),
+        None,
+    )];
+    let r = read_report_at(&gpus, &t.0.join("sys"));
+    assert_eq!(r.numa, None);
+    assert!(r.devices.is_empty());
+    assert_eq!(r.matrix, vec![vec![Some(Same)]]);
+    assert!(render(&r).contains("NUMA: no node table"));
+    validate(&serde_json::to_value(&r).unwrap());
+    // A broken table (rows of unequal length) is no table.
+    t.write("sys/devices/system/node/node0/distance", "10 21\n");
+    let r = read_report_at(&gpus, &t.0.join("sys"));
+    assert_eq!(r.numa, None);
+}
+
+fn validate(v: &Value) {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/schema/topo.schema.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{v:#}");
+}
