@@ -1,7 +1,8 @@
 //! `drmtool info`, `caps` and `kms list` in real guests, on vkms, vgem, virtio-gpu and
 //! bochs: JSON that validates against tools/schema, `info` agreeing with `drm_info -j` on
 //! every fact both report, the caps matrix deciding what each driver is known to have, and
-//! one GPU grammar in every command. Mode sets and screenshots: `drmtool_kms.rs`.
+//! one GPU grammar in every command, `topo` on the guest's PCI tree. Mode sets and
+//! screenshots: `drmtool_kms.rs`.
 
 use drm_gem::Device;
 use drmtool::cli::run_captured as run;
@@ -461,4 +462,65 @@ fn every_command_takes_the_same_gpu_specs() {
         }
     }
     assert!(!std::path::Path::new("/nonexistent/x.png").exists());
+}
+
+/// `drmtool topo` in the guest, QEMU's `pc` machine as the harness builds it: every PCI
+/// GPU on the root bus of host bridge `pci0000:00` (no root port, no switch), so PHB
+/// between any two; vkms and vgem with no PCI path and no class; each GPU of the ordering
+/// under its index and name, its path the one sysfs resolves its function to; the JSON
+/// valid against its schema, the table with its legend.
+#[test]
+fn topo_places_every_gpu_of_the_ordering() {
+    if nodes().is_none() {
+        skip!("no DRM nodes (not a guest)")
+    }
+    let gpus = drmtool::gpu::gpus().expect("the guest has DRM devices");
+    let v = run_json(&["topo", "--json"], "topo.schema.json");
+    let listed = v["gpus"].as_array().unwrap();
+    assert_eq!(listed.len(), gpus.len(), "{v}");
+    for (g, l) in gpus.iter().zip(listed) {
+        assert_eq!(l["index"], g.index, "{l}");
+        assert_eq!(l["name"], g.name.as_str(), "{l}");
+        let Some(bus) = &g.bus_id else {
+            assert!(
+                l["pci_path"].is_null() && l["dra"]["pcieRoot"].is_null(),
+                "{l}"
+            );
+            continue;
+        };
+        let canon = std::fs::canonicalize(format!("/sys/bus/pci/devices/{bus}")).unwrap();
+        let comps: Vec<String> = canon
+            .strip_prefix("/sys/devices")
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(comps.len(), 2, "on the root bus: {}", canon.display());
+        assert_eq!(l["pci_path"]["host_bridge"], comps[0].as_str(), "{l}");
+        assert_eq!(l["pci_path"]["bridges"], serde_json::json!([]), "{l}");
+        assert_eq!(l["pci_path"]["device"], bus.as_str(), "{l}");
+        assert_eq!(l["dra"]["pciBusID"], bus.as_str(), "{l}");
+        assert_eq!(l["dra"]["pcieRoot"], comps[0].as_str(), "{l}");
+    }
+    for (i, a) in gpus.iter().enumerate() {
+        for (j, b) in gpus.iter().enumerate() {
+            let want = if i == j {
+                Value::from("X")
+            } else if a.bus_id.is_some() && b.bus_id.is_some() {
+                Value::from("PHB")
+            } else {
+                Value::Null
+            };
+            assert_eq!(v["matrix"][i][j], want, "{} to {}", a.name, b.name);
+        }
+    }
+    assert!(
+        gpus.iter().any(|g| g.bus_id.is_none()),
+        "vkms and vgem are platform devices"
+    );
+    let (code, text) = run(&["topo"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    for want in ["none (a platform device: not on PCI)", "PHB ", "Legend:"] {
+        assert!(text.contains(want), "{want:?} in:\n{text}");
+    }
 }
