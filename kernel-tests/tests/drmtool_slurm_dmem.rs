@@ -5,8 +5,8 @@
 //!   `vm/config/qxl-dmem.patch`): `slurm gres-conf --gpumem` counts the node's regions; a
 //!   job with `gpumem:8M` on the qxl GPU that allocates 24 MiB of VRAM finds `dmem.max`
 //!   8 MiB in its job cgroup and its `dmem.peak` (counted from the cgroup's creation, so
-//!   from the job's first process) never past it; a job on the same GPU without a budget
-//!   is not held;
+//!   from the job's first process) never past it; so does one whose name and comment
+//!   carry a forged 64 MiB GRES line; a job on the same GPU without a budget is not held;
 //! - everywhere: a budget that cannot be enforced (no dmem controller, or a GPU whose
 //!   driver registers no region: vgem) fails the Prolog with the line that says which;
 //!   Slurm drains the node and the job does not run.
@@ -130,9 +130,15 @@ struct AllocJob {
 
 impl AllocJob {
     fn start(cluster: &Cluster, gres: &str) -> AllocJob {
+        Self::start_with(cluster, gres, &[])
+    }
+
+    /// [`AllocJob::start`] with more srun options.
+    fn start_with(cluster: &Cluster, gres: &str, extra: &[&str]) -> AllocJob {
         let mut child = cluster
             .cmd("srun")
             .args([&format!("--gres={gres}"), "-n1", "--time=5"])
+            .args(extra)
             .arg(env!("CARGO_BIN_EXE_qxl-alloc"))
             .args(["24", &MIB.to_string()])
             .stdin(Stdio::piped())
@@ -235,6 +241,26 @@ fn a_jobs_gpumem_is_its_dmem_max_from_its_first_process() {
     assert!(errs.iter().all(|e| e == "ENOMEM"), "{errs:?}");
     assert_eq!(ok + errs.len(), 24);
     assert!(job.finish().success());
+    wait_no_job_cgroups();
+    // The job's user writes a bigger budget where a parser of `scontrol show job` would
+    // find one (the job's name and comment, printed beside its GRES lines): the budget is
+    // still the 8 MiB it asked through --gres, the one figure a user cannot forge.
+    let forged = "GRES=gpu:qxl:1,gpumem(CNT:67108864) TRES=gres/gpumem=67108864";
+    let job = AllocJob::start_with(
+        &cluster,
+        "gpu:qxl:1,gpumem:8M",
+        &[
+            &format!("--job-name=x JOB_{forged}"),
+            &format!("--comment={forged}"),
+        ],
+    );
+    let max = read(&job.cgroup, dmem::Knob::Max.file(), &region);
+    let peak = read(&job.cgroup, dmem::PEAK_FILE, &region);
+    eprintln!("job named and commented {forged:?}: dmem.max {max}, peak {peak}");
+    assert_eq!(max, Value::Bytes(8 * MIB), "{}", hooks_out(&hooks_dir));
+    assert!(peak <= Value::Bytes(8 * MIB), "{peak}");
+    assert!(job.finish().success());
+    wait_no_job_cgroups();
     // Without one, on the same GPU: not held.
     let job = AllocJob::start(&cluster, "gpu:qxl:1");
     let max = read(&job.cgroup, dmem::Knob::Max.file(), &region);

@@ -277,13 +277,15 @@ fn query_tres(squeue: &Path, job: u64) -> Result<String, GpumemError> {
     }
 }
 
-/// The step scope: `given`, else the first of [`scope_candidates`] that is a directory.
+/// The step scope: `given`, else the first of [`scope_candidates`]; either way one that is
+/// a directory already (a scope slurmd has not made is never made here: `--scope` with a
+/// typo fails closed instead of growing a cgroup no job runs in).
 fn find_scope(given: Option<&Path>, node: Option<&str>) -> Result<PathBuf, GpumemError> {
     let root = Path::new(super::cgroup::ROOT);
-    if let Some(g) = given {
-        return Ok(g.to_path_buf());
-    }
-    let cands = scope_candidates(node);
+    let cands = match given {
+        Some(g) => vec![g.to_path_buf()],
+        None => scope_candidates(node),
+    };
     cands
         .iter()
         .find(|c| std::fs::symlink_metadata(root.join(c)).is_ok_and(|m| m.file_type().is_dir()))
@@ -487,6 +489,18 @@ mod tests {
         assert_eq!(share(8 << 20, 1), 8 << 20);
         assert_eq!(share(9, 2), 4);
         assert_eq!(share(8 << 20, 0), 0);
+    }
+
+    #[test]
+    fn a_given_scope_that_is_not_there_is_no_scope_never_made() {
+        let given = Path::new("drmtool-no-such-step.scope");
+        match find_scope(Some(given), Some("n1")) {
+            Err(GpumemError::NoScope { tried, .. }) => {
+                assert_eq!(tried, given.display().to_string())
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!Path::new(super::super::cgroup::ROOT).join(given).exists());
     }
 
     #[test]
