@@ -116,27 +116,19 @@ pub fn compare_files(pid1: u32, fd1: u32, pid2: u32, fd2: u32) -> Result<Orderin
 /// with the lengths `attr` gives, for the call's duration.
 unsafe fn bpf(cmd: bpf_sys::bpf_cmd, attr: &mut bpf_sys::bpf_attr) -> Result<i64, Errno> {
     // EINTR: the command had no effect; again, a bounded number of times.
-    for _ in 0..1000 {
+    retry_eintr(|| {
         // SAFETY: `attr` is a live, writable `union bpf_attr` of the size passed (the
         // kernel copies at most that many bytes each way); the caller vouches for its
         // pointers.
-        let r = unsafe {
+        unsafe {
             libc::syscall(
                 libc::SYS_bpf,
                 cmd as libc::c_long,
-                attr as *mut bpf_sys::bpf_attr,
+                &mut *attr as *mut bpf_sys::bpf_attr,
                 core::mem::size_of::<bpf_sys::bpf_attr>() as libc::c_long,
             )
-        };
-        match r {
-            r if r >= 0 => return Ok(r),
-            _ => match last_errno() {
-                Errno::INTR => continue,
-                e => return Err(e),
-            },
         }
-    }
-    Err(Errno::INTR)
+    })
 }
 
 use ioctl_sys::bpf as bpf_sys;
@@ -384,6 +376,23 @@ pub fn restore_job_signals(saved: SavedSignals) {
 
 fn last_errno() -> Errno {
     Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+/// Runs `call`, a raw system call that returns a negative value and sets errno when it
+/// fails, again while it fails with EINTR, at most 1000 times: its result, or its errno
+/// (EINTR after the last try).
+fn retry_eintr<T: Copy + PartialOrd + Default>(mut call: impl FnMut() -> T) -> Result<T, Errno> {
+    for _ in 0..1000 {
+        let r = call();
+        if r >= T::default() {
+            return Ok(r);
+        }
+        match last_errno() {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+    Err(Errno::INTR)
 }
 
 #[cfg(test)]

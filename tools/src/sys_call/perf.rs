@@ -3,7 +3,7 @@
 
 #![allow(unsafe_code)]
 
-use super::{adopt, last_errno};
+use super::{adopt, retry_eintr};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 
@@ -23,11 +23,11 @@ pub fn perf_event_open(
     flags: u32,
 ) -> Result<OwnedFd, Errno> {
     let cpu = libc::c_int::try_from(cpu).map_err(|_| Errno::INVAL)?;
-    for _ in 0..1000 {
+    let r = retry_eintr(|| {
         // SAFETY: `attr` is a live `struct perf_event_attr` whose `size` field is its own
         // size (the kernel reads that many bytes and, for the output fields, writes back
         // at most `size` on E2BIG); the other arguments are integers; group fd -1.
-        let r = unsafe {
+        unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 attr as *const ioctl_sys::perf_event::perf_event_attr,
@@ -36,16 +36,9 @@ pub fn perf_event_open(
                 -1 as libc::c_int,
                 libc::c_ulong::from(flags),
             )
-        };
-        if r >= 0 {
-            return adopt(r);
         }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
+    })?;
+    adopt(r)
 }
 
 /// A perf event fd ioctl whose argument is an integer (`PERF_EVENT_IOC_ENABLE`,
@@ -56,19 +49,12 @@ pub fn perf_event_open(
 /// The kernel's errno (`EINVAL` for a target ring on another CPU, `EBADF`).
 pub fn perf_ioctl(fd: BorrowedFd<'_>, request: u32, arg: libc::c_ulong) -> Result<(), Errno> {
     use std::os::fd::AsRawFd;
-    for _ in 0..1000 {
+    retry_eintr(|| {
         // SAFETY: these requests take their argument as an integer (a flag or an fd number);
         // the kernel dereferences no user pointer for them; `fd` is a live fd.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
-        if r >= 0 {
-            return Ok(());
-        }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::c_ulong::from(request), arg) }
+    })
+    .map(drop)
 }
 
 /// `PERF_EVENT_IOC_SET_FILTER`: a tracepoint event's ftrace filter expression. EINTR is
@@ -78,23 +64,16 @@ pub fn perf_ioctl(fd: BorrowedFd<'_>, request: u32, arg: libc::c_ulong) -> Resul
 /// The kernel's errno (`EINVAL` for an expression it does not parse, `EBADF`).
 pub fn perf_set_filter(fd: BorrowedFd<'_>, filter: &std::ffi::CStr) -> Result<(), Errno> {
     use std::os::fd::AsRawFd;
-    for _ in 0..1000 {
+    retry_eintr(|| {
         // SAFETY: the request takes a NUL-terminated string, which `filter` is and stays
         // alive through the call (the kernel copies it in, bounded by a page); `fd` is live.
-        let r = unsafe {
+        unsafe {
             libc::ioctl(
                 fd.as_raw_fd(),
                 libc::c_ulong::from(ioctl_sys::perf_event::PERF_EVENT_IOC_SET_FILTER),
                 filter.as_ptr(),
             )
-        };
-        if r >= 0 {
-            return Ok(());
         }
-        match last_errno() {
-            Errno::INTR => continue,
-            e => return Err(e),
-        }
-    }
-    Err(Errno::INTR)
+    })
+    .map(drop)
 }
