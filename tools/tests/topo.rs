@@ -247,3 +247,115 @@ fn validate(v: &Value) {
     let errors: Vec<String> = validator.iter_errors(v).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:?}\n{v:#}");
 }
+
+#[test]
+fn near_specs_parse_and_refuse() {
+    use drmtool::topo::near::{Near, parse_cpus};
+    assert_eq!("numa:1".parse::<Near>().unwrap(), Near::Numa(1));
+    assert_eq!(
+        "cpus:3,0-1,1".parse::<Near>().unwrap(),
+        Near::Cpus(vec![0, 1, 3])
+    );
+    assert_eq!(
+        "net:eno1".parse::<Near>().unwrap(),
+        Near::Net("eno1".into())
+    );
+    assert_eq!(
+        "path:/data/x".parse::<Near>().unwrap(),
+        Near::Path("/data/x".into())
+    );
+    assert!(matches!("gpu:0".parse::<Near>().unwrap(), Near::Gpu(_)));
+    for bad in [
+        "numa",
+        "numa:",
+        "numa:-1",
+        "cpus:3-1",
+        "cpus:a",
+        "net:eth\x1b0",
+        "net:../x",
+        "net:averyveryverylongname",
+        "rack:1",
+        "gpu:",
+    ] {
+        assert!(bad.parse::<Near>().is_err(), "{bad:?}");
+    }
+    assert_eq!(
+        parse_cpus("0-65535").map(|v| v.len()),
+        Some(65_536),
+        "the bound"
+    );
+    assert_eq!(parse_cpus("0-65536"), None, "past the bound");
+}
+
+#[test]
+fn near_specs_resolve_on_a_synthetic_sysfs() {
+    use drmtool::topo::near::{Near, NearError};
+    let (t, gpus) = machine();
+    let sys = t.0.join("sys");
+    t.write("sys/devices/system/node/node0/cpulist", "0-7\n");
+    t.write("sys/devices/system/node/node1/cpulist", "8-15\n");
+    class_device(
+        &t,
+        "net",
+        "eno1",
+        "pci0000:80/0000:80:02.0/virtio2/net/eno1",
+    );
+    let near = |s: &str| s.parse::<Near>().unwrap().resolve(&gpus, &sys);
+    let classes = |s: &str| -> Vec<Option<Class>> {
+        let target = near(s).unwrap();
+        let r = read_report_at(&gpus, &sys);
+        r.gpus
+            .iter()
+            .map(|g| target.class_from(g.pci_path.as_ref(), g.numa_node))
+            .collect()
+    };
+    assert_eq!(
+        classes("numa:1"),
+        [Some(Sys), Some(Sys), Some(Sys), Some(Node), None]
+    );
+    assert_eq!(classes("cpus:8-9"), classes("numa:1"));
+    assert!(matches!(near("cpus:7-8"), Err(NearError::CpusSpan(_))));
+    assert!(matches!(near("numa:5"), Err(NearError::NoNode(5))));
+    assert_eq!(
+        classes("gpu:1"),
+        [Some(Phb), Some(Same), Some(Pix), Some(Sys), None]
+    );
+    assert!(matches!(near("gpu:vgem"), Err(NearError::NotOnPci { .. })));
+    assert!(matches!(
+        near("gpu:nosuchdriver"),
+        Err(NearError::Gpu { .. })
+    ));
+    assert_eq!(
+        classes("net:eno1"),
+        [Some(Sys), Some(Sys), Some(Sys), Some(Phb), None]
+    );
+    assert!(matches!(near("net:lo"), Err(NearError::NotOnPci { .. })));
+    assert!(matches!(near("net:eth9"), Err(NearError::NotOnPci { .. })));
+    // A file whose file system's device number sysfs maps to the NVMe disk's partition
+    // under the switch: PIX to the two GPUs on it.
+    let file = t.0.join("data");
+    std::fs::write(&file, "x").unwrap();
+    let st = rustix::fs::stat(&file).unwrap();
+    let dev = format!(
+        "{}:{}",
+        rustix::fs::major(st.st_dev),
+        rustix::fs::minor(st.st_dev)
+    );
+    let spec = format!("path:{}", file.display());
+    assert!(
+        matches!(near(&spec), Err(NearError::NotOnPci { .. })),
+        "no /sys/dev/block entry yet"
+    );
+    t.link(
+        &t.0.join(format!(
+            "sys/devices/{SW}/0000:02:03.0/0000:05:00.0/nvme/nvme0/nvme0n1/nvme0n1p1"
+        ))
+        .display()
+        .to_string(),
+        &format!("sys/dev/block/{dev}"),
+    );
+    assert_eq!(
+        classes(&spec),
+        [Some(Phb), Some(Pix), Some(Pix), Some(Sys), None]
+    );
+}

@@ -28,6 +28,7 @@
 //! assert_eq!(Class::Pix.to_string(), "PIX");
 //! ```
 
+pub mod near;
 pub mod report;
 
 pub use report::{Report, read_report};

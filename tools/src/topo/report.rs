@@ -218,7 +218,7 @@ fn pair_class(a: &GpuPlace, b: &GpuPlace) -> Option<Class> {
 
 /// The canonical path of `p` as the kernel names it (`/sys/...`), for a `p` under
 /// `sys_root`; `None` when it does not resolve or leaves the root.
-fn canonical_sys(p: &Path, sys_root: &Path) -> Option<PathBuf> {
+pub(super) fn canonical_sys(p: &Path, sys_root: &Path) -> Option<PathBuf> {
     let root = std::fs::canonicalize(sys_root).ok()?;
     let c = std::fs::canonicalize(p).ok()?;
     Some(Path::new("/sys").join(c.strip_prefix(&root).ok()?))
@@ -230,7 +230,7 @@ fn function_dir(sys_root: &Path, bus_id: &str) -> PathBuf {
 }
 
 /// A `numa_node` attribute: `None` for -1 (none) or text that is not a node number.
-fn numa_of(dir: &Path) -> Option<u32> {
+pub(super) fn numa_of(dir: &Path) -> Option<u32> {
     sysfs::attr(&dir.join("numa_node"))?.parse().ok()
 }
 
@@ -301,7 +301,7 @@ fn link_of(dir: &Path) -> Option<Link> {
 
 /// The entry names of a class directory, sorted, at most [`CLASS_ENTRIES_MAX`]; whether
 /// it held more. A directory that is missing has none.
-fn class_entries(dir: &Path) -> (Vec<std::ffi::OsString>, bool) {
+pub(super) fn class_entries(dir: &Path) -> (Vec<std::ffi::OsString>, bool) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return (Vec::new(), false);
     };
