@@ -191,7 +191,7 @@ impl Near {
             Near::Numa(n) if nodes.join(format!("node{n}")).is_dir() => Ok(node(*n)),
             Near::Numa(n) => Err(NearError::NoNode(*n)),
             Near::Cpus(cpus) => {
-                let text = cpus_text(cpus);
+                let text = crate::isolate::slurm::ranges(cpus);
                 let (names, _) = super::report::class_entries(&nodes);
                 names
                     .iter()
@@ -248,23 +248,4 @@ impl Near {
             }
         }
     }
-}
-
-/// CPUs as a list again (`0-3,8`), for messages.
-fn cpus_text(cpus: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            cpus[i].to_string()
-        } else {
-            format!("{}-{}", cpus[i], cpus[j])
-        });
-        i = j + 1;
-    }
-    out.join(",")
 }
