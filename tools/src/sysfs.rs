@@ -99,10 +99,24 @@ pub struct PciFunction {
     pub driver: Option<String>,
 }
 
+/// The sysfs directory of the PCI function `bus_id` under `sys_root` (a link into
+/// `devices/`).
+pub fn function_dir(sys_root: &Path, bus_id: &str) -> std::path::PathBuf {
+    sys_root.join("bus/pci/devices").join(bus_id)
+}
+
+/// A device directory's `numa_node`: `None` where the kernel says -1 or the text is not a
+/// node number.
+pub fn numa_node_of(dir: &Path) -> Option<u32> {
+    attr(&dir.join("numa_node"))
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|v| u32::try_from(v).ok())
+}
+
 impl PciFunction {
     /// Reads the function `bus_id` under `sys_root` (`/sys` on a real machine).
     pub fn read(sys_root: &Path, bus_id: &str) -> PciFunction {
-        let dir = sys_root.join("bus/pci/devices").join(bus_id);
+        let dir = function_dir(sys_root, bus_id);
         let hex = |f: &str| {
             attr(&dir.join(f)).and_then(|s| {
                 let digits = s.strip_prefix("0x").unwrap_or(&s);
@@ -113,9 +127,7 @@ impl PciFunction {
         };
         PciFunction {
             pci_id: hex("vendor").zip(hex("device")),
-            numa_node: attr(&dir.join("numa_node"))
-                .and_then(|s| s.parse::<i64>().ok())
-                .and_then(|v| u32::try_from(v).ok()),
+            numa_node: numa_node_of(&dir),
             local_cpulist: attr(&dir.join("local_cpulist")),
             driver: driver_of(&dir),
         }

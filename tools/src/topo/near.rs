@@ -166,10 +166,12 @@ fn on_pci(p: &Path, sys_root: &Path, what: &str) -> Result<Target, NearError> {
         what: what.to_string(),
         why,
     };
-    let canon = super::report::canonical_sys(p, sys_root)
+    let canon = std::fs::canonicalize(sys_root)
+        .ok()
+        .and_then(|root| super::report::canonical_sys(p, &root))
         .ok_or_else(|| not(format!("{} does not resolve", p.display())))?;
     let path = PciPath::parse(&canon).ok_or_else(|| not(canon.display().to_string()))?;
-    let numa_node = super::report::numa_of(&sys_root.join("bus/pci/devices").join(&path.device));
+    let numa_node = crate::sysfs::numa_node_of(&crate::sysfs::function_dir(sys_root, &path.device));
     Ok(Target {
         pci_path: Some(path),
         numa_node,
@@ -214,7 +216,7 @@ impl Near {
                         });
                     };
                     on_pci(
-                        &sys_root.join("bus/pci/devices").join(bus),
+                        &crate::sysfs::function_dir(sys_root, bus),
                         sys_root,
                         &format!("gpu:{spec}"),
                     )

@@ -174,7 +174,10 @@ pub fn read_report(gpus: &[Gpu]) -> Report {
 
 /// The report of `gpus` with sysfs at `sys_root` (tests pass a synthetic tree).
 pub fn read_report_at(gpus: &[Gpu], sys_root: &Path) -> Report {
-    let places: Vec<GpuPlace> = gpus.iter().map(|g| place_of(g, sys_root)).collect();
+    // A root that does not resolve resolves nothing under it: no paths, no devices.
+    let root = std::fs::canonicalize(sys_root).ok();
+    let root = root.as_deref();
+    let places: Vec<GpuPlace> = gpus.iter().map(|g| place_of(g, sys_root, root)).collect();
     let matrix = places
         .iter()
         .map(|a| places.iter().map(|b| pair_class(a, b)).collect())
@@ -186,7 +189,7 @@ pub fn read_report_at(gpus: &[Gpu], sys_root: &Path) -> Report {
         let (names, cut) = class_entries(&sys_root.join(kind.class_dir()));
         truncated |= cut;
         for name in names.iter().filter(|n| !is_partition(kind, n, sys_root)) {
-            match data_device(kind, name, sys_root, &places) {
+            match data_device(kind, name, sys_root, root, &places) {
                 Some(d) => devices.push(d),
                 None => off_pci += 1,
             }
@@ -216,29 +219,23 @@ fn pair_class(a: &GpuPlace, b: &GpuPlace) -> Option<Class> {
     ))
 }
 
-/// The canonical path of `p` as the kernel names it (`/sys/...`), for a `p` under
-/// `sys_root`; `None` when it does not resolve or leaves the root.
-pub(super) fn canonical_sys(p: &Path, sys_root: &Path) -> Option<PathBuf> {
-    let root = std::fs::canonicalize(sys_root).ok()?;
+/// The canonical path of `p` as the kernel names it (`/sys/...`), for a `p` under the
+/// sysfs root whose canonical path is `root` (canonicalized once by the caller); `None`
+/// when it does not resolve or leaves the root.
+pub(super) fn canonical_sys(p: &Path, root: &Path) -> Option<PathBuf> {
     let c = std::fs::canonicalize(p).ok()?;
-    Some(Path::new("/sys").join(c.strip_prefix(&root).ok()?))
+    Some(Path::new("/sys").join(c.strip_prefix(root).ok()?))
 }
 
-/// The sysfs directory of the PCI function `bus_id`.
-fn function_dir(sys_root: &Path, bus_id: &str) -> PathBuf {
-    sys_root.join("bus/pci/devices").join(bus_id)
-}
-
-/// A `numa_node` attribute: `None` for -1 (none) or text that is not a node number.
-pub(super) fn numa_of(dir: &Path) -> Option<u32> {
-    sysfs::attr(&dir.join("numa_node"))?.parse().ok()
-}
-
-fn place_of(g: &Gpu, sys_root: &Path) -> GpuPlace {
-    let dir = g.bus_id.as_deref().map(|b| function_dir(sys_root, b));
+fn place_of(g: &Gpu, sys_root: &Path, root: Option<&Path>) -> GpuPlace {
+    let dir = g
+        .bus_id
+        .as_deref()
+        .map(|b| sysfs::function_dir(sys_root, b));
     let pci_path = dir
         .as_deref()
-        .and_then(|d| canonical_sys(d, sys_root))
+        .zip(root)
+        .and_then(|(d, root)| canonical_sys(d, root))
         .and_then(PciPath::parse);
     GpuPlace {
         index: g.index,
@@ -332,11 +329,12 @@ fn data_device(
     kind: DeviceKind,
     name: &std::ffi::OsStr,
     sys_root: &Path,
+    root: Option<&Path>,
     gpus: &[GpuPlace],
 ) -> Option<DataDevice> {
     let entry = sys_root.join(kind.class_dir()).join(name);
-    let pci_path = PciPath::parse(canonical_sys(&entry, sys_root)?)?;
-    let numa_node = numa_of(&function_dir(sys_root, &pci_path.device));
+    let pci_path = PciPath::parse(canonical_sys(&entry, root?)?)?;
+    let numa_node = sysfs::numa_node_of(&sysfs::function_dir(sys_root, &pci_path.device));
     let classes = gpus
         .iter()
         .map(|g| {
