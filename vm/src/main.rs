@@ -363,7 +363,8 @@ struct TestArgs {
     #[arg(long, conflicts_with = "modules")]
     kernel_source: Option<PathBuf>,
     /// Only these kernel-tests test targets (repeatable, `cargo test --test NAME`; a
-    /// target that is `test = false`, like `crash`, is built only when named here).
+    /// target that is `test = false`, like `crash`, is built only when named here;
+    /// `kernel_tests` is the library's own unit tests, `cargo test --lib`).
     #[arg(long = "test")]
     tests: Vec<String>,
     /// Extra environment for the tests in the guest (repeatable, KEY=VALUE).

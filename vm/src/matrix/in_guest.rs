@@ -44,6 +44,14 @@ pub fn guest_tests(g: &GuestTests) -> bool {
         .collect();
     let limit = g.test_timeout;
     runner::run_binaries(&bins, &mut sink, g.strict, limit);
+    // Under scripts/guest-storm: the signals the storm delivered in this boot, per binary,
+    // as notes (the host's report keeps them; passing tests' own output is not kept).
+    if let Some(log) = std::env::var_os("KERNEL_TESTS_STORM_LOG") {
+        let text = read_bounded(std::path::Path::new(&log), STORM_LOG_MAX);
+        for line in storm_summary(&text) {
+            sink.note(&line);
+        }
+    }
     if let Some(dir) = &g.selftests {
         for (suite, exe) in build::SELFTESTS {
             let run = |sink: &mut runner::Sink| {
@@ -62,6 +70,55 @@ pub fn guest_tests(g: &GuestTests) -> bool {
     let (line, passed) = summary_line(sink.counts, sink.known);
     println!("{line}");
     passed
+}
+
+/// The most of the storm log read (each test process writes one line of about 80 bytes).
+const STORM_LOG_MAX: u64 = 4 << 20;
+
+/// At most `max` bytes of the file at `p`, lossily as text; empty when it cannot be read.
+fn read_bounded(p: &std::path::Path, max: u64) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    if let Ok(f) = std::fs::File::open(p) {
+        let _ = f.take(max).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The signal storm's log (`kernel_tests::storm`: one line per test process, `signal-storm:
+/// D signals delivered (S sent) in T s by SUITE`) summed: one line per suite, sorted, then
+/// the total (`signal-storm: 0 signals ...` when the log is empty: no test process ran
+/// under the storm). Lines of another form are counted apart, never summed.
+pub fn storm_summary(log: &str) -> Vec<String> {
+    let mut per: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    let (mut total, mut procs, mut odd) = (0u64, 0u64, 0u64);
+    for l in log.lines() {
+        let w: Vec<&str> = l.split_ascii_whitespace().collect();
+        let parsed = (w.first() == Some(&"signal-storm:") && w.len() >= 5)
+            .then(|| w[1].parse::<u64>().ok())
+            .flatten()
+            .zip(w.last().copied());
+        let Some((n, suite)) = parsed else {
+            odd += 1;
+            continue;
+        };
+        let e = per.entry(suite).or_default();
+        e.0 = e.0.saturating_add(n);
+        e.1 += 1;
+        total = total.saturating_add(n);
+        procs += 1;
+    }
+    let mut out: Vec<String> = per
+        .iter()
+        .map(|(s, (n, p))| format!("signal-storm: {s}: {n} signals over {p} test processes"))
+        .collect();
+    out.push(format!(
+        "signal-storm: {total} signals delivered over {procs} test processes in this boot"
+    ));
+    if odd > 0 {
+        out.push(format!("signal-storm: {odd} log lines not understood"));
+    }
+    out
 }
 
 /// The summary line of `vm guest-tests` from its counts (passed, failed, skipped) and its
@@ -97,5 +154,26 @@ mod tests {
             )
         );
         assert!(summary_line([0, 0, 0], 0).1);
+    }
+
+    #[test]
+    fn the_storm_log_is_summed_per_suite() {
+        let log = "signal-storm: 10 signals delivered (12 sent) in 1.0 s by atomic\n\
+                   signal-storm: 5 signals delivered (5 sent) in 0.5 s by atomic\n\
+                   signal-storm: 7 signals delivered (7 sent) in 0.2 s by dumb\n\
+                   garbage\n";
+        assert_eq!(
+            storm_summary(log),
+            [
+                "signal-storm: atomic: 15 signals over 2 test processes",
+                "signal-storm: dumb: 7 signals over 1 test processes",
+                "signal-storm: 22 signals delivered over 3 test processes in this boot",
+                "signal-storm: 1 log lines not understood",
+            ]
+        );
+        assert_eq!(
+            storm_summary(""),
+            ["signal-storm: 0 signals delivered over 0 test processes in this boot"]
+        );
     }
 }

@@ -97,7 +97,9 @@ fn list_units(b: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Builds the kernel-tests test binaries and returns their paths.
+/// Builds the kernel-tests test binaries and returns their paths: every one, or only
+/// `targets` (test target names; `kernel_tests`, the suite name of the library's own unit
+/// tests, is the library's test binary).
 pub fn build_test_binaries(targets: &[String]) -> Result<Vec<PathBuf>> {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
@@ -107,7 +109,10 @@ pub fn build_test_binaries(targets: &[String]) -> Result<Vec<PathBuf>> {
             "--no-run",
             "--message-format=json-render-diagnostics",
         ])
-        .args(targets.iter().flat_map(|t| ["--test", t.as_str()]))
+        .args(targets.iter().flat_map(|t| match t.as_str() {
+            "kernel_tests" => vec!["--lib"],
+            t => vec!["--test", t],
+        }))
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| {
