@@ -399,6 +399,12 @@ struct TestArgs {
     /// 2 GiB). Their output lines carry the kernel's name; the report is in matrix order.
     #[arg(long, default_value_t = 2, env = "VM_JOBS")]
     jobs: usize,
+    /// A topology profile added to the full device set: `numa` (two NUMA nodes, a PCI
+    /// expander bridge per node with a virtio-gpu, a virtio-blk disk beside node 1's GPU;
+    /// `VM_TOPOLOGY=numa` in the guest). For the tests built for it (`--test
+    /// drmtool_topology`).
+    #[arg(long, value_parser = ["numa"])]
+    topology: Option<String>,
 }
 
 impl TestArgs {
@@ -416,6 +422,7 @@ impl TestArgs {
             junit: self.junit.clone(),
             timeout: Duration::from_secs(self.timeout),
             jobs: self.jobs,
+            topology: self.topology.is_some(),
         }
     }
 }

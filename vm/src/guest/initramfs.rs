@@ -60,6 +60,7 @@ pub fn init_env(spec: &GuestSpec) -> String {
                 | DeviceKind::Qxl
                 | DeviceKind::Nvdimm
                 | DeviceKind::VirtioPmem
+                | DeviceKind::NumaPxb
         )
     });
     s.push_str(&format!("VM_MODALIAS={}\n", u8::from(pci)));

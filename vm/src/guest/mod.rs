@@ -54,6 +54,12 @@ pub enum DeviceKind {
     /// A virtio-pmem device backed by a host file (`/dev/pmem0`, flushed by an fsync of
     /// that file). Not in [`DeviceKind::ALL`]: `vm powercut --cache volatile` attaches it.
     VirtioPmem,
+    /// The NUMA topology profile: two NUMA nodes (one vCPU and half the memory each,
+    /// distance 10 within a node and 21 between them); a PCI expander bridge (`pxb`, a
+    /// host bridge of its own) on each node with a virtio-gpu behind it; and a virtio-blk
+    /// disk (16 MiB of zeros) beside node 1's GPU, "the data". Not in
+    /// [`DeviceKind::ALL`]: `vm test --topology numa` adds it to the full set.
+    NumaPxb,
 }
 
 impl DeviceKind {
@@ -81,6 +87,7 @@ impl DeviceKind {
             Self::TestHmm => "test_hmm",
             Self::Nvdimm => "nvdimm",
             Self::VirtioPmem => "virtio-pmem",
+            Self::NumaPxb => "numa-pxb",
         }
     }
 
@@ -88,7 +95,7 @@ impl DeviceKind {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
-            .chain([Self::VirtioPmem])
+            .chain([Self::VirtioPmem, Self::NumaPxb])
             .find(|d| d.name() == s)
     }
 

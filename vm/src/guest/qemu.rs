@@ -63,6 +63,30 @@ fn machine_args(a: &mut Vec<String>, spec: &GuestSpec) {
         format!("{}M", spec.memory_mib)
     };
     push(&["-m", &mem]);
+    if spec.devices.contains(&DeviceKind::NumaPxb) {
+        numa_args(a, spec.memory_mib);
+    }
+}
+
+/// The NUMA topology profile's nodes ([`DeviceKind::NumaPxb`]): vCPU 0 and the first half
+/// of the memory on node 0, vCPU 1 and the rest on node 1, 21 between them (the ACPI SLIT
+/// the guest's `/sys/devices/system/node/node*/distance` reads back).
+pub const NUMA_DISTANCE: u32 = 21;
+
+fn numa_args(a: &mut Vec<String>, memory_mib: u32) {
+    let mut push = |s: &[&str]| a.extend(s.iter().map(|x| x.to_string()));
+    let half = memory_mib / 2;
+    for (node, size) in [(0, half), (1, memory_mib - half)] {
+        push(&[
+            "-object",
+            &format!("memory-backend-ram,id=numa{node},size={size}M"),
+        ]);
+        push(&[
+            "-numa",
+            &format!("node,nodeid={node},cpus={node},memdev=numa{node}"),
+        ]);
+    }
+    push(&["-numa", &format!("dist,src=0,dst=1,val={NUMA_DISTANCE}")]);
 }
 
 /// No default devices or user config, the display, no reboot, and what to boot: the
@@ -159,6 +183,23 @@ fn device_args(a: &mut Vec<String>, spec: &GuestSpec, files: &RunFiles) {
                     ),
                 ]);
                 push(&["-device", "nvdimm,id=nvdimm0,memdev=nvmem0"]);
+            }
+            DeviceKind::NumaPxb => {
+                // An expander per node (its root bus numbered from bus_nr), each with a
+                // GPU; node 1's also holds "the data": a 16 MiB virtio-blk disk that reads
+                // zeros (QEMU's null-co driver: no host file).
+                for (node, bus) in [(0, 32), (1, 64)] {
+                    push(&[
+                        "-device",
+                        &format!("pxb,id=pxb{node},bus=pci.0,bus_nr={bus},numa_node={node}"),
+                    ]);
+                    push(&["-device", &format!("virtio-gpu-pci,bus=pxb{node},addr=0x0")]);
+                }
+                push(&[
+                    "-blockdev",
+                    "driver=null-co,node-name=topodata,size=16777216,read-zeroes=on",
+                ]);
+                push(&["-device", "virtio-blk-pci,drive=topodata,bus=pxb1,addr=0x1"]);
             }
             DeviceKind::VirtioPmem => {
                 push(&[

@@ -90,11 +90,20 @@ fn lane_spec(
     }
     GuestSpec {
         kernel,
-        devices: DeviceKind::ALL.to_vec(),
+        devices: DeviceKind::ALL
+            .into_iter()
+            .chain(plan.topology.then_some(DeviceKind::NumaPxb))
+            .collect(),
         payload: Payload {
             argv: argv.to_vec(),
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
-            env: lane_env(n, &missing, decision.accel.name(), &plan.env),
+            env: {
+                let mut env = lane_env(n, &missing, decision.accel.name(), &plan.env);
+                if plan.topology {
+                    env.push(("VM_TOPOLOGY".into(), "numa".into()));
+                }
+                env
+            },
             host_root: true,
         },
         accel: decision.accel,
@@ -266,6 +275,7 @@ mod tests {
                 .to_vec(),
             units: vec!["smoke::a".into()],
             env: vec![("A".into(), "1".into())],
+            topology: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1500),
             max_oopses: 3,

@@ -55,6 +55,8 @@ pub struct TestOptions {
     pub timeout: Duration,
     /// How many kernels' lanes run at once.
     pub jobs: usize,
+    /// The NUMA topology profile ([`crate::guest::DeviceKind::NumaPxb`]) added.
+    pub topology: bool,
 }
 
 /// Runs `vm test`: checks the flags, builds the plan, runs every kernel's lane (`jobs` at

@@ -29,6 +29,8 @@ pub struct TestPlan {
     pub max_oopses: usize,
     /// No kernel selftests, no libdrm programs.
     pub kernel_tests_only: bool,
+    /// The NUMA topology profile added to the devices (`VM_TOPOLOGY=numa` in the guest).
+    pub topology: bool,
 }
 
 impl TestPlan {
@@ -51,6 +53,7 @@ impl TestPlan {
             timeout: o.timeout,
             max_oopses: o.max_oopses,
             kernel_tests_only: o.kernel_tests_only,
+            topology: o.topology,
         })
     }
 }
@@ -212,6 +215,7 @@ mod tests {
                 .map(String::from)
                 .to_vec(),
             env: Vec::new(),
+            topology: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1),
             max_oopses: 3,
