@@ -331,6 +331,212 @@ fn pick_prefers_idle_gpus_and_names_what_it_excludes() {
     drop(busy);
 }
 
+/// `pick --near`: near a GPU on PCI, that GPU itself (class X) comes first, every other
+/// GPU on PCI of this `-machine pc` guest is PHB to it (one host bridge, no switch), and a
+/// platform device (vgem, vkms) has no class and ranks after them; each choice is
+/// explained on stderr; `-n 2` searches the set (every set tried) and its worst class is
+/// PHB; `run --pick 1 --near` leases the same GPU. Specs that do not resolve fail with the
+/// place named: a NUMA node that is not there and the file system of `/` (initramfs: no
+/// disk) exit 3, a spec of no known form exits 2.
+#[test]
+fn pick_near_ranks_by_class_and_explains_each_choice() {
+    use isolation_common::{drmtool, run_out};
+    let gpus = guest_gpus!();
+    let on_pci: Vec<&gpu::Gpu> = gpus.iter().filter(|g| g.bus_id.is_some()).collect();
+    assert!(on_pci.len() >= 2, "the guest has GPUs on PCI: {gpus:?}");
+    let target = on_pci[1].bus_id.clone().unwrap();
+    let near = format!("gpu:{target}");
+    let (code, out, err) = run_out(&mut drmtool(&["pick", "--near", &near, "--format", "json"]));
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "pick.schema.json", "pick --near --format json");
+    assert_eq!(v["near"]["spec"], near.as_str(), "{v}");
+    assert!(
+        v["near"]["pci_path"].as_str().unwrap().ends_with(&target),
+        "{v}"
+    );
+    let cands = v["candidates"].as_array().unwrap();
+    assert_eq!(
+        cands[0]["name"],
+        target.as_str(),
+        "the GPU itself first: {v}"
+    );
+    assert_eq!(cands[0]["class"], "X", "{v}");
+    for c in cands {
+        let name = c["name"].as_str().unwrap();
+        let pci = on_pci.iter().any(|g| g.bus_id.as_deref() == Some(name));
+        match (pci, name == target) {
+            (true, true) => {}
+            (true, false) => assert_eq!(c["class"], "PHB", "{c}"),
+            (false, _) => assert!(c["class"].is_null(), "a platform device: {c}"),
+        }
+    }
+    // Every GPU without a class ranks after every GPU with one.
+    let first_null = cands.iter().position(|c| c["class"].is_null());
+    if let Some(p) = first_null {
+        assert!(cands[p..].iter().all(|c| c["class"].is_null()), "{v}");
+    }
+    // Plain output: the bus id on stdout, the reason on stderr.
+    let (code, out, err) = run_out(&mut drmtool(&["pick", "--near", &near]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), target);
+    assert!(
+        err.contains(&format!("chose {target}: X to {near} (")) && err.contains("lease holder(s)"),
+        "{err}"
+    );
+    // Two: the target and one more on the same host bridge, every set tried.
+    let (code, out, err) = run_out(&mut drmtool(&[
+        "pick", "-n", "2", "--near", &near, "--format", "json",
+    ]));
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "pick.schema.json", "pick -n 2 --near --format json");
+    assert_eq!(v["group"]["search"], "exact", "{v}");
+    assert_eq!(v["group"]["worst"], "PHB", "{v}");
+    let t_index = gpus
+        .iter()
+        .position(|g| g.bus_id.as_deref() == Some(&target))
+        .unwrap();
+    assert_eq!(v["chosen"][0], t_index, "{v}");
+    let (code, _, err) = run_out(&mut drmtool(&["pick", "-n", "2", "--near", &near]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the set of 2: worst class between two of them PHB"),
+        "{err}"
+    );
+    // run --pick --near leases the GPU pick chose, and the job sees it.
+    let (code, out, err) = run_out(&mut drmtool(&[
+        "run",
+        "--as-root",
+        "--pick",
+        "1",
+        "--near",
+        &near,
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $DRMTOOL_LEASES",
+    ]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.trim(),
+        target,
+        "DRMTOOL_LEASES names the GPU's lease: {err}"
+    );
+    // What does not resolve.
+    let (code, _, err) = run_out(&mut drmtool(&["pick", "--near", "numa:99"]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("NUMA node 99 does not exist"), "{err}");
+    let (code, _, err) = run_out(&mut drmtool(&["pick", "--near", "path:/"]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("path:/: not on PCI"), "{err}");
+    let (code, _, err) = run_out(&mut drmtool(&["pick", "--near", "rack:7"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown KIND"), "{err}");
+}
+
+/// `drmtool place`: two exclusive jobs near one GPU on PCI get it and the other GPU on PCI
+/// (PHB), never the platform device (no class), by one exact flow; a two-GPU job in the
+/// same batch takes both first (the set step), the two single jobs wait and the plan says
+/// it is not exact; a bad request exits 2 naming it, a `near` that does not resolve exits
+/// 3 naming the request. The files validate against place-requests.schema.json and the
+/// output against place.schema.json.
+#[test]
+fn place_puts_a_batch_where_it_costs_least() {
+    use isolation_common::{drmtool, run_out};
+    let gpus = guest_gpus!();
+    let on_pci: Vec<&gpu::Gpu> = gpus.iter().filter(|g| g.bus_id.is_some()).collect();
+    assert!(on_pci.len() >= 2, "{gpus:?}");
+    let (t, u) = (
+        on_pci[0].bus_id.clone().unwrap(),
+        on_pci[1].bus_id.clone().unwrap(),
+    );
+    let sel = format!("{t},{u},vgem");
+    let dir = std::env::temp_dir().join(format!("drmtool-place-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, v: Value| {
+        validate(&v, "place-requests.schema.json", name);
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let near = format!("gpu:{t}");
+    let two = file(
+        "two.json",
+        serde_json::json!({"requests": [{"name": "a", "near": near}, {"name": "b", "near": near}]}),
+    );
+    let (code, out, err) = run_out(&mut drmtool(&["place", "--json", "--gpu", &sel, &two]));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "place.schema.json", "place --json");
+    assert_eq!(
+        (v["exact"].as_bool(), v["waiting"].as_u64()),
+        (Some(true), Some(0)),
+        "{v}"
+    );
+    let mut got: Vec<(String, String)> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["gpus"][0]["name"].as_str().unwrap().to_string(),
+                j["gpus"][0]["class"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want = vec![(t.clone(), "X".to_string()), (u.clone(), "PHB".to_string())];
+    want.sort();
+    assert_eq!(got, want, "{v}");
+    // A two-GPU job first: it takes both GPUs on PCI, the others wait.
+    let three = file(
+        "three.json",
+        serde_json::json!({"requests": [{"name": "a", "near": near}, {"name": "b"},
+                                        {"name": "pair", "count": 2}]}),
+    );
+    let sel2 = format!("{t},{u}");
+    let (code, out, err) = run_out(&mut drmtool(&["place", "--json", "--gpu", &sel2, &three]));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    validate(&v, "place.schema.json", "place --json (three)");
+    assert_eq!(
+        (v["exact"].as_bool(), v["waiting"].as_u64()),
+        (Some(false), Some(2)),
+        "{v}"
+    );
+    assert_eq!(v["jobs"][2]["gpus"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["jobs"][2]["worst"], "PHB", "{v}");
+    let (code, table, err) = run_out(&mut drmtool(&["place", "--gpu", &sel2, &three]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("waits") && table.contains("not proven least"),
+        "{table}"
+    );
+    // What is refused.
+    let bad = file(
+        "bad.json",
+        serde_json::json!({"requests": [{"name": "x"}, {"name": "x"}]}),
+    );
+    let (code, _, err) = run_out(&mut drmtool(&["place", &bad]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("request 1 (\"x\"): a second request of this name"),
+        "{err}"
+    );
+    let far = file(
+        "far.json",
+        serde_json::json!({"requests": [{"name": "far", "near": "numa:99"}]}),
+    );
+    let (code, _, err) = run_out(&mut drmtool(&["place", &far]));
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("request far: --near: NUMA node 99 does not exist"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The sample client's entry point (kernel_tests::sample); run plainly it does nothing.
 #[test]
 fn sample_client_entry() {

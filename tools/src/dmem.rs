@@ -545,44 +545,68 @@ fn open_knob(
 /// [`DmemError::NoController`] when `dir`'s `cgroup.controllers` lacks dmem,
 /// [`DmemError::Io`].
 pub fn enable_for_children(dir: impl AsFd, path: &Path) -> Result<(), DmemError> {
-    let read = |name: &str| -> Result<String, DmemError> {
-        let f = rustix::fs::openat(
-            &dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io_err(format!("open {}", path.join(name).display())))?;
-        read_bounded(std::fs::File::from(f), &path.join(name))
-    };
-    let has = |text: &str| text.split_ascii_whitespace().any(|c| c == CONTROLLER);
-    if has(&read("cgroup.subtree_control")?) {
-        return Ok(());
-    }
-    if !has(&read("cgroup.controllers")?) {
-        return Err(DmemError::NoController(format!(
+    if enable_controller(dir, path, CONTROLLER)? {
+        Ok(())
+    } else {
+        Err(DmemError::NoController(format!(
             "{} does not list it",
             path.join("cgroup.controllers").display()
-        )));
+        )))
     }
+}
+
+/// The text of the file `name` of the cgroup directory `dir` (at `path`), opened without
+/// following links, at most 64 KiB.
+///
+/// # Errors
+/// [`DmemError::Io`].
+pub fn cgroup_read(dir: impl AsFd, path: &Path, name: &str) -> Result<String, DmemError> {
     let f = rustix::fs::openat(
         &dir,
-        "cgroup.subtree_control",
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_err(format!("open {}", path.join(name).display())))?;
+    read_bounded(std::fs::File::from(f), &path.join(name))
+}
+
+/// Writes `text` to the file `name` of the cgroup directory `dir` (at `path`) in one
+/// write, opened without following links.
+///
+/// # Errors
+/// [`DmemError::Io`].
+pub fn cgroup_write(dir: impl AsFd, path: &Path, name: &str, text: &str) -> Result<(), DmemError> {
+    let p = path.join(name);
+    let f = rustix::fs::openat(
+        &dir,
+        name,
         OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(io_err(format!(
-        "open {}",
-        path.join("cgroup.subtree_control").display()
-    )))?;
+    .map_err(io_err(format!("open {}", p.display())))?;
     std::fs::File::from(f)
-        .write_all(format!("+{CONTROLLER}").as_bytes())
-        .map_err(|e| {
-            io_err(format!(
-                "write +{CONTROLLER} to {}",
-                path.join("cgroup.subtree_control").display()
-            ))(errno_of(&e))
-        })
+        .write_all(text.as_bytes())
+        .map_err(|e| io_err(format!("write {}", p.display()))(errno_of(&e)))
+}
+
+/// Turns the cgroup controller `name` on for the children of `dir` (a cgroup directory
+/// fd, at `path`) when it is not yet (`+name` into its `cgroup.subtree_control`); `false`
+/// when `dir`'s `cgroup.controllers` does not list it (nothing written). The files are
+/// opened without following links, and read at most 64 KiB.
+///
+/// # Errors
+/// [`DmemError::Io`]: a file could not be opened, read or written.
+pub fn enable_controller(dir: impl AsFd, path: &Path, name: &str) -> Result<bool, DmemError> {
+    let has = |text: &str| text.split_ascii_whitespace().any(|c| c == name);
+    if has(&cgroup_read(&dir, path, "cgroup.subtree_control")?) {
+        return Ok(true);
+    }
+    if !has(&cgroup_read(&dir, path, "cgroup.controllers")?) {
+        return Ok(false);
+    }
+    cgroup_write(&dir, path, "cgroup.subtree_control", &format!("+{name}"))?;
+    Ok(true)
 }
 
 /// One cgroup's use and limit of one region, as the kernel counts it (a cgroup's charge

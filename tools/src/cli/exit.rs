@@ -52,10 +52,13 @@ impl Exit {
             RunError::Usage(_) | RunError::Spec(_) | RunError::Who(_) => Exit::Usage,
             RunError::Select(s) => Exit::of_select(s),
             RunError::NoGpu(_) => Exit::NoGpu,
+            RunError::Near(crate::topo::near::NearError::Spec { .. }) => Exit::Usage,
+            RunError::Near(_) | RunError::NearOf { .. } => Exit::NoMatch,
             RunError::Mem(crate::dmem::DmemError::BadSize { .. }) => Exit::Usage,
             RunError::Setup(_)
             | RunError::Anchor(_)
             | RunError::Unidentified { .. }
+            | RunError::Bind(_)
             | RunError::Mem(_) => Exit::Setup,
         }
     }

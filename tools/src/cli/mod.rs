@@ -36,6 +36,7 @@ mod kms_set;
 mod leases;
 mod meta;
 mod pick;
+mod place;
 mod pmem;
 mod run;
 mod slurm;
@@ -44,8 +45,8 @@ mod trace;
 
 use self::emit::{emit_json, emit_text};
 use self::{
-    buffers::*, devices::*, export::*, hmm::*, info::*, kms::*, leases::*, pick::*, pmem::*,
-    slurm::*, topo::*, trace::*,
+    buffers::*, devices::*, export::*, hmm::*, info::*, kms::*, leases::*, pick::*, place::*,
+    pmem::*, slurm::*, topo::*, trace::*,
 };
 
 use crate::gpu::GpuSpec;
@@ -184,6 +185,15 @@ enum Cmd {
     /// vendor); the NICs and disks near each GPU; the NUMA distance table.
     #[command(after_help = "Examples:\n  drmtool topo\n  drmtool topo --json")]
     Topo,
+    /// Place a batch of job requests at once where each costs least: its class to what it
+    /// wants near, then the GPUs' use (one minimum-cost flow for single-GPU jobs, a set
+    /// search for multi-GPU ones, a wait for what cannot be placed now). Leases nothing.
+    #[command(
+        after_help = "Examples:\n  drmtool place jobs.json\n  drmtool place --slots 2 --json jobs.json\n\n\
+                      jobs.json: {\"requests\": [{\"name\": \"train\", \"count\": 2, \"near\": \"path:/data\"}, \
+                      {\"name\": \"nb\", \"exclusive\": false}]}"
+    )]
+    Place(PlaceArgs),
     /// cgroup v2 device rules.
     #[command(subcommand)]
     Cgroup(cgroup::CgroupCmd),
@@ -246,6 +256,7 @@ pub fn main_with(
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
         Cmd::Leases => leases_cmd(cli.json, out),
         Cmd::Topo => topo_cmd(cli.json, out),
+        Cmd::Place(a) => place_cmd(&a, cli.json, out),
         Cmd::Slurm(c) => slurm_cmd(&c, out),
         Cmd::Cdi(c) => cdi::exec(&c, cli.json, out),
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),

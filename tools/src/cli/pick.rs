@@ -18,6 +18,11 @@ pub(super) struct PickArgs {
     /// Only GPUs of this driver.
     #[arg(long)]
     driver: Option<String>,
+    /// Near this place first, then least used: numa:N, cpus:LIST, gpu:SEL, net:IFACE or
+    /// path:FILE (the disk under FILE's file system). With -n 2+, the set nearest each
+    /// other. Each choice is explained on stderr (its class and use figures).
+    #[arg(long, value_name = "SPEC")]
+    near: Option<crate::topo::near::Near>,
     /// Only among these GPUs (GPU specs as for run --gpu).
     #[arg(long = "gpu", value_delimiter = ',')]
     gpus: Vec<GpuSpec>,
@@ -54,8 +59,12 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
         driver: a.driver.clone(),
         max_clients: a.max_clients,
         min_free: a.min_free,
+        near: a.near.clone(),
     };
-    let r = run::choose(&all, &cand, &want, a.n);
+    let r = match run::choose(&all, &cand, &want, a.n) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
     if json || a.format == "json" {
         let code = emit_json(&r, out);
         if r.chosen.len() < a.n {
@@ -82,6 +91,11 @@ pub(super) fn pick_cmd(a: &PickArgs, json: bool, out: &mut dyn Write) -> ExitCod
             r.candidates.len()
         );
         return Exit::NoGpu.into();
+    }
+    if a.near.is_some() {
+        for line in run::why_lines(&r) {
+            eprintln!("drmtool: pick: {line}");
+        }
     }
     let gpus: Vec<&crate::gpu::Gpu> = r.chosen.iter().map(|&i| &all[i]).collect();
     let text: String = if a.format == "env" {

@@ -21,6 +21,14 @@ pub(super) struct RunArgs {
     /// Exit 5 when none is free.
     #[arg(long, value_name = "N")]
     pick: Option<usize>,
+    /// With --pick: near this place, as `drmtool pick --near` (numa:N, cpus:LIST, gpu:SEL,
+    /// net:IFACE, path:FILE).
+    #[arg(long, value_name = "SPEC", requires = "pick")]
+    near: Option<crate::topo::near::Near>,
+    /// Pin the job to its GPUs' local CPUs and NUMA nodes (cgroup cpuset.cpus and
+    /// cpuset.mems, read back before the job starts; refused for a GPU not on PCI).
+    #[arg(long)]
+    bind: bool,
     /// Share each GPU with up to K holders (that also say --shared K) instead of holding
     /// it alone.
     #[arg(long, value_name = "K")]
@@ -101,7 +109,10 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
             n,
             sharing,
             wait,
-            want: Default::default(),
+            want: crate::isolate::pick::Want {
+                near: a.near,
+                ..Default::default()
+            },
         }),
         user,
         as_root: a.as_root,
@@ -110,6 +121,7 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
         wait,
         cgroup_parent: a.cgroup_parent,
         mem,
+        bind: a.bind,
         caller: None,
     })
 }

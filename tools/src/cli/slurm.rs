@@ -132,7 +132,9 @@ fn with_gpus(
 /// `slurm gres-conf [--gpumem]`.
 fn gres_conf(all: &[crate::gpu::Gpu], gpumem: bool, out: &mut dyn Write) -> ExitCode {
     use crate::isolate::{slurm, slurm_mem};
-    let mut text = slurm::gres_conf(all, &slurm::topology());
+    let places = crate::topo::report::places_at(all, std::path::Path::new("/sys"));
+    let pair = |a: usize, b: usize| crate::topo::report::pair_class(places.get(a)?, places.get(b)?);
+    let mut text = slurm::gres_conf_linked(all, &slurm::topology(), &pair);
     if gpumem {
         let cap = match crate::dmem::Capacity::read(&crate::dmem::root()) {
             Ok(c) => c,

@@ -89,6 +89,31 @@ fn io(what: String) -> impl FnOnce(rustix::io::Errno) -> AnchorError {
     move |errno| AnchorError::Io { what, errno }
 }
 
+/// Calls `f` with the cgroup root, then with each directory of `rel` below it, top down
+/// (the root with `true`), each opened without following links; [`open_parent`] checks
+/// they are root's alone.
+///
+/// # Errors
+/// `f`'s error, or an [`AnchorError`] for a path that is not relative or a directory that
+/// does not open.
+pub fn walk_down<E: From<AnchorError>>(
+    rel: &Path,
+    mut f: impl FnMut(rustix::fd::BorrowedFd<'_>, &Path, bool) -> Result<(), E>,
+) -> Result<(), E> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut path = PathBuf::from(super::cgroup::ROOT);
+    let mut fd = rustix::fs::open(&path, flags, Mode::empty())
+        .map_err(io(format!("open {}", path.display())))?;
+    f(fd.as_fd(), &path, true)?;
+    for c in components(rel)? {
+        path.push(c);
+        fd = rustix::fs::openat(&fd, c, flags, Mode::empty())
+            .map_err(io(format!("open {}", path.display())))?;
+        f(fd.as_fd(), &path, false)?;
+    }
+    Ok(())
+}
+
 fn check(dir: &OwnedFd, path: &Path) -> Result<(), AnchorError> {
     let st = rustix::fs::fstat(dir).map_err(io(format!("fstat {}", path.display())))?;
     if let Some(what) = unsafe_owner(st.st_uid, st.st_mode & 0o7777) {

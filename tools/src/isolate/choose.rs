@@ -7,6 +7,8 @@ use super::lease::{self, Lease, LeaseError, Sharing};
 use super::pick::{self, Want};
 use super::run::{PickRequest, RunError};
 use crate::gpu::{self, Gpu, GpuSpec};
+use crate::place::group::{self, Group};
+use crate::place::{Locality, NearReport};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -41,17 +43,57 @@ pub fn candidates(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> 
 
 /// The candidates (indices into `all`) ranked now: `report`'s figures, the leases held in
 /// `d` at this moment.
-fn rank_now(
+pub(super) fn rank_now(
     all: &[Gpu],
     cand: &[usize],
     report: Option<&crate::scan::Report>,
     want: &Want,
     d: &Path,
+    loc: &Locality,
 ) -> Vec<pick::Candidate> {
     let held = held_by_index(all, cand, d);
     let gs: Vec<&Gpu> = cand.iter().map(|&i| &all[i]).collect();
     let dmem = report.and_then(|r| r.dmem.as_ref());
-    pick::rank(&gs, report, &held, &|g| pick::free_of(g, dmem), want)
+    pick::rank(
+        &gs,
+        report,
+        &held,
+        &|g| pick::free_of(g, dmem),
+        &|g| loc.class_to_near(g.index),
+        want,
+    )
+}
+
+/// The GPU indices of the eligible candidates of `ranked`, in the order to take `n` of
+/// them: rank order, or, with `--near` and `n` >= 2, the nearest set first
+/// ([`crate::place::group::best`] over the eligible ones, its members by rank), then the
+/// rest by rank. The set, by GPU index, when one was searched.
+fn take_order(
+    ranked: &[pick::Candidate],
+    n: usize,
+    want: &Want,
+    loc: &Locality,
+) -> (Vec<usize>, Option<Group>) {
+    let eligible: Vec<&pick::Candidate> = ranked.iter().filter(|c| c.excluded.is_none()).collect();
+    let by_rank: Vec<usize> = eligible.iter().map(|c| c.index).collect();
+    if want.near.is_none() || n < 2 {
+        return (by_rank, None);
+    }
+    let costs: Vec<u64> = eligible.iter().map(|c| c.cost).collect();
+    let Some(mut g) = group::best(&costs, n, &|a, b| {
+        loc.pair(eligible[a].index, eligible[b].index)
+    }) else {
+        return (by_rank, None);
+    };
+    // Members are positions in rank order: ascending positions are the rank order.
+    let first: Vec<usize> = g.members.iter().map(|&m| eligible[m].index).collect();
+    let order = first
+        .iter()
+        .copied()
+        .chain(by_rank.into_iter().filter(|i| !first.contains(i)))
+        .collect();
+    g.members = first;
+    (order, Some(g))
 }
 
 /// `drmtool pick --json` (`tools/schema/pick.schema.json`).
@@ -63,24 +105,81 @@ pub struct PickReport {
     pub chosen: Vec<usize>,
     /// Every candidate in rank order, with its figures and why it is excluded.
     pub candidates: Vec<pick::Candidate>,
+    /// Where `--near` pointed (`None`: no `--near`).
+    pub near: Option<NearReport>,
+    /// The set searched for `-n` 2+ with `--near` (its members by GPU index).
+    pub group: Option<Group>,
 }
 
 /// What `drmtool pick -n N` chooses among `cand` (indices into `all`): one scan, the
-/// leases held now, the first `n` eligible candidates in rank order. Leases nothing
-/// (`run --pick` does: [`pick_and_lease`]).
-pub fn choose(all: &[Gpu], cand: &[usize], want: &Want, n: usize) -> PickReport {
+/// leases held now, the first `n` eligible candidates in rank order (with `--near` and
+/// `n` >= 2, the nearest set: [`crate::place::group::best`]). Leases nothing (`run --pick` does:
+/// [`pick_and_lease`]).
+///
+/// # Errors
+/// [`RunError::Near`]: the `--near` spec does not resolve.
+pub fn choose(all: &[Gpu], cand: &[usize], want: &Want, n: usize) -> Result<PickReport, RunError> {
+    let loc = Locality::read(all, want.near.as_ref())?;
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
-    let candidates = rank_now(all, cand, report.as_ref(), want, &lease::dir());
-    PickReport {
+    let candidates = rank_now(all, cand, report.as_ref(), want, &lease::dir(), &loc);
+    let (order, group) = take_order(&candidates, n, want, &loc);
+    Ok(PickReport {
         schema_version: crate::SCHEMA_VERSION,
-        chosen: candidates
-            .iter()
-            .filter(|c| c.excluded.is_none())
-            .take(n)
-            .map(|c| c.index)
-            .collect(),
+        chosen: order.into_iter().take(n).collect(),
         candidates,
+        near: loc.near_report(),
+        group,
+    })
+}
+
+/// Why each chosen GPU was chosen, one line each, best first: its class to the `--near`
+/// place (and the place), its lease holders, clients and memory held with its source, and
+/// for a set its worst class between members and how it was searched.
+pub fn why_lines(r: &PickReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let place = r.near.as_ref().map_or(String::new(), |n| {
+        let at = match (&n.pci_path, n.numa_node) {
+            (Some(p), Some(node)) => format!("{p}, NUMA node {node}"),
+            (Some(p), None) => p.clone(),
+            (None, Some(node)) => format!("NUMA node {node}"),
+            (None, None) => "no place".into(),
+        };
+        format!(" to {} ({at})", n.spec)
+    });
+    for &i in &r.chosen {
+        let Some(c) = r.candidates.iter().find(|c| c.index == i) else {
+            continue;
+        };
+        let class = c
+            .class
+            .map_or("no class (not on PCI, or no node)".to_string(), |k| {
+                k.to_string()
+            });
+        let clients = c.clients.map_or("unknown".to_string(), |n| n.to_string());
+        let memory = c
+            .memory
+            .value
+            .map_or("unknown".to_string(), |v| format!("{v} bytes"));
+        out.push(format!(
+            "chose {}: {class}{place}; {} lease holder(s), {clients} client(s), {memory} held ({}); cost {}",
+            c.name, c.leases, c.memory.source, c.cost
+        ));
     }
+    if let Some(g) = &r.group {
+        let worst = g
+            .worst
+            .map_or("no class (a GPU not on PCI)".to_string(), |k| k.to_string());
+        let search = match g.search {
+            group::Search::Exact => "every set tried",
+            group::Search::Greedy => "greedy search: too many sets to try each",
+        };
+        out.push(format!(
+            "the set of {}: worst class between two of them {worst}, costs summed {} ({search})",
+            g.members.len(),
+            g.cost
+        ));
+    }
+    out
 }
 
 /// Holders per GPU index among `cand`, from the lease directory and `/proc/locks`.
@@ -104,15 +203,19 @@ pub fn pick_and_lease(
     }
     let d = lease::dir();
     let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
+    let loc = Locality::read(all, p.want.near.as_ref())?;
     // One scan ranks the candidates; the leases are re-read on every try.
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     // None: a wait longer than the clock can count (--wait 1e19) waits for ever.
     let deadline = std::time::Instant::now().checked_add(p.wait);
     let mut tries = 0;
     loop {
-        let ranked = rank_now(all, cand, report.as_ref(), &p.want, &d);
-        let eligible: Vec<&pick::Candidate> =
-            ranked.iter().filter(|c| c.excluded.is_none()).collect();
+        let ranked = rank_now(all, cand, report.as_ref(), &p.want, &d, &loc);
+        let (order, _) = take_order(&ranked, p.n, &p.want, &loc);
+        let eligible: Vec<&pick::Candidate> = order
+            .iter()
+            .filter_map(|&i| ranked.iter().find(|c| c.index == i))
+            .collect();
         if eligible.len() < p.n {
             let why: Vec<String> = ranked
                 .iter()

@@ -5,8 +5,22 @@
 
 use super::run::RunError;
 use crate::gpu::Gpu;
-use rustix::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+/// The job's GPU memory limits, resolved against the kernel's regions before anything is
+/// set up (fails closed: no dmem, a GPU without a region), and its `--bind` binding (fails
+/// closed for a GPU not on PCI).
+pub(crate) fn limits_of(
+    mem: &[crate::dmem::LimitRequest],
+    bind: bool,
+    chosen: &[&Gpu],
+) -> Result<(Vec<crate::dmem::Setting>, Option<super::bind::Binding>), RunError> {
+    let mem = plan(mem, chosen)?;
+    let bind = bind
+        .then(|| super::bind::Binding::of_gpus(chosen))
+        .transpose()?;
+    Ok((mem, bind))
+}
 
 /// The job's GPU memory limits against the kernel's dmem regions (none asked: none).
 pub(crate) fn plan(
@@ -37,7 +51,6 @@ pub(crate) fn plan(
 /// share (the kernel distributes an ancestor's protection by its children's).
 pub(crate) fn enable_along(rel: &Path, mem: &[crate::dmem::Setting]) -> Result<(), RunError> {
     use crate::dmem::{Knob, Setting, Value};
-    use rustix::fs::{Mode, OFlags};
     let protect: Vec<Setting> = mem
         .iter()
         .filter(|s| s.knob != Knob::Max)
@@ -46,17 +59,11 @@ pub(crate) fn enable_along(rel: &Path, mem: &[crate::dmem::Setting]) -> Result<(
             ..s.clone()
         })
         .collect();
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut path = PathBuf::from(super::cgroup::ROOT);
-    let mut fd = rustix::fs::open(&path, flags, Mode::empty())
-        .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
-    crate::dmem::enable_for_children(&fd, &path)?;
-    for c in super::anchor::components(rel)? {
-        path.push(c);
-        fd = rustix::fs::openat(&fd, c, flags, Mode::empty())
-            .map_err(|e| RunError::Setup(format!("open {}: {e}", path.display())))?;
-        crate::dmem::apply(fd.as_fd(), &path, &protect)?;
-        crate::dmem::enable_for_children(&fd, &path)?;
-    }
-    Ok(())
+    super::anchor::walk_down(rel, |fd, path, root| -> Result<(), RunError> {
+        if !root {
+            crate::dmem::apply(fd, path, &protect)?;
+        }
+        crate::dmem::enable_for_children(fd, path)?;
+        Ok(())
+    })
 }

@@ -4,6 +4,7 @@
 //! --pick`).
 
 pub mod anchor;
+pub mod bind;
 pub mod bpf;
 pub mod cgroup;
 pub mod choose;
@@ -15,6 +16,7 @@ pub mod job;
 pub mod lease;
 pub mod memlimit;
 pub mod pick;
+pub mod placing;
 pub mod run;
 pub mod slurm;
 pub mod slurm_mem;

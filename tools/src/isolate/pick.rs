@@ -1,10 +1,11 @@
 //! `drmtool pick`: ranks the GPUs by what the buffers model knows of their use and what the
 //! leases say, and chooses the least used.
 //!
-//! Rank, best first: not excluded; fewest lease holders; fewest clients (open DRM files);
-//! least memory held (fdinfo `drm-total-*` summed over the device's clients, else the bytes
-//! its buffers are mapped, else unknown: unknown ranks after every known figure, never as
-//! zero); then the ordering's index. Excluded, with the reason: another driver than
+//! Rank, best first: not excluded; with `--near`, the nearest class to that place
+//! ([`crate::place::cost`], which ranks by the same figures); fewest lease holders; fewest
+//! clients (open DRM files); least memory held (fdinfo `drm-total-*` summed over the
+//! device's clients, else the bytes its buffers are mapped, else unknown: unknown ranks
+//! after every known figure, never as zero); then the ordering's index. Excluded, with the reason: another driver than
 //! `--driver`, more clients than `--max-clients`, free memory below `--min-free` or unknown
 //! (generic DRM has no free-memory query; amdgpu's sysfs `mem_info_vram_{total,used}` is read
 //! where present, else the dmem cgroup controller's region capacity minus the cgroups'
@@ -25,6 +26,9 @@ pub struct Want {
     pub max_clients: Option<usize>,
     /// At least this many free bytes (a GPU whose free memory is unknown is excluded).
     pub min_free: Option<u64>,
+    /// Near this place (`--near`): the class to it ranks first
+    /// ([`crate::place::cost`]), and a set of several GPUs is searched for nearness.
+    pub near: Option<crate::topo::near::Near>,
 }
 
 /// A figure with where it came from.
@@ -56,6 +60,10 @@ pub struct Candidate {
     pub leases: usize,
     /// Why it cannot be chosen.
     pub excluded: Option<String>,
+    /// Its class to the `--near` place (`None`: no `--near`, or no class: not on PCI).
+    pub class: Option<crate::topo::Class>,
+    /// Its cost ([`crate::place::cost`]): lower ranks first.
+    pub cost: u64,
 }
 
 /// Why a GPU without a DRM node has no client or memory figure.
@@ -121,12 +129,14 @@ fn usage(g: &Gpu, r: Option<&Report>) -> (Option<usize>, Known) {
 }
 
 /// Ranks `gpus` (the candidates) for `want`; `held` is the number of lease holders per GPU
-/// index, `free` each GPU's free memory.
+/// index, `free` each GPU's free memory, `class` each GPU's class to `want.near` (unused
+/// without it).
 pub fn rank(
     gpus: &[&Gpu],
     report: Option<&Report>,
     held: &BTreeMap<usize, usize>,
     free: &dyn Fn(&Gpu) -> Known,
+    class: &dyn Fn(&Gpu) -> Option<crate::topo::Class>,
     want: &Want,
 ) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = gpus
@@ -163,6 +173,16 @@ pub fn rank(
             } else {
                 None
             };
+            let leases = held.get(&g.index).copied().unwrap_or(0);
+            let near = want.near.is_some();
+            let class = if near { class(g) } else { None };
+            let cost = crate::place::cost::cost(&crate::place::cost::Terms {
+                class,
+                near,
+                leases,
+                clients,
+                memory: memory.value,
+            });
             Candidate {
                 index: g.index,
                 name: g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
@@ -170,14 +190,17 @@ pub fn rank(
                 clients,
                 memory,
                 free,
-                leases: held.get(&g.index).copied().unwrap_or(0),
+                leases,
                 excluded,
+                class,
+                cost,
             }
         })
         .collect();
     out.sort_by_key(|c| {
         (
             c.excluded.is_some(),
+            c.cost,
             c.leases,
             c.clients.unwrap_or(usize::MAX),
             c.memory.value.map_or((1, 0), |v| (0, v)),
@@ -320,16 +343,52 @@ mod tests {
         }
     }
 
+    fn no_class(_: &Gpu) -> Option<crate::topo::Class> {
+        None
+    }
+
+    /// With `--near`, the class ranks before the leases; a GPU without a class (not on
+    /// PCI) after every classed one; without `--near` the class counts nothing.
+    #[test]
+    fn near_ranks_the_class_first() {
+        use crate::topo::Class;
+        let gs = [gpu(0, "vgem"), gpu(1, "vgem"), gpu(2, "vgem")];
+        let refs: Vec<&Gpu> = gs.iter().collect();
+        let class = |g: &Gpu| match g.index {
+            0 => None,
+            1 => Some(Class::Sys),
+            _ => Some(Class::Pix),
+        };
+        let held = BTreeMap::from([(2, 1)]);
+        let want = Want {
+            near: Some("numa:0".parse().unwrap()),
+            ..Default::default()
+        };
+        let r = rank(&refs, None, &held, &unknown, &class, &want);
+        let order: Vec<_> = r.iter().map(|c| (c.index, c.class)).collect();
+        assert_eq!(
+            order,
+            [(2, Some(Class::Pix)), (1, Some(Class::Sys)), (0, None)]
+        );
+        let r = rank(&refs, None, &held, &unknown, &class, &Want::default());
+        let order: Vec<_> = r.iter().map(|c| (c.index, c.class)).collect();
+        assert_eq!(
+            order,
+            [(0, None), (1, None), (2, None)],
+            "without --near: leases"
+        );
+    }
+
     #[test]
     fn leases_then_clients_then_index_and_exclusions_named() {
         let gs = [gpu(0, "vkms"), gpu(1, "vgem"), gpu(2, "vgem")];
         let refs: Vec<&Gpu> = gs.iter().collect();
         // Without a report, clients are unknown: only leases and the index decide.
         let held = BTreeMap::from([(0, 1)]);
-        let r = rank(&refs, None, &held, &unknown, &Want::default());
+        let r = rank(&refs, None, &held, &unknown, &no_class, &Want::default());
         let order: Vec<usize> = r.iter().map(|c| c.index).collect();
         assert_eq!(order, [1, 2, 0], "the leased GPU last");
-        let idle = |want: Want| rank(&refs, None, &BTreeMap::new(), &unknown, &want);
+        let idle = |want: Want| rank(&refs, None, &BTreeMap::new(), &unknown, &no_class, &want);
         let r = idle(Want {
             driver: Some("vgem".into()),
             ..Default::default()
@@ -374,6 +433,7 @@ mod tests {
             None,
             &BTreeMap::new(),
             &unknown,
+            &no_class,
             &Want {
                 max_clients: Some(4),
                 ..Default::default()

@@ -61,6 +61,8 @@ pub struct RunRequest {
     /// `--mem-max`, `--mem-low`, `--mem-min`: GPU memory limits of the job's cgroup
     /// ([`crate::dmem`]), set before it starts and read back.
     pub mem: Vec<crate::dmem::LimitRequest>,
+    /// `--bind`: pin the job to its GPUs' local CPUs and NUMA nodes ([`super::bind`]).
+    pub bind: bool,
     /// Who started this (default: this process, [`who::caller`]); tests set it.
     pub caller: Option<Caller>,
 }
@@ -89,6 +91,20 @@ pub enum RunError {
     /// Not enough eligible GPUs, or all of them leased by others until the deadline.
     #[error("{0}")]
     NoGpu(String),
+    /// A `--near` spec that does not resolve here.
+    #[error(transparent)]
+    Near(#[from] crate::topo::near::NearError),
+    /// `--bind` could not pin the job to its GPUs' CPUs and nodes.
+    #[error(transparent)]
+    Bind(#[from] super::bind::BindError),
+    /// A `drmtool place` request's `near` that does not resolve here.
+    #[error("request {request}: {source}")]
+    NearOf {
+        /// The request's name.
+        request: String,
+        /// Why.
+        source: crate::topo::near::NearError,
+    },
     /// A GPU memory limit that cannot be enforced or did not take (no dmem controller, a
     /// GPU whose driver registers no region, a value that does not read back).
     #[error(transparent)]
@@ -203,6 +219,7 @@ fn stat_node(p: &Path) -> (u32, (u32, u32)) {
 
 pub use super::choose::{
     PickReport, all_gpus, candidates, choose, held_by_index, lease_chosen, pick_and_lease, resolve,
+    why_lines,
 };
 
 /// The device majors a job is limited on: DRM (226), accel (261). Every node of these
@@ -340,9 +357,7 @@ pub fn run_with(
     };
     let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
-    // GPU memory limits: resolved against the kernel's regions before anything is set
-    // up (fails closed: no dmem, a GPU without a region).
-    let mem = super::memlimit::plan(&req.mem, &chosen)?;
+    let (mem, bind) = super::memlimit::limits_of(&req.mem, req.bind, &chosen)?;
     let vendor = vendor_of(&chosen, warn)?;
     let allowed: Vec<(u32, u32)> = chosen
         .iter()
@@ -398,6 +413,7 @@ pub fn run_with(
         allowed: &allowed,
         majors: &vendor.majors,
         mem: &mem,
+        bind: bind.as_ref(),
     };
     launch(req, &plan, &limits, user.as_ref(), leases)
 }
@@ -410,6 +426,8 @@ struct JobLimits<'a> {
     majors: &'a [u32],
     /// Its GPU memory limits ([`crate::dmem`]).
     mem: &'a [crate::dmem::Setting],
+    /// Its CPUs and memory nodes (`--bind`).
+    bind: Option<&'a super::bind::Binding>,
 }
 
 /// The vendor nodes of the chosen GPUs and the shared ones they need (NVIDIA, KFD,
@@ -472,6 +490,9 @@ fn launch(
     if !limits.mem.is_empty() {
         super::memlimit::enable_along(&rel, limits.mem)?;
     }
+    if limits.bind.is_some() {
+        super::bind::enable_along(&rel)?;
+    }
     anchor::sweep(&parent);
     let me = std::process::id();
     let start = anchor::start_ticks(me).unwrap_or(0);
@@ -497,7 +518,7 @@ fn launch(
             .map_or(0, |d| d.as_secs()),
     };
     let _record = lease::write_job_record(&lease::dir(), &record);
-    let status = supervise(plan, &cg);
+    let status = supervise(plan, &cg, limits.bind);
     // The job's processes are gone once its init has been reaped (the kernel kills the
     // namespace with it); the cgroup may take a moment to say so.
     if let Err(e) = cg.remove(std::time::Duration::from_secs(5)) {
@@ -760,9 +781,14 @@ fn hidden_sysfs_files(all: &[Gpu], chosen: &[usize]) -> Vec<PathBuf> {
     v
 }
 
-/// Clones the job's init into `cg`, forwards signals until it exits, and returns the
+/// Clones the job's init into `cg`, pins it with `bind` before it may go on (a binding
+/// that does not take ends it unrun), forwards signals until it exits, and returns the
 /// command's status.
-fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
+fn supervise(
+    plan: &JobPlan,
+    cg: &JobCgroup,
+    bind: Option<&super::bind::Binding>,
+) -> Result<u8, RunError> {
     use crate::sys_call::{self, SigSet};
     let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
@@ -802,6 +828,18 @@ fn supervise(plan: &JobPlan, cg: &JobCgroup) -> Result<u8, RunError> {
     };
     drop(go_r);
     drop(err_w);
+    // The binding is written with the init in the cgroup: kernels before 6.3 give a task
+    // that clone3 put into a cpuset with CLONE_INTO_CGROUP its parent's CPUs and nodes, and
+    // only a change of the cpuset moves the tasks already in it ([`super::bind`]).
+    if let Some(b) = bind
+        && let Err(e) = super::bind::apply(cg.fd.as_fd(), &cg.path, b)
+    {
+        // No go byte: the init reads EOF and exits before anything of the job runs.
+        drop(go_w);
+        let _ = rustix::process::waitpid(Some(init), rustix::process::WaitOptions::empty());
+        sys_call::set_signal_mask(&saved);
+        return Err(e.into());
+    }
     let _ = rustix::io::write(&go_w, &[1]);
     drop(go_w);
     let failed = job::read_error(&err_r);

@@ -33,24 +33,7 @@ pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
-/// Writes a sorted list of numbers as ranges (`0-3,8`).
-pub fn ranges(v: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            v[i].to_string()
-        } else {
-            format!("{}-{}", v[i], v[j])
-        });
-        i = j + 1;
-    }
-    out.join(",")
-}
+pub use crate::sysfs::cpu_ranges as ranges;
 
 /// Slurm's abstract core index of each CPU: cores numbered 0.. in (package, core id)
 /// order, as `(cpu, package, core_id)` triples give them.
@@ -127,6 +110,40 @@ pub fn gres_file(g: &Gpu) -> Option<&Path> {
 /// gres.conf text for `gpus` (in the ordering, with their vendor nodes: [`crate::gpu::gpus`]),
 /// `topology` being the machine's CPUs.
 pub fn gres_conf(gpus: &[Gpu], topology: &[(u32, u32, u32)]) -> String {
+    gres_conf_linked(gpus, topology, &|_, _| None)
+}
+
+/// [`gres_conf`] with `Links=` on every line, from `pair(a, b)`: the class between the GPUs
+/// of ordering indices `a` and `b` ([`crate::topo::slurm_links`]: -1 the GPU itself, 4
+/// PIX, 3 PXB, 2 PHB, 1 NODE, 0 SYS and no class), in the order of the file's GPU lines.
+/// Left out where no two GPUs of the file have a class (nothing to rank by).
+pub fn gres_conf_linked(
+    gpus: &[Gpu],
+    topology: &[(u32, u32, u32)],
+    pair: &dyn Fn(usize, usize) -> Option<crate::topo::Class>,
+) -> String {
+    let listed: Vec<usize> = gpus
+        .iter()
+        .filter(|g| gres_file(g).is_some())
+        .map(|g| g.index)
+        .collect();
+    let linked = listed
+        .iter()
+        .any(|&a| listed.iter().any(|&b| a != b && pair(a, b).is_some()));
+    let links = |a: usize| -> String {
+        let v: Vec<String> = listed
+            .iter()
+            .map(|&b| {
+                let c = if a == b {
+                    Some(crate::topo::Class::Same)
+                } else {
+                    pair(a, b)
+                };
+                c.map_or(0, crate::topo::slurm_links).to_string()
+            })
+            .collect();
+        format!(" Links={}", v.join(","))
+    };
     let cores = core_indices(topology);
     let all_cpus = topology.len();
     let mut out = String::from(
@@ -151,6 +168,9 @@ pub fn gres_conf(gpus: &[Gpu], topology: &[(u32, u32, u32)]) -> String {
             if !idx.is_empty() {
                 line.push_str(&format!(" Cores={}", ranges(&idx)));
             }
+        }
+        if linked {
+            line.push_str(&links(g.index));
         }
         line.push_str(&format!(
             "  # GPU {}: {}{}\n",
@@ -306,6 +326,56 @@ mod tests {
                 "Name=gpu Type=virtio_gpu File=/dev/dri/renderD128 Cores=2-3  # GPU 0: 0000:00:00.0 virtio_gpu",
                 "Name=gpu Type=vkms File=/dev/dri/card0  # GPU 1: 0000:00:01.0 vkms",
             ]
+        );
+    }
+
+    #[test]
+    fn links_follow_the_classes_in_file_order() {
+        use crate::topo::Class;
+        let gs = vec![
+            gpu(
+                0,
+                "virtio_gpu",
+                &[("/dev/dri/renderD128", NodeKind::Render)],
+                None,
+            ),
+            gpu(
+                1,
+                "virtio_gpu",
+                &[("/dev/dri/renderD129", NodeKind::Render)],
+                None,
+            ),
+            gpu(
+                2,
+                "vgem",
+                &[("/dev/dri/renderD130", NodeKind::Render)],
+                None,
+            ),
+        ];
+        let pair = |a: usize, b: usize| match (a.min(b), a.max(b)) {
+            (0, 1) => Some(Class::Sys),
+            _ => None,
+        };
+        let text = gres_conf_linked(&gs, &[], &pair);
+        let links: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                l.split(" Links=")
+                    .nth(1)
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(links, ["-1,0,0", "0,-1,0", "0,0,-1"]);
+        let pix = |a: usize, b: usize| (a.max(b) < 2).then_some(Class::Pix);
+        let text = gres_conf_linked(&gs, &[], &pix);
+        assert!(text.contains("renderD128 Links=-1,4,0  #"), "{text}");
+        assert!(
+            !gres_conf(&gs, &[]).contains("Links="),
+            "no classes: no Links"
         );
     }
 

@@ -7,7 +7,7 @@
 //! | `cpus:LIST` | the NUMA node holding every CPU of LIST (`0-3,8`); refused when they span nodes |
 //! | `gpu:SEL` | a GPU (any GPU spec: index, bus id, driver, node) |
 //! | `net:IFACE` | a network interface's PCI function |
-//! | `path:FILE` | the disk under FILE's file system: its device number, `/sys/dev/block`, its PCI function ("put me near my data") |
+//! | `path:FILE` | the disk under FILE's file system (or the disk FILE is, for a block device node): its device number, `/sys/dev/block`, its PCI function ("put me near my data") |
 //!
 //! A place on PCI is classed against each GPU's PCIe path as [`class`] does; a NUMA node
 //! alone (`numa:`, `cpus:`) is `NODE` from a GPU on it and `SYS` from one on another.
@@ -108,6 +108,19 @@ impl std::str::FromStr for Near {
     }
 }
 
+impl std::fmt::Display for Near {
+    /// The spec as it parses back (`cpus:` lists written as ranges).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Near::Numa(n) => write!(f, "numa:{n}"),
+            Near::Cpus(c) => write!(f, "cpus:{}", crate::sysfs::cpu_ranges(c)),
+            Near::Gpu(g) => write!(f, "gpu:{g}"),
+            Near::Net(i) => write!(f, "net:{i}"),
+            Near::Path(p) => write!(f, "path:{}", p.display()),
+        }
+    }
+}
+
 /// A kernel interface name: 1-15 bytes, no `/`, `:` or white space, not `.` or `..`.
 fn is_iface(s: &str) -> bool {
     (1..=15).contains(&s.len())
@@ -193,7 +206,7 @@ impl Near {
             Near::Numa(n) if nodes.join(format!("node{n}")).is_dir() => Ok(node(*n)),
             Near::Numa(n) => Err(NearError::NoNode(*n)),
             Near::Cpus(cpus) => {
-                let text = crate::isolate::slurm::ranges(cpus);
+                let text = crate::sysfs::cpu_ranges(cpus);
                 let (names, _) = super::report::class_entries(&nodes);
                 names
                     .iter()
@@ -241,7 +254,12 @@ impl Near {
                     what: what.clone(),
                     why: format!("stat: {e}"),
                 })?;
-                let (maj, min) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+                // A block device node names its disk itself; any other file, the disk of
+                // the file system it is on.
+                let is_block = rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::BlockDevice;
+                let dev = if is_block { st.st_rdev } else { st.st_dev };
+                let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
                 on_pci(
                     &sys_root.join(format!("dev/block/{maj}:{min}")),
                     sys_root,

@@ -172,6 +172,15 @@ pub fn read_report(gpus: &[Gpu]) -> Report {
     read_report_at(gpus, Path::new("/sys"))
 }
 
+/// Where each of `gpus` sits (the report's `gpus`, without the rest), sysfs at `sys_root`.
+pub fn places_at(gpus: &[Gpu], sys_root: &Path) -> Vec<GpuPlace> {
+    // A root that does not resolve resolves nothing under it: no paths.
+    let root = std::fs::canonicalize(sys_root).ok();
+    gpus.iter()
+        .map(|g| place_of(g, sys_root, root.as_deref()))
+        .collect()
+}
+
 /// The report of `gpus` with sysfs at `sys_root` (tests pass a synthetic tree).
 pub fn read_report_at(gpus: &[Gpu], sys_root: &Path) -> Report {
     // A root that does not resolve resolves nothing under it: no paths, no devices.
@@ -207,7 +216,7 @@ pub fn read_report_at(gpus: &[Gpu], sys_root: &Path) -> Report {
 }
 
 /// The class between two GPUs: `X` for one with itself (on PCI or not).
-fn pair_class(a: &GpuPlace, b: &GpuPlace) -> Option<Class> {
+pub fn pair_class(a: &GpuPlace, b: &GpuPlace) -> Option<Class> {
     if a.index == b.index {
         return Some(Class::Same);
     }
