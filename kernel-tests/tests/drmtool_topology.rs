@@ -2,7 +2,9 @@
 //! drmtool_topology`, scripts/guest-topology): two NUMA nodes (vCPU 0 on node 0, vCPU 1
 //! on node 1, distance 21), a PCI expander bridge per node with a virtio-gpu behind it
 //! (GPU A at 0000:21:00.0 on node 0, GPU B at 0000:41:00.0 on node 1), and a virtio-blk
-//! disk (`/dev/vda`, 0000:41:01.0) behind node 1's bridge beside GPU B: "the data".
+//! disk (`/dev/vda`, 0000:41:01.0) behind node 1's bridge beside GPU B: "the data". The
+//! root bus's virtio-gpus are left out of this lane, so A and B are its only virtio_gpu
+//! GPUs (bochs, qxl, vgem and vkms stay).
 //!
 //! Each test checks drmtool against the profile's definition (vm/src/guest/qemu.rs), not
 //! against drmtool's own reading of it. Outside that guest every test fails: the binary is
@@ -15,6 +17,10 @@ use isolation_common::{drmtool, run_out};
 
 mod schema_common;
 use schema_common::validate;
+
+#[macro_use]
+mod slurm_common;
+use slurm_common::{Cluster, failed};
 
 /// GPU A (node 0) and GPU B (node 1) of the profile.
 const A: &str = "0000:21:00.0";
@@ -257,4 +263,126 @@ fn gres_conf_gives_each_gpu_its_cores_and_links() {
     assert_eq!(lines.len(), drmtool::gpu::gpus().unwrap().len(), "{out}");
     let (la, lb) = (links(line(A)), links(line(B)));
     assert_eq!((la[a], la[b], lb[a], lb[b]), (-1, 0, 0, -1), "{out}");
+}
+
+/// Real Slurm (22.05) on the gres.conf `slurm gres-conf` prints (A `Cores=0`, B
+/// `Cores=1`, every other GPU all cores; A and B are the lane's only virtio-gpus): with
+/// one CPU held by a job without GPUs, a one-core job asking for one virtio-gpu with
+/// `--gres-flags=enforce-binding` is given the GPU whose core is the free one, on that
+/// core (slurmctld's `CPU_IDs`); both at once on one core with enforce-binding are refused
+/// (their cores differ and one is taken), and without it the same request runs.
+#[test]
+fn slurm_enforce_binding_puts_the_job_on_its_gpus_cores() {
+    let (a, b) = profile();
+    let gpus = slurm_guest!();
+    let (code, gres_conf, err) = run_out(&mut drmtool(&["slurm", "gres-conf"]));
+    assert_eq!(code, 0, "{err}");
+    let cluster = Cluster::start(&gres_conf, &gpus);
+    let run = |args: &[&str]| {
+        cluster
+            .cmd(args[0])
+            .args(&args[1..])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // The job's CPU_IDs as slurmctld allocated them.
+    let cpu_ids = |text: &str| -> Option<String> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("CPU_IDs="))
+            .map(str::to_string)
+    };
+    // A one-CPU job without GPUs holds a CPU (killed at the end).
+    let mut holder = cluster
+        .cmd("srun")
+        .args(["-n1", "-c1", "/bin/sleep", "600"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let held = loop {
+        let o = run(&["scontrol", "show", "job", "-d"]);
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        if t.contains("JobState=RUNNING")
+            && let Some(c) = cpu_ids(&t)
+        {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never ran: {t}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let (free, want) = match held.as_str() {
+        "0" => ("1", b),
+        "1" => ("0", a),
+        h => panic!("the one-CPU holder got CPUs {h}"),
+    };
+    let show = "echo \"gpus=$SLURM_STEP_GPUS\"; scontrol show job -d $SLURM_JOB_ID | grep CPU_IDs";
+    let o = run(&[
+        "srun",
+        "--immediate=30",
+        "-n1",
+        "-c1",
+        "--gres=gpu:virtio_gpu:1",
+        "--gres-flags=enforce-binding",
+        "/bin/sh",
+        "-c",
+        show,
+    ]);
+    assert!(
+        o.status.success(),
+        "{}",
+        failed(&cluster.dir, "srun (bound)", &o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let got = out
+        .lines()
+        .find_map(|l| l.strip_prefix("gpus="))
+        .unwrap_or_default();
+    let cpus = cpu_ids(&out).unwrap_or_default();
+    let cpus = cpus.as_str();
+    assert_eq!(
+        (got, cpus),
+        (want.to_string().as_str(), free),
+        "CPU {held} held: the bound job needs the GPU of CPU {free} (A {a}, B {b}): {}",
+        failed(&cluster.dir, "srun (bound)", &o)
+    );
+    let o = run(&[
+        "srun",
+        "--immediate=10",
+        "-n1",
+        "-c1",
+        "--gres=gpu:virtio_gpu:2",
+        "--gres-flags=enforce-binding",
+        "/bin/sh",
+        "-c",
+        show,
+    ]);
+    assert!(
+        !o.status.success(),
+        "both GPUs on one core: {}",
+        failed(&cluster.dir, "srun", &o)
+    );
+    // Without enforce-binding the same request runs: the refusal was the binding's.
+    let o = run(&[
+        "srun",
+        "--immediate=30",
+        "-n1",
+        "-c1",
+        "--gres=gpu:virtio_gpu:2",
+        "/bin/sh",
+        "-c",
+        show,
+    ]);
+    assert!(
+        o.status.success(),
+        "{}",
+        failed(&cluster.dir, "srun (unbound)", &o)
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
 }

@@ -401,8 +401,8 @@ struct TestArgs {
     jobs: usize,
     /// A topology profile added to the full device set: `numa` (two NUMA nodes, a PCI
     /// expander bridge per node with a virtio-gpu, a virtio-blk disk beside node 1's GPU;
-    /// `VM_TOPOLOGY=numa` in the guest). For the tests built for it (`--test
-    /// drmtool_topology`).
+    /// the root bus's two virtio-gpus left out; `VM_TOPOLOGY=numa` in the guest). For the
+    /// tests built for it (`--test drmtool_topology`).
     #[arg(long, value_parser = ["numa"])]
     topology: Option<String>,
 }

@@ -10,7 +10,8 @@ pub(super) enum SlurmCmd {
     /// gres.conf lines, one per GPU in the ordering (the n-th is GPU index n): Name=gpu,
     /// Type=<driver>, File=</dev/nvidiaN for an NVIDIA GPU, else the render node, else
     /// /dev/accel/accelN, else the card node>, Cores=<local cores> where the GPU has NUMA
-    /// affinity.
+    /// affinity, Links=<a count per GPU line from drmtool topo's classes: -1 itself, PIX 4,
+    /// PXB 3, PHB 2, NODE 1, SYS 0> where any two GPUs have a class.
     #[command(
         after_help = "Examples:\n  drmtool slurm gres-conf >> /etc/slurm/gres.conf\n  \
                             drmtool slurm gres-conf --gpumem >> /etc/slurm/gres.conf"

@@ -146,6 +146,28 @@ pub fn gres_conf_linked(
     };
     let cores = core_indices(topology);
     let all_cpus = topology.len();
+    // A GPU's core indices where its local CPUs are some, not all, of the machine's.
+    let bound = |g: &Gpu| -> Option<Vec<u32>> {
+        let cpus = g.local_cpulist.as_deref().and_then(parse_cpulist)?;
+        if cpus.is_empty() || cpus.len() >= all_cpus {
+            return None;
+        }
+        let mut idx: Vec<u32> = cpus.iter().filter_map(|c| cores.get(c).copied()).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        (!idx.is_empty()).then_some(idx)
+    };
+    // slurmctld wants Cores= on every record of a node once one has it ("gres/gpu: has CPUs
+    // configured for only some of the records"): then the others get every core.
+    let any_bound = gpus
+        .iter()
+        .any(|g| gres_file(g).is_some() && bound(g).is_some());
+    let every_core: Vec<u32> = {
+        let mut v: Vec<u32> = cores.values().copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
     let mut out = String::from(
         "# drmtool slurm gres-conf: one line per GPU, in drmtool's ordering (drmtool \
          devices):\n# the n-th line is GPU index n, as drmtool slurm task-env reads \
@@ -157,17 +179,12 @@ pub fn gres_conf_linked(
             continue;
         };
         let mut line = format!("Name=gpu Type={} File={}", gres_type(g), file.display());
-        let local = g.local_cpulist.as_deref().and_then(parse_cpulist);
-        if let Some(cpus) = local
-            && !cpus.is_empty()
-            && cpus.len() < all_cpus
-        {
-            let mut idx: Vec<u32> = cpus.iter().filter_map(|c| cores.get(c).copied()).collect();
-            idx.sort_unstable();
-            idx.dedup();
-            if !idx.is_empty() {
-                line.push_str(&format!(" Cores={}", ranges(&idx)));
+        match bound(g) {
+            Some(idx) => line.push_str(&format!(" Cores={}", ranges(&idx))),
+            None if any_bound && !every_core.is_empty() => {
+                line.push_str(&format!(" Cores={}", ranges(&every_core)));
             }
+            None => {}
         }
         if linked {
             line.push_str(&links(g.index));
@@ -324,8 +341,14 @@ mod tests {
             lines,
             [
                 "Name=gpu Type=virtio_gpu File=/dev/dri/renderD128 Cores=2-3  # GPU 0: 0000:00:00.0 virtio_gpu",
-                "Name=gpu Type=vkms File=/dev/dri/card0  # GPU 1: 0000:00:01.0 vkms",
+                // Every core: slurmctld wants Cores= on all of a node's records once one
+                // has it.
+                "Name=gpu Type=vkms File=/dev/dri/card0 Cores=0-3  # GPU 1: 0000:00:01.0 vkms",
             ]
+        );
+        assert!(
+            !gres_conf(&gs[1..], &topo).contains("Cores="),
+            "no GPU bound: no Cores= at all"
         );
     }
 

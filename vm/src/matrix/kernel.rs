@@ -90,8 +90,13 @@ fn lane_spec(
     }
     GuestSpec {
         kernel,
+        // The topology profile's virtio-gpus are the two behind its expander bridges (the
+        // root bus's two are left out: one driver's GPUs are then exactly the profile's).
         devices: DeviceKind::ALL
             .into_iter()
+            .filter(|d| {
+                !plan.topology || !matches!(d, DeviceKind::VirtioGpu | DeviceKind::VirtioGpu2)
+            })
             .chain(plan.topology.then_some(DeviceKind::NumaPxb))
             .collect(),
         payload: Payload {
