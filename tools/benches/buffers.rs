@@ -14,7 +14,8 @@
 //!
 //! Per size (fds, processes): `100/20`, `1000/200`, `5000/1000` (five DRM fds each;
 //! `BUFBENCH_SIZES=100,1000` picks sizes), a criterion group `buffers/<fds>` (`floor`,
-//! `scan`, `scan_json`, `pick`: all of `drmtool pick -n 1 --format json`, `scrape`), then
+//! `scan`, `scan_json`, `pick`: all of `drmtool pick -n 1 --format json`, `topo`: all of
+//! `drmtool topo --json`, `pick_near`: `pick` with `--near numa:0`, `scrape`), then
 //! an interleaved paired pass (the ratio scan/floor per round; `BUFBENCH_PAIRED_SECS`,
 //! default 10) and the peak memory of a process that runs one scan
 //! (`VmHWM` of this binary re-run with `BUFBENCH_SCAN_ONCE`, before and after the scan).
@@ -364,6 +365,23 @@ fn pick_once() {
     black_box(drmtool::cli::main_with(argv, &mut std::io::sink()));
 }
 
+/// `drmtool topo --json` (issue 30's cost against one scan): the ordering, every GPU's
+/// place, the NICs and disks, the NUMA table.
+fn topo_once() {
+    let argv = ["drmtool", "topo", "--json"].map(std::ffi::OsString::from);
+    black_box(drmtool::cli::main_with(argv, &mut std::io::sink()));
+}
+
+/// `drmtool pick -n 1 --near numa:0 --format json`: a pick with the place resolved and
+/// every GPU classed to it.
+fn pick_near_once() {
+    let argv = [
+        "drmtool", "pick", "-n", "1", "--near", "numa:0", "--format", "json",
+    ]
+    .map(std::ffi::OsString::from);
+    black_box(drmtool::cli::main_with(argv, &mut std::io::sink()));
+}
+
 /// `drmtool export`'s collector as a scrape every 15 s would run it (min interval 0, so
 /// every call scans), per cgroup; its counter state persists across calls.
 fn exporter() -> Exporter {
@@ -541,9 +559,11 @@ fn print_table(rows: &[Row]) {
         "\nbuffers: paired pass, medians of per-round times (ms); ratio = median of per-round ratios [q1, q3]"
     );
     println!(
-        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | pick ms | scan/floor | json/floor | scrape/json | pick/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
+        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | pick ms | topo ms | pick --near ms | scan/floor | json/floor | scrape/json | pick/json | topo/json | pick --near/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---|"
+    );
     for r in rows {
         let ms = |f: &str| {
             r.paired
@@ -560,7 +580,7 @@ fn print_table(rows: &[Row]) {
         let ratio = |a: &str| ratio_cell(r, a);
         let scrape_json = ratio_to(r, "scrape", "scan_json");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             r.fds,
             r.procs,
             ms("floor"),
@@ -568,10 +588,14 @@ fn print_table(rows: &[Row]) {
             ms("scan_json"),
             ms("scrape"),
             ms("pick"),
+            ms("topo"),
+            ms("pick_near"),
             ratio("scan"),
             ratio("scan_json"),
             scrape_json,
             ratio_to(r, "pick", "scan_json"),
+            ratio_to(r, "topo", "scan_json"),
+            ratio_to(r, "pick_near", "scan_json"),
             per_fd("floor"),
             per_fd("scan"),
             r.hwm.1,
@@ -654,6 +678,8 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         g.bench_function("scan", |b| b.iter(|| black_box(scan_once())));
         g.bench_function("scan_json", |b| b.iter(scan_json));
         g.bench_function("pick", |b| b.iter(pick_once));
+        g.bench_function("topo", |b| b.iter(topo_once));
+        g.bench_function("pick_near", |b| b.iter(pick_near_once));
         let mut exp = exporter();
         g.bench_function("scrape", |b| {
             b.iter(|| black_box(exp.scrape(Format::OpenMetrics, Instant::now())))
@@ -672,6 +698,8 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         ("scan", Box::new(|| drop(black_box(scan_once())))),
         ("scan_json", Box::new(scan_json)),
         ("pick", Box::new(pick_once)),
+        ("topo", Box::new(topo_once)),
+        ("pick_near", Box::new(pick_near_once)),
         (
             "scrape",
             Box::new(move || drop(black_box(exp.scrape(Format::OpenMetrics, Instant::now())))),
