@@ -322,17 +322,17 @@ fn slurm_enforce_binding_puts_the_job_on_its_gpus_cores() {
         h => panic!("the one-CPU holder got CPUs {h}"),
     };
     let show = "echo \"gpus=$SLURM_STEP_GPUS\"; scontrol show job -d $SLURM_JOB_ID | grep CPU_IDs";
-    let o = run(&[
-        "srun",
-        "--immediate=30",
-        "-n1",
-        "-c1",
-        "--gres=gpu:virtio_gpu:1",
-        "--gres-flags=enforce-binding",
-        "/bin/sh",
-        "-c",
-        show,
-    ]);
+    // A one-core step asking for `n` virtio-gpus, with enforce-binding or not.
+    let srun = |n: usize, bind: bool| {
+        let gres = format!("--gres=gpu:virtio_gpu:{n}");
+        let mut args = vec!["srun", "--immediate=30", "-n1", "-c1", gres.as_str()];
+        if bind {
+            args.push("--gres-flags=enforce-binding");
+        }
+        args.extend(["/bin/sh", "-c", show]);
+        run(&args)
+    };
+    let o = srun(1, true);
     assert!(
         o.status.success(),
         "{}",
@@ -351,33 +351,14 @@ fn slurm_enforce_binding_puts_the_job_on_its_gpus_cores() {
         "CPU {held} held: the bound job needs the GPU of CPU {free} (A {a}, B {b}): {}",
         failed(&cluster.dir, "srun (bound)", &o)
     );
-    let o = run(&[
-        "srun",
-        "--immediate=10",
-        "-n1",
-        "-c1",
-        "--gres=gpu:virtio_gpu:2",
-        "--gres-flags=enforce-binding",
-        "/bin/sh",
-        "-c",
-        show,
-    ]);
+    let o = srun(2, true);
     assert!(
         !o.status.success(),
         "both GPUs on one core: {}",
         failed(&cluster.dir, "srun", &o)
     );
     // Without enforce-binding the same request runs: the refusal was the binding's.
-    let o = run(&[
-        "srun",
-        "--immediate=30",
-        "-n1",
-        "-c1",
-        "--gres=gpu:virtio_gpu:2",
-        "/bin/sh",
-        "-c",
-        show,
-    ]);
+    let o = srun(2, false);
     assert!(
         o.status.success(),
         "{}",
