@@ -18,6 +18,17 @@ pub(super) struct PlaceArgs {
 }
 
 pub(super) fn place_cmd(a: &PlaceArgs, json: bool, out: &mut dyn Write) -> ExitCode {
+    use crate::isolate::placing;
+    let fail = |e: crate::isolate::run::RunError| -> ExitCode {
+        eprintln!("drmtool: place: {e}");
+        Exit::of_run(&e).into()
+    };
+    // The GPUs first, as every command that names one: a spec that names none is exit 3
+    // whatever the file says.
+    let (all, cand) = match placing::candidates(&a.gpus) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
     let reqs = match crate::place::requests::read(&a.file) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
@@ -29,15 +40,12 @@ pub(super) fn place_cmd(a: &PlaceArgs, json: bool, out: &mut dyn Write) -> ExitC
             return Exit::Failure.into();
         }
     };
-    let r = match crate::isolate::placing::place(&reqs, &a.gpus, a.slots) {
+    let r = match placing::place(&reqs, &all, cand, a.slots) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("drmtool: place: {e}");
-            return Exit::of_run(&e).into();
-        }
+        Err(e) => return fail(e),
     };
     if json {
         return emit_json(&r, out);
     }
-    emit_text(&crate::isolate::placing::render(&r), out)
+    emit_text(&placing::render(&r), out)
 }

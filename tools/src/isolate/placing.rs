@@ -78,17 +78,30 @@ pub struct PlaceReport {
     pub jobs: Vec<PlacedJob>,
 }
 
-/// Places `reqs` on the GPUs `gpus` selects (every GPU when empty), `slots` shared jobs
-/// per GPU at most.
+/// The machine's GPUs and the candidates `gpus` selects (every GPU when empty), as `pick`
+/// resolves them: what [`place`] takes.
 ///
 /// # Errors
-/// [`RunError`]: no GPUs, a selector that names none, more than [`cost::GPUS_MAX`] GPUs, a
-/// `near` that does not resolve (naming the request), `slots` of 0.
-pub fn place(reqs: &[JobRequest], gpus: &[GpuSpec], slots: u32) -> Result<PlaceReport, RunError> {
+/// [`RunError`]: no GPUs, a selector that names none.
+pub fn candidates(gpus: &[GpuSpec]) -> Result<(Vec<Gpu>, Vec<usize>), RunError> {
+    choose::candidates(gpus)
+}
+
+/// Places `reqs` on the candidates `cand` (indices into `all`, the ordering: see
+/// [`candidates`]), `slots` shared jobs per GPU at most.
+///
+/// # Errors
+/// [`RunError`]: more than [`cost::GPUS_MAX`] GPUs, a `near` that does not resolve (naming
+/// the request), `slots` of 0.
+pub fn place(
+    reqs: &[JobRequest],
+    all: &[Gpu],
+    cand: Vec<usize>,
+    slots: u32,
+) -> Result<PlaceReport, RunError> {
     if slots == 0 {
         return Err(RunError::Usage("--slots needs at least 1".into()));
     }
-    let (all, cand) = choose::candidates(gpus)?;
     if cand.len() > cost::GPUS_MAX {
         return Err(RunError::Usage(format!(
             "{} GPUs: place takes at most {}",
@@ -96,10 +109,10 @@ pub fn place(reqs: &[JobRequest], gpus: &[GpuSpec], slots: u32) -> Result<PlaceR
             cost::GPUS_MAX
         )));
     }
-    let loc = Locality::read(&all, None)?;
+    let loc = Locality::read(all, None)?;
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     let ranked = choose::rank_now(
-        &all,
+        all,
         &cand,
         report.as_ref(),
         &Want::default(),
@@ -120,7 +133,7 @@ pub fn place(reqs: &[JobRequest], gpus: &[GpuSpec], slots: u32) -> Result<PlaceR
             && let std::collections::btree_map::Entry::Vacant(e) = targets.entry(n.to_string())
         {
             let t = n
-                .resolve(&all, std::path::Path::new("/sys"))
+                .resolve(all, std::path::Path::new("/sys"))
                 .map_err(|source| RunError::NearOf {
                     request: q.name.clone(),
                     source,
@@ -128,7 +141,7 @@ pub fn place(reqs: &[JobRequest], gpus: &[GpuSpec], slots: u32) -> Result<PlaceR
             e.insert((t, n.clone()));
         }
     }
-    Ok(solve_on(reqs, &all, &uses, &loc, &targets, slots))
+    Ok(solve_on(reqs, all, &uses, &loc, &targets, slots))
 }
 
 type Targets =

@@ -34,6 +34,11 @@ pub const GPU_COMMANDS: &[(&str, &[&str])] = &[
     ("buffers", &["buffers", "--device", "{}"]),
     ("run", &["run", "--env-only", "--gpu", "{}"]),
     ("pick", &["pick", "--gpu", "{}"]),
+    // The GPUs are resolved before the requests file is read.
+    (
+        "place",
+        &["place", "--gpu", "{}", "/nonexistent/requests.json"],
+    ),
 ];
 
 /// `argv` with the spec in place of `{}`.
