@@ -2,7 +2,8 @@
 //! drmtool_topology`, scripts/guest-topology): two NUMA nodes (vCPU 0 on node 0, vCPU 1
 //! on node 1, distance 21), a PCI expander bridge per node with a virtio-gpu behind it
 //! (GPU A at 0000:21:00.0 on node 0, GPU B at 0000:41:00.0 on node 1), and a virtio-blk
-//! disk (`/dev/vda`, 0000:41:01.0) behind node 1's bridge beside GPU B: "the data". The
+//! disk (`/dev/vda`, 0000:41:01.0) behind node 1's bridge beside GPU B: "the data", and a
+//! virtio-net NIC (0000:21:01.0) beside GPU A. The
 //! root bus's virtio-gpus are left out of this lane, so A and B are its only virtio_gpu
 //! GPUs (bochs, qxl, vgem and vkms stay).
 //!
@@ -27,6 +28,8 @@ const A: &str = "0000:21:00.0";
 const B: &str = "0000:41:00.0";
 /// The disk beside B.
 const DISK_FN: &str = "0000:41:01.0";
+/// The NIC beside A.
+const NIC_FN: &str = "0000:21:01.0";
 
 /// The profile's machine, checked: the guest says it has it (`VM_TOPOLOGY=numa`) and both
 /// nodes and GPUs are there. Returns A's and B's indices in the ordering.
@@ -93,6 +96,18 @@ fn topo_matches_the_profile() {
     );
     assert_eq!(disk["classes"][b], "PIX", "{disk}");
     assert_eq!(disk["classes"][a], "SYS", "{disk}");
+    let nic = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["bus_id"] == NIC_FN)
+        .unwrap_or_else(|| panic!("the NIC: {v}"));
+    assert_eq!(nic["kind"], "net", "{nic}");
+    assert_eq!(
+        (nic["classes"][a].as_str(), nic["classes"][b].as_str()),
+        (Some("PIX"), Some("SYS")),
+        "{nic}"
+    );
     let (code, table, err) = run_out(&mut drmtool(&["topo"]));
     assert_eq!(code, 0, "{err}");
     assert!(table.contains("SYS") && table.contains("PIX"), "{table}");
@@ -116,6 +131,22 @@ fn pick_near_the_data_takes_the_gpu_beside_it() {
         "{why}"
     );
     assert!(why.contains("NUMA node 1)"), "{why}");
+    // Near the NIC (found by its PCI function: the kernel names it), A beside it.
+    let nic = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            std::fs::canonicalize(e.path())
+                .is_ok_and(|p| p.to_string_lossy().contains(&format!("/{NIC_FN}/")))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .expect("the profile's NIC");
+    let (got, why) = pick(&format!("net:{nic}"));
+    assert_eq!(got, A, "{why}");
+    assert!(
+        why.contains(&format!("chose {A}: PIX to net:{nic} (pci0000:20/")),
+        "{why}"
+    );
     assert_eq!(pick("numa:0").0, A);
     assert_eq!(pick("cpus:0").0, A);
     assert_eq!(pick("cpus:1").0, B);

@@ -57,7 +57,8 @@ pub enum DeviceKind {
     /// The NUMA topology profile: two NUMA nodes (one vCPU and half the memory each,
     /// distance 10 within a node and 21 between them); a PCI expander bridge (`pxb`, a
     /// host bridge of its own) on each node with a virtio-gpu behind it; and a virtio-blk
-    /// disk (16 MiB of zeros) beside node 1's GPU, "the data". Not in
+    /// disk (16 MiB of zeros) beside node 1's GPU, "the data", and a virtio-net NIC (on a
+    /// hub port to nothing) beside node 0's. Not in
     /// [`DeviceKind::ALL`]: `vm test --topology numa` adds it to the full set.
     NumaPxb,
 }

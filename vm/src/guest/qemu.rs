@@ -200,6 +200,13 @@ fn device_args(a: &mut Vec<String>, spec: &GuestSpec, files: &RunFiles) {
                     "driver=null-co,node-name=topodata,size=16777216,read-zeroes=on",
                 ]);
                 push(&["-device", "virtio-blk-pci,drive=topodata,bus=pxb1,addr=0x1"]);
+                // A NIC beside node 0's GPU, on a hub port to nothing (no traffic: its
+                // place on PCI is what the profile needs).
+                push(&["-netdev", "hubport,id=topo-net,hubid=0"]);
+                push(&[
+                    "-device",
+                    "virtio-net-pci,netdev=topo-net,bus=pxb0,addr=0x1",
+                ]);
             }
             DeviceKind::VirtioPmem => {
                 push(&[
