@@ -74,7 +74,7 @@ fn point(jobs: usize, gpus: usize) -> (f64, usize, bool) {
                     1
                 },
                 exclusive: kind != 8,
-                near: near.map(|g| format!("gpu:{g}")),
+                near: near.is_some(),
             }
         })
         .collect();

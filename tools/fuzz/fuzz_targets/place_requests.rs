@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
             name: r.name.clone(),
             count: r.count,
             exclusive: r.exclusive,
-            near: r.near.as_ref().map(|n| n.to_string()),
+            near: r.near.is_some(),
         })
         .collect();
     let class = |r: usize, g: usize| Class::ALL.get(usize::from(byte(r + g) % 7)).copied();

@@ -64,6 +64,15 @@ pub(super) fn rank_now(
     )
 }
 
+/// Where the GPUs sit against `want.near`; without `--near` nothing is read (no class
+/// counts in the ranking then).
+fn locality(all: &[Gpu], want: &Want) -> Result<Locality, RunError> {
+    Ok(match &want.near {
+        Some(n) => Locality::read(all, Some(n))?,
+        None => Locality::none(),
+    })
+}
+
 /// The GPU indices of the eligible candidates of `ranked`, in the order to take `n` of
 /// them: rank order, or, with `--near` and `n` >= 2, the nearest set first
 /// ([`crate::place::group::best`] over the eligible ones, its members by rank), then the
@@ -119,7 +128,7 @@ pub struct PickReport {
 /// # Errors
 /// [`RunError::Near`]: the `--near` spec does not resolve.
 pub fn choose(all: &[Gpu], cand: &[usize], want: &Want, n: usize) -> Result<PickReport, RunError> {
-    let loc = Locality::read(all, want.near.as_ref())?;
+    let loc = locality(all, want)?;
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     let candidates = rank_now(all, cand, report.as_ref(), want, &lease::dir(), &loc);
     let (order, group) = take_order(&candidates, n, want, &loc);
@@ -203,7 +212,7 @@ pub fn pick_and_lease(
     }
     let d = lease::dir();
     let dir = lease::open_dir(&d).map_err(|e| RunError::Setup(e.to_string()))?;
-    let loc = Locality::read(all, p.want.near.as_ref())?;
+    let loc = locality(all, &p.want)?;
     // One scan ranks the candidates; the leases are re-read on every try.
     let report = crate::scan::scan(&crate::scan::Options::default()).ok();
     // None: a wait longer than the clock can count (--wait 1e19) waits for ever.

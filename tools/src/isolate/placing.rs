@@ -14,6 +14,7 @@ use crate::place::batch::{self, GpuUse, Request};
 use crate::place::requests::JobRequest;
 use crate::place::{Locality, NearReport, cost};
 use crate::topo::Class;
+use crate::topo::near::{Near, Target};
 use serde::Serialize;
 
 /// The version of `drmtool place --json`.
@@ -144,8 +145,7 @@ pub fn place(
     Ok(solve_on(reqs, all, &uses, &loc, &targets, slots))
 }
 
-type Targets =
-    std::collections::BTreeMap<String, (crate::topo::near::Target, crate::topo::near::Near)>;
+type Targets = std::collections::BTreeMap<String, (Target, Near)>;
 
 /// The batch solved on the ranked GPUs `uses`, the report built.
 fn solve_on(
@@ -164,22 +164,21 @@ fn solve_on(
             memory: c.memory.value,
         })
         .collect();
-    let target = |r: usize| {
-        reqs[r]
-            .near
-            .as_ref()
-            .and_then(|n| targets.get(&n.to_string()))
-    };
+    // Each request's resolved place, looked up once (the solver asks per request and GPU).
+    let target: Vec<Option<&(Target, Near)>> = reqs
+        .iter()
+        .map(|q| q.near.as_ref().and_then(|n| targets.get(&n.to_string())))
+        .collect();
     let breqs: Vec<Request> = reqs
         .iter()
         .map(|q| Request {
             name: q.name.clone(),
             count: q.count,
             exclusive: q.exclusive,
-            near: q.near.as_ref().map(|n| n.to_string()),
+            near: q.near.is_some(),
         })
         .collect();
-    let class = |r: usize, g: usize| target(r).and_then(|(t, _)| loc.class_to(t, uses[g].index));
+    let class = |r: usize, g: usize| target[r].and_then(|(t, _)| loc.class_to(t, uses[g].index));
     let pair = |a: usize, b: usize| loc.pair(uses[a].index, uses[b].index);
     let plan = batch::solve(&breqs, &gpu_use, slots, &class, &pair);
     let jobs = plan
@@ -190,11 +189,7 @@ fn solve_on(
             name: j.name.clone(),
             count: reqs[r].count,
             exclusive: reqs[r].exclusive,
-            near: target(r).map(|(t, n)| NearReport {
-                spec: n.to_string(),
-                pci_path: t.pci_path.as_ref().map(crate::topo::report::path_text),
-                numa_node: t.numa_node,
-            }),
+            near: target[r].map(|(t, n)| NearReport::of(n, t)),
             gpus: j
                 .gpus
                 .iter()

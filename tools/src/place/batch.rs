@@ -21,7 +21,7 @@
 //! ```
 //! use drmtool::place::batch::{GpuUse, Request, solve};
 //! let gpus = vec![GpuUse { leases: 0, clients: Some(0), memory: Some(0) }; 2];
-//! let reqs = vec![Request { name: "a".into(), count: 1, exclusive: true, near: None }; 3];
+//! let reqs = vec![Request { name: "a".into(), count: 1, exclusive: true, near: false }; 3];
 //! let plan = solve(&reqs, &gpus, 4, &|_, _| None, &|_, _| None);
 //! assert_eq!(plan.jobs.iter().filter(|j| j.gpus.is_empty()).count(), 1, "one waits");
 //! assert!(plan.exact);
@@ -42,8 +42,8 @@ pub struct Request {
     pub count: usize,
     /// Each GPU alone (`false`: shared, one of `slots`).
     pub exclusive: bool,
-    /// The `--near` spec it gave (its classes come from the caller), as text.
-    pub near: Option<String>,
+    /// Whether it named a place (`--near`; its classes come from the caller).
+    pub near: bool,
 }
 
 /// What [`solve`] knows of a GPU's use now.
@@ -121,7 +121,7 @@ impl Solver<'_> {
     /// Request `r` on GPU `g`: the terms and cost.
     fn seat(&self, r: usize, g: usize) -> Seat {
         let u = self.gpus[g];
-        let near = self.reqs[r].near.is_some();
+        let near = self.reqs[r].near;
         let terms = Terms {
             class: if near { (self.class)(r, g) } else { None },
             near,

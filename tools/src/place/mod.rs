@@ -36,7 +36,27 @@ pub struct NearReport {
     pub numa_node: Option<u32>,
 }
 
+impl NearReport {
+    /// The report of `near`, resolved to `t`.
+    pub fn of(near: &Near, t: &Target) -> NearReport {
+        NearReport {
+            spec: near.to_string(),
+            pci_path: t.pci_path.as_ref().map(path_text),
+            numa_node: t.numa_node,
+        }
+    }
+}
+
 impl Locality {
+    /// No places and no `--near`: what ranking without `--near` needs (every class
+    /// `None`), without reading sysfs.
+    pub fn none() -> Locality {
+        Locality {
+            places: Vec::new(),
+            near: None,
+        }
+    }
+
     /// The places of `all` (the ordering) and `near` resolved, with sysfs at `sys_root`.
     ///
     /// # Errors
@@ -85,10 +105,6 @@ impl Locality {
     /// The `--near` spec and where it resolved, for reports.
     pub fn near_report(&self) -> Option<NearReport> {
         let (n, t) = self.near.as_ref()?;
-        Some(NearReport {
-            spec: n.to_string(),
-            pci_path: t.pci_path.as_ref().map(path_text),
-            numa_node: t.numa_node,
-        })
+        Some(NearReport::of(n, t))
     }
 }

@@ -48,7 +48,7 @@ fn instance(rng: &mut Rng, jobs: usize, ngpus: usize, multi: bool, mixed: bool) 
             } else {
                 all_exclusive
             },
-            near: (rng.next(3) > 0).then(|| "numa:0".to_string()),
+            near: rng.next(3) > 0,
         })
         .collect();
     let gpus = (0..ngpus)
@@ -169,12 +169,8 @@ fn brute(i: &Instance) -> u64 {
             }
             let u = i.gpus[g];
             let c = cost::cost(&Terms {
-                class: if q.near.is_some() {
-                    i.classes[r][g]
-                } else {
-                    None
-                },
-                near: q.near.is_some(),
+                class: if q.near { i.classes[r][g] } else { None },
+                near: q.near,
                 leases: u.leases,
                 clients: u.clients,
                 memory: u.memory,
@@ -237,13 +233,13 @@ fn a_multi_gpu_job_takes_one_switch_and_a_single_job_goes_near_its_data() {
             name: "pair".into(),
             count: 2,
             exclusive: true,
-            near: None,
+            near: false,
         },
         Request {
             name: "near-4".into(),
             count: 1,
             exclusive: true,
-            near: Some("path:/data".into()),
+            near: true,
         },
     ];
     // The single job's data sits under GPU 4's switch.
@@ -269,7 +265,7 @@ fn held_gpus_take_no_exclusive_job_and_count_against_shared_slots() {
         name: "j".into(),
         count: 1,
         exclusive,
-        near: None,
+        near: false,
     };
     let plan = solve(&[one(true)], &gpus, 2, &|_, _| None, &|_, _| None);
     assert_eq!(plan.waiting, 1);
