@@ -84,24 +84,23 @@ fn topo_matches_the_profile() {
         serde_json::json!([{"node": 0, "distances": [10, 21]}, {"node": 1, "distances": [21, 10]}]),
         "{v}"
     );
-    let disk = v["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["bus_id"] == DISK_FN)
-        .unwrap_or_else(|| panic!("the disk: {v}"));
+    // The NIC or disk on the PCI function `bus`.
+    let device = |bus: &str| {
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["bus_id"] == bus)
+            .unwrap_or_else(|| panic!("no device at {bus}: {v}"))
+    };
+    let disk = device(DISK_FN);
     assert_eq!(
         (disk["kind"].as_str(), disk["name"].as_str()),
         (Some("block"), Some("vda"))
     );
     assert_eq!(disk["classes"][b], "PIX", "{disk}");
     assert_eq!(disk["classes"][a], "SYS", "{disk}");
-    let nic = v["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["bus_id"] == NIC_FN)
-        .unwrap_or_else(|| panic!("the NIC: {v}"));
+    let nic = device(NIC_FN);
     assert_eq!(nic["kind"], "net", "{nic}");
     assert_eq!(
         (nic["classes"][a].as_str(), nic["classes"][b].as_str()),

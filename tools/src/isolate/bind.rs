@@ -12,9 +12,9 @@
 //!
 //! ```
 //! use drmtool::isolate::bind::Binding;
-//! let b = Binding::of(&[(Some("0-3"), Some(0)), (Some("2-5"), Some(0))], &["g0", "g1"]).unwrap();
+//! let b = Binding::of(&[("g0", Some("0-3"), Some(0)), ("g1", Some("2-5"), Some(0))]).unwrap();
 //! assert_eq!((b.cpus.as_str(), b.mems.as_deref()), ("0-5", Some("0")));
-//! assert!(Binding::of(&[(None, None)], &["vgem"]).is_err());
+//! assert!(Binding::of(&[("vgem", None, None)]).is_err());
 //! ```
 
 use crate::topo::near::parse_cpus;
@@ -61,16 +61,15 @@ pub struct Binding {
 }
 
 impl Binding {
-    /// The binding of GPUs given as `(local CPU list, NUMA node)`, named `names`.
+    /// The binding of GPUs given as `(name, local CPU list, NUMA node)`.
     ///
     /// # Errors
     /// [`BindError::NoLocalCpus`] for a GPU without a local CPU list (or one that does not
     /// read as a CPU list).
-    pub fn of(gpus: &[(Option<&str>, Option<u32>)], names: &[&str]) -> Result<Binding, BindError> {
+    pub fn of(gpus: &[(&str, Option<&str>, Option<u32>)]) -> Result<Binding, BindError> {
         let mut cpus = Vec::new();
         let mut mems = Vec::new();
-        for (i, (list, node)) in gpus.iter().enumerate() {
-            let name = names.get(i).copied().unwrap_or("?");
+        for (name, list, node) in gpus {
             let l = list
                 .and_then(parse_cpus)
                 .filter(|l| !l.is_empty())
@@ -93,15 +92,14 @@ impl Binding {
     /// # Errors
     /// As [`Binding::of`].
     pub fn of_gpus(chosen: &[&crate::gpu::Gpu]) -> Result<Binding, BindError> {
-        let g: Vec<(Option<&str>, Option<u32>)> = chosen
+        let g: Vec<(&str, Option<&str>, Option<u32>)> = chosen
             .iter()
-            .map(|g| (g.local_cpulist.as_deref(), g.numa_node))
+            .map(|g| {
+                let name = g.bus_id.as_deref().unwrap_or(&g.name);
+                (name, g.local_cpulist.as_deref(), g.numa_node)
+            })
             .collect();
-        let names: Vec<&str> = chosen
-            .iter()
-            .map(|g| g.bus_id.as_deref().unwrap_or(&g.name))
-            .collect();
-        Binding::of(&g, &names)
+        Binding::of(&g)
     }
 }
 
@@ -183,25 +181,22 @@ mod tests {
 
     #[test]
     fn the_union_of_the_gpus_cpus_and_their_nodes() {
-        let b = Binding::of(
-            &[
-                (Some("0-3,8"), Some(1)),
-                (Some("16-19"), Some(0)),
-                (Some("2"), None),
-            ],
-            &["a", "b", "c"],
-        )
+        let b = Binding::of(&[
+            ("a", Some("0-3,8"), Some(1)),
+            ("b", Some("16-19"), Some(0)),
+            ("c", Some("2"), None),
+        ])
         .unwrap();
         assert_eq!(b.cpus, "0-3,8,16-19");
         assert_eq!(b.mems.as_deref(), Some("0-1"));
-        let b = Binding::of(&[(Some("0-1"), None)], &["a"]).unwrap();
+        let b = Binding::of(&[("a", Some("0-1"), None)]).unwrap();
         assert_eq!(b.mems, None, "no node: the parent's");
         assert_eq!(
-            Binding::of(&[(Some("0-1"), None), (Some("x"), None)], &["a", "b"]),
+            Binding::of(&[("a", Some("0-1"), None), ("b", Some("x"), None)]),
             Err(BindError::NoLocalCpus("b".into()))
         );
         assert_eq!(
-            Binding::of(&[(Some(""), None)], &["a"]),
+            Binding::of(&[("a", Some(""), None)]),
             Err(BindError::NoLocalCpus("a".into()))
         );
     }

@@ -15,22 +15,14 @@
 use crate::gpu::Gpu;
 use std::path::Path;
 
-/// Parses a kernel CPU list (`0-3,8,10-11`).
+/// Parses a kernel CPU list (`0-3,8,10-11`, a trailing newline allowed; empty: no CPUs),
+/// sorted: [`crate::topo::near::parse_cpus`], the one CPU-list parser.
 pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 65_536 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
+    let s = s.trim();
+    if s.is_empty() {
+        return Some(Vec::new());
     }
-    Some(out)
+    crate::topo::near::parse_cpus(s)
 }
 
 pub use crate::sysfs::cpu_ranges as ranges;
@@ -146,8 +138,8 @@ pub fn gres_conf_linked(
     };
     let cores = core_indices(topology);
     let all_cpus = topology.len();
-    // A GPU's core indices where its local CPUs are some, not all, of the machine's.
-    let bound = |g: &Gpu| -> Option<Vec<u32>> {
+    // Each GPU's core indices where its local CPUs are some, not all, of the machine's.
+    let bound_of = |g: &Gpu| -> Option<Vec<u32>> {
         let cpus = g.local_cpulist.as_deref().and_then(parse_cpulist)?;
         if cpus.is_empty() || cpus.len() >= all_cpus {
             return None;
@@ -159,9 +151,11 @@ pub fn gres_conf_linked(
     };
     // slurmctld wants Cores= on every record of a node once one has it ("gres/gpu: has CPUs
     // configured for only some of the records"): then the others get every core.
+    let bound: Vec<Option<Vec<u32>>> = gpus.iter().map(bound_of).collect();
     let any_bound = gpus
         .iter()
-        .any(|g| gres_file(g).is_some() && bound(g).is_some());
+        .zip(&bound)
+        .any(|(g, b)| gres_file(g).is_some() && b.is_some());
     let every_core: Vec<u32> = {
         let mut v: Vec<u32> = cores.values().copied().collect();
         v.sort_unstable();
@@ -173,13 +167,13 @@ pub fn gres_conf_linked(
          devices):\n# the n-th line is GPU index n, as drmtool slurm task-env reads \
          SLURM_STEP_GPUS.\n",
     );
-    for g in gpus {
+    for (g, bound) in gpus.iter().zip(bound) {
         let Some(file) = gres_file(g) else {
             out.push_str(&format!("# GPU {} ({}) has no node\n", g.index, g.name));
             continue;
         };
         let mut line = format!("Name=gpu Type={} File={}", gres_type(g), file.display());
-        match bound(g) {
+        match bound {
             Some(idx) => line.push_str(&format!(" Cores={}", ranges(&idx))),
             None if any_bound && !every_core.is_empty() => {
                 line.push_str(&format!(" Cores={}", ranges(&every_core)));
