@@ -172,6 +172,7 @@ pub fn probe(kernel: &BuiltKernel, busybox: &Path) -> Result<f64, String> {
         memory_mib: 256,
         probe_only: true,
         stream_output: crate::guest::Stream::Off,
+        cluster: None,
     };
     let files = RunFiles::new(&std::env::temp_dir(), "vm-kvm-probe").map_err(|e| e.to_string())?;
     let dir = files.dir.clone();

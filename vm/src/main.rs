@@ -403,8 +403,18 @@ struct TestArgs {
     /// expander bridge per node with a virtio-gpu, a virtio-blk disk beside node 1's GPU;
     /// the root bus's two virtio-gpus left out; `VM_TOPOLOGY=numa` in the guest). For the
     /// tests built for it (`--test drmtool_topology`).
-    #[arg(long, value_parser = ["numa"])]
+    /// `switch`: a q35 machine with the two NUMA nodes, a PCIe expander bridge per node, a
+    /// PCIe switch with two GPUs and an NVMe drive, a GPU on a root port of its own beside
+    /// it and one on node 1 (`VM_TOPOLOGY=switch`; `--test drmtool_pcie_switch`).
+    #[arg(long, value_parser = ["numa", "switch"])]
     topology: Option<String>,
+    /// Boots a second guest (node 2, the same kernel, devices and command) beside each of
+    /// the lane's boots, both with a virtio-net NIC on one link of their own (QEMU's dgram
+    /// netdev over the host's loopback; nothing else reachable), `VM_CLUSTER_NODE=1` or `2`
+    /// in them. Node 2 is told to quit 120 s after node 1's boot ends; a node 2 that did
+    /// not exit 0 fails the lane. For the tests built for it (`--test drmtool_cluster`).
+    #[arg(long)]
+    cluster: bool,
 }
 
 impl TestArgs {
@@ -422,7 +432,11 @@ impl TestArgs {
             junit: self.junit.clone(),
             timeout: Duration::from_secs(self.timeout),
             jobs: self.jobs,
-            topology: self.topology.is_some(),
+            topology: self.topology.as_deref().map(|t| match t {
+                "switch" => vm::guest::DeviceKind::PcieSwitch,
+                _ => vm::guest::DeviceKind::NumaPxb,
+            }),
+            cluster: self.cluster,
         }
     }
 }

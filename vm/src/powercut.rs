@@ -322,6 +322,7 @@ impl Session<'_> {
             memory_mib: 1024,
             probe_only: false,
             stream_output: Stream::Off,
+            cluster: None,
         };
         let opts = BootOptions {
             keep_nvdimm: true,

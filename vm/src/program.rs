@@ -76,6 +76,7 @@ pub fn run(k: &KernelSelection, req: RunRequest) -> Result<RunOutcome> {
         memory_mib: 1024,
         probe_only: false,
         stream_output: Stream::Plain,
+        cluster: None,
     };
     let mut files = RunFiles::new(&std::env::temp_dir(), "vm-run")?;
     let opts = guest::BootOptions {
@@ -192,6 +193,7 @@ mod tests {
                 alive: dir.join("alive"),
                 monitor: dir.join("monitor"),
                 hang: dir.join("hang"),
+                disk: dir.join("disk"),
                 dir,
             },
         }

@@ -527,6 +527,7 @@ mod tests {
                 alive: "/r/a".into(),
                 monitor: "/r/m".into(),
                 hang: "/r/h".into(),
+                disk: "/r/d".into(),
             },
             hang: None,
         }

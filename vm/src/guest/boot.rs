@@ -152,6 +152,10 @@ pub(super) fn write_files(
         f.set_len(u64::from(NVDIMM_MIB) << 20)
             .map_err(|e| VmError::new(format!("{}: {e}", files.nvdimm.display())))?;
     }
+    if spec.devices.contains(&DeviceKind::PcieSwitch) {
+        let f = fs::File::create(&files.disk).and_then(|f| f.set_len(super::SWITCH_DISK_MIB << 20));
+        f.map_err(|e| VmError::new(format!("{}: {e}", files.disk.display())))?;
+    }
     Ok(())
 }
 

@@ -61,6 +61,7 @@ pub fn init_env(spec: &GuestSpec) -> String {
                 | DeviceKind::Nvdimm
                 | DeviceKind::VirtioPmem
                 | DeviceKind::NumaPxb
+                | DeviceKind::PcieSwitch
         )
     });
     s.push_str(&format!("VM_MODALIAS={}\n", u8::from(pci)));

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 mod boot;
 mod initramfs;
 mod monitor;
+pub use monitor::quit as quit_qemu;
 mod qemu;
 mod xvfb;
 
@@ -61,6 +62,14 @@ pub enum DeviceKind {
     /// hub port to nothing) beside node 0's. Not in
     /// [`DeviceKind::ALL`]: `vm test --topology numa` adds it to the full set.
     NumaPxb,
+    /// The PCIe switch profile, on a q35 machine with the two NUMA nodes of
+    /// [`DeviceKind::NumaPxb`]: a PCIe expander bridge (`pxb-pcie`, a host bridge of its
+    /// own) on each node. Node 0's has two root ports: behind the first a switch (one
+    /// upstream port, three downstream ports) holding GPUs A and B and an NVMe drive ("the
+    /// data", backed by a sparse file of the boot: [`RunFiles::disk`]); behind the second
+    /// GPU D. Node 1's has one root port with GPU C. Not in [`DeviceKind::ALL`]: `vm test
+    /// --topology switch` adds it to the full set.
+    PcieSwitch,
 }
 
 impl DeviceKind {
@@ -89,6 +98,7 @@ impl DeviceKind {
             Self::Nvdimm => "nvdimm",
             Self::VirtioPmem => "virtio-pmem",
             Self::NumaPxb => "numa-pxb",
+            Self::PcieSwitch => "pcie-switch",
         }
     }
 
@@ -96,7 +106,7 @@ impl DeviceKind {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
-            .chain([Self::VirtioPmem, Self::NumaPxb])
+            .chain([Self::VirtioPmem, Self::NumaPxb, Self::PcieSwitch])
             .find(|d| d.name() == s)
     }
 
@@ -162,6 +172,28 @@ pub struct GuestSpec {
     pub probe_only: bool,
     /// Print the payload's output while it runs.
     pub stream_output: Stream,
+    /// A NIC on a two-guest link ([`ClusterLink`]); `None` for a guest without a network.
+    pub cluster: Option<ClusterLink>,
+}
+
+/// One guest's end of a two-guest network (`vm test --cluster`): a virtio-net NIC on
+/// QEMU's `dgram` netdev, a UDP socket on the host's loopback whose datagrams go to the
+/// other guest's socket. No other network: nothing outside the two guests is reachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterLink {
+    /// This guest's node number, 1 or 2 (its NIC's MAC ends in it: [`ClusterLink::mac`]).
+    pub node: u8,
+    /// The UDP port on 127.0.0.1 this guest's NIC sends from and receives on.
+    pub local_port: u16,
+    /// The other guest's port.
+    pub remote_port: u16,
+}
+
+impl ClusterLink {
+    /// The NIC's MAC address: QEMU's locally administered prefix, then `c1:00:0N`.
+    pub fn mac(self) -> String {
+        format!("52:54:00:c1:00:{:02x}", self.node)
+    }
 }
 
 /// Whether and how a boot prints its payload's output while it runs.
@@ -207,7 +239,13 @@ pub struct RunFiles {
     pub monitor: PathBuf,
     /// What the monitor showed of a hung guest (`info registers -a`, before the NMI).
     pub hang: PathBuf,
+    /// The NVMe drive's backing file of the PCIe switch profile (sparse,
+    /// [`SWITCH_DISK_MIB`]).
+    pub disk: PathBuf,
 }
+
+/// The size of the PCIe switch profile's NVMe drive: room for a small ext4 file system.
+pub const SWITCH_DISK_MIB: u64 = 64;
 
 impl RunFiles {
     /// Fresh files under a new directory in `base`.
@@ -227,6 +265,7 @@ impl RunFiles {
             alive: dir.join("alive.log"),
             monitor: dir.join("monitor.sock"),
             hang: dir.join("hang.txt"),
+            disk: dir.join("disk.img"),
             dir,
         })
     }
@@ -391,6 +430,7 @@ mod tests {
             memory_mib: 1024,
             probe_only: false,
             stream_output: Stream::Off,
+            cluster: None,
         }
     }
 
@@ -406,6 +446,7 @@ mod tests {
             alive: "/r/alive.log".into(),
             monitor: "/r/monitor.sock".into(),
             hang: "/r/hang.txt".into(),
+            disk: "/r/disk.img".into(),
         }
     }
 

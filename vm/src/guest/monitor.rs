@@ -41,6 +41,18 @@ pub(super) fn hang_report(socket: &Path) -> HangReport {
     HangReport { text, nmi }
 }
 
+/// Tells QEMU to quit at once (the monitor's `quit`: no shutdown in the guest), for a
+/// guest whose work is over; an error when the monitor cannot be reached (QEMU has
+/// exited, or never listened).
+pub fn quit(socket: &Path) -> std::io::Result<()> {
+    use std::os::unix::net::UnixStream;
+    let mut s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    read_prompt(&mut s)?;
+    s.write_all(b"quit\n")
+}
+
 /// Reads the monitor's output up to its next `(qemu) ` prompt (at most 1 MiB).
 fn read_prompt(s: &mut impl Read) -> std::io::Result<String> {
     let mut got = Vec::new();

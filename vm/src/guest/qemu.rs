@@ -24,7 +24,24 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
     port_args(&mut a, files);
     host_root_args(&mut a, spec);
     device_args(&mut a, spec, files);
+    if let Some(link) = spec.cluster {
+        cluster_args(&mut a, link);
+    }
     a
+}
+
+/// The NIC of a two-guest link: a `dgram` netdev (QEMU 7.2) from this guest's UDP port on
+/// the host's loopback to the other guest's, and a virtio-net device on it with the link's
+/// MAC.
+fn cluster_args(a: &mut Vec<String>, link: super::ClusterLink) {
+    a.push("-netdev".into());
+    a.push(format!(
+        "dgram,id=cluster,local.type=inet,local.host=127.0.0.1,local.port={},\
+         remote.type=inet,remote.host=127.0.0.1,remote.port={}",
+        link.local_port, link.remote_port
+    ));
+    a.push("-device".into());
+    a.push(format!("virtio-net-pci,netdev=cluster,mac={}", link.mac()));
 }
 
 /// The machine: its type (with NVDIMM support when one is attached), the accelerator, the
@@ -32,7 +49,21 @@ pub fn qemu_args(spec: &GuestSpec, files: &RunFiles) -> Vec<String> {
 fn machine_args(a: &mut Vec<String>, spec: &GuestSpec) {
     let mut push = |s: &[&str]| a.extend(s.iter().map(|x| x.to_string()));
     let nvdimm = spec.devices.contains(&DeviceKind::Nvdimm);
-    push(&["-machine", if nvdimm { "pc,nvdimm=on" } else { "pc" }]);
+    // PCIe ports and switches need a PCIe machine: q35 for the switch profile only (every
+    // other lane keeps the machine its device set was proven on).
+    let machine = if spec.devices.contains(&DeviceKind::PcieSwitch) {
+        "q35"
+    } else {
+        "pc"
+    };
+    push(&[
+        "-machine",
+        &if nvdimm {
+            format!("{machine},nvdimm=on")
+        } else {
+            machine.to_string()
+        },
+    ]);
     // Multi-threaded TCG races with the kernel's live text patching (text_poke_bp's int3):
     // a Debian 6.12 guest died with "Oops: int3" in sched_clock_cpu at boot. One TCG thread
     // runs the two vCPUs round-robin and cannot race.
@@ -63,7 +94,8 @@ fn machine_args(a: &mut Vec<String>, spec: &GuestSpec) {
         format!("{}M", spec.memory_mib)
     };
     push(&["-m", &mem]);
-    if spec.devices.contains(&DeviceKind::NumaPxb) {
+    if spec.devices.contains(&DeviceKind::NumaPxb) || spec.devices.contains(&DeviceKind::PcieSwitch)
+    {
         numa_args(a, spec.memory_mib);
     }
 }
@@ -208,6 +240,19 @@ fn device_args(a: &mut Vec<String>, spec: &GuestSpec, files: &RunFiles) {
                     "virtio-net-pci,netdev=topo-net,bus=pxb0,addr=0x1",
                 ]);
             }
+            DeviceKind::PcieSwitch => {
+                // The NVMe drive's data: the boot's sparse file, raw.
+                push(&[
+                    "-blockdev",
+                    &format!(
+                        "driver=raw,node-name=topodisk,file.driver=file,file.filename={}",
+                        files.disk.display()
+                    ),
+                ]);
+                for d in SWITCH_DEVICES {
+                    push(&["-device", d]);
+                }
+            }
             DeviceKind::VirtioPmem => {
                 push(&[
                     "-object",
@@ -223,6 +268,28 @@ fn device_args(a: &mut Vec<String>, spec: &GuestSpec, files: &RunFiles) {
         }
     }
 }
+
+/// The PCIe switch profile's devices ([`DeviceKind::PcieSwitch`]), `-device` values in
+/// order: an expander bridge per node (its root bus 32 on node 0, 64 on node 1); behind
+/// node 0's first root port the switch (upstream port, three downstream ports) with GPU A,
+/// GPU B and the NVMe drive on the `topodisk` block node; behind its second root port GPU
+/// D; behind node 1's root port GPU C.
+const SWITCH_DEVICES: &[&str] = &[
+    "pxb-pcie,id=pxb0,bus=pcie.0,bus_nr=32,numa_node=0",
+    "pcie-root-port,id=rp0,bus=pxb0,chassis=10,slot=0,addr=0x0",
+    "x3130-upstream,id=up0,bus=rp0",
+    "xio3130-downstream,id=dn0,bus=up0,chassis=11,slot=0,addr=0x0",
+    "xio3130-downstream,id=dn1,bus=up0,chassis=12,slot=0,addr=0x1",
+    "xio3130-downstream,id=dn2,bus=up0,chassis=13,slot=0,addr=0x2",
+    "virtio-gpu-pci,bus=dn0,addr=0x0",
+    "virtio-gpu-pci,bus=dn1,addr=0x0",
+    "nvme,serial=drmtopo,drive=topodisk,bus=dn2,addr=0x0",
+    "pcie-root-port,id=rp1,bus=pxb0,chassis=14,slot=0,addr=0x1",
+    "virtio-gpu-pci,bus=rp1,addr=0x0",
+    "pxb-pcie,id=pxb1,bus=pcie.0,bus_nr=64,numa_node=1",
+    "pcie-root-port,id=rp2,bus=pxb1,chassis=15,slot=0,addr=0x0",
+    "virtio-gpu-pci,bus=rp2,addr=0x0",
+];
 
 /// Writes the command line, each argument shell-quoted after the binary, to `qemu.cmdline`
 /// in `dir` (to rerun a boot by hand); a failure to write it is ignored.
@@ -289,6 +356,59 @@ mod tests {
         }
         // The full set has two virtio-gpus: two render nodes of one driver.
         assert_eq!(a.matches("-device virtio-gpu-pci").count(), 2, "{a}");
+    }
+
+    /// The topology profiles: NUMA on `pc`, the switch on q35 (with the NVDIMM's option
+    /// kept), both with the two nodes; the switch's drive on the boot's file and its
+    /// devices in their order; no network but the cluster link's.
+    #[test]
+    fn topology_profiles_and_the_cluster_link() {
+        let numa = qemu_args(&spec(vec![DeviceKind::NumaPxb]), &files()).join(" ");
+        for want in [
+            "-machine pc ",
+            "-numa node,nodeid=0,cpus=0,memdev=numa0",
+            "-numa node,nodeid=1,cpus=1,memdev=numa1",
+            "-numa dist,src=0,dst=1,val=21",
+            "pxb,id=pxb1,bus=pci.0,bus_nr=64,numa_node=1",
+        ] {
+            assert!(numa.contains(want), "missing {want:?} in {numa}");
+        }
+        let sw = qemu_args(
+            &spec(vec![DeviceKind::Nvdimm, DeviceKind::PcieSwitch]),
+            &files(),
+        );
+        let text = sw.join(" ");
+        for want in [
+            "-machine q35,nvdimm=on",
+            "-numa dist,src=0,dst=1,val=21",
+            "-blockdev driver=raw,node-name=topodisk,file.driver=file,file.filename=/r/disk.img",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in {text}");
+        }
+        let devices: Vec<&str> = sw
+            .windows(2)
+            .filter(|w| w[0] == "-device")
+            .map(|w| w[1].as_str())
+            .filter(|d| SWITCH_DEVICES.contains(d))
+            .collect();
+        assert_eq!(devices, SWITCH_DEVICES, "{text}");
+        assert!(!text.contains("-netdev"), "{text}");
+
+        let mut s = spec(vec![DeviceKind::Vkms]);
+        s.cluster = Some(super::super::ClusterLink {
+            node: 2,
+            local_port: 5001,
+            remote_port: 5000,
+        });
+        let link = qemu_args(&s, &files()).join(" ");
+        assert!(
+            link.contains(
+                "-netdev dgram,id=cluster,local.type=inet,local.host=127.0.0.1,local.port=5001,\
+                 remote.type=inet,remote.host=127.0.0.1,remote.port=5000 \
+                 -device virtio-net-pci,netdev=cluster,mac=52:54:00:c1:00:02"
+            ),
+            "{link}"
+        );
     }
 
     /// The whole QEMU command line, argument by argument, for two option sets that between

@@ -7,7 +7,9 @@ use crate::build;
 use crate::cache::BuiltKernel;
 use crate::catalog;
 use crate::error::Result;
-use crate::guest::{self, BootResult, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream};
+use crate::guest::{
+    self, BootResult, ClusterLink, DeviceKind, Ending, GuestSpec, Payload, RunFiles, Stream,
+};
 use crate::lane::{Lane, Next};
 use crate::prepare::missing_features;
 use crate::report::KernelReport;
@@ -41,10 +43,17 @@ pub fn test_kernel(
         argv,
         units,
         t0,
+        peer_failures: Default::default(),
     };
     let mut lane = Lane::new(plan.max_oopses);
     let (boots, not_run) = run.boot_all(spec, &mut lane)?;
-    Ok(finish_lane(n, &decision, &boots, &lane, not_run))
+    let mut rep = finish_lane(n, &decision, &boots, &lane, not_run);
+    // Node 2's own tests ran beside node 1's: its failure is the lane's.
+    for p in run.peer_failures.take() {
+        rep.passed = false;
+        rep.notes.push(p);
+    }
+    Ok(rep)
 }
 
 /// The guest's command and the units it is to run: the plan's, plus the kernel's
@@ -53,6 +62,10 @@ pub fn test_kernel(
 fn lane_payload(n: &str, kernel: &BuiltKernel, plan: &TestPlan) -> (Vec<String>, Vec<String>) {
     let mut argv = plan.argv.clone();
     let mut units = plan.units.clone();
+    if plan.cluster {
+        // A cluster's test waits for the other guest (its boot, its daemons): 20 minutes.
+        argv.extend(["--test-timeout".into(), "1200".into()]);
+    }
     if plan.kernel_tests_only {
         eprintln!("vm: {n}: --kernel-tests-only: no kernel selftests, no libdrm programs");
     } else {
@@ -95,17 +108,25 @@ fn lane_spec(
         devices: DeviceKind::ALL
             .into_iter()
             .filter(|d| {
-                !plan.topology || !matches!(d, DeviceKind::VirtioGpu | DeviceKind::VirtioGpu2)
+                plan.topology.is_none()
+                    || !matches!(d, DeviceKind::VirtioGpu | DeviceKind::VirtioGpu2)
             })
-            .chain(plan.topology.then_some(DeviceKind::NumaPxb))
+            .chain(plan.topology)
             .collect(),
         payload: Payload {
             argv: argv.to_vec(),
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
             env: {
                 let mut env = lane_env(n, &missing, decision.accel.name(), &plan.env);
-                if plan.topology {
-                    env.push(("VM_TOPOLOGY".into(), "numa".into()));
+                match plan.topology {
+                    Some(DeviceKind::NumaPxb) => env.push(("VM_TOPOLOGY".into(), "numa".into())),
+                    Some(DeviceKind::PcieSwitch) => {
+                        env.push(("VM_TOPOLOGY".into(), "switch".into()));
+                    }
+                    _ => {}
+                }
+                if plan.cluster {
+                    env.push((CLUSTER_NODE_ENV.into(), "1".into()));
                 }
                 env
             },
@@ -117,6 +138,7 @@ fn lane_spec(
         memory_mib: 2048,
         probe_only: false,
         stream_output: stream,
+        cluster: None,
     }
 }
 
@@ -138,6 +160,13 @@ fn lane_env(
     env
 }
 
+/// The guests' node number under `vm test --cluster` (1: the lane's guest, 2: its peer).
+const CLUSTER_NODE_ENV: &str = "VM_CLUSTER_NODE";
+
+/// How long node 2 has to finish by itself once node 1's boot has ended, before it is
+/// told to quit.
+const PEER_GRACE: Duration = Duration::from_secs(120);
+
 /// Every boot of a lane, with the failed result the lane recorded for the unit its crash
 /// interrupted.
 type Boots = Vec<(BootResult, Option<Record>)>;
@@ -153,6 +182,8 @@ struct LaneRun<'a> {
     units: Vec<String>,
     /// When the lane started (its time limit covers all its boots).
     t0: Instant,
+    /// What went wrong with node 2 under `--cluster`, a line per boot where it did.
+    peer_failures: std::cell::RefCell<Vec<String>>,
 }
 
 impl LaneRun<'_> {
@@ -163,7 +194,16 @@ impl LaneRun<'_> {
         let mut boots = Vec::new();
         let not_run = loop {
             let files = RunFiles::new(&std::env::temp_dir(), &format!("vm-test-{tag}"))?;
-            let r = guest::boot(&spec, files, &self.plan.busybox)?;
+            let r = if self.plan.cluster {
+                let (r, peer) = self.boot_pair(&spec, files)?;
+                if let Some(p) = peer {
+                    eprintln!("vm: {}: boot {}: {p}", self.n, lane.boots + 1);
+                    self.peer_failures.borrow_mut().push(p);
+                }
+                r
+            } else {
+                guest::boot(&spec, files, &self.plan.busybox)?
+            };
             let (next, failed) = self.take_boot(lane, &r);
             boots.push((r, failed));
             match next {
@@ -173,6 +213,67 @@ impl LaneRun<'_> {
             }
         };
         Ok((boots, not_run))
+    }
+
+    /// One boot of the lane's guest (node 1) with its peer (node 2) beside it, linked by
+    /// two UDP ports on the host's loopback; node 2 gets [`PEER_GRACE`] after node 1's boot
+    /// to end, then is told to quit. Returns node 1's boot, and what went wrong with node 2
+    /// (`None` when its payload exited 0; its files are then removed, else kept).
+    fn boot_pair(&self, spec: &GuestSpec, files: RunFiles) -> Result<(BootResult, Option<String>)> {
+        let (p1, p2) = free_udp_ports()?;
+        let mut one = spec.clone();
+        one.cluster = Some(ClusterLink {
+            node: 1,
+            local_port: p1,
+            remote_port: p2,
+        });
+        let mut two = spec.clone();
+        two.cluster = Some(ClusterLink {
+            node: 2,
+            local_port: p2,
+            remote_port: p1,
+        });
+        for (k, v) in &mut two.payload.env {
+            if k == CLUSTER_NODE_ENV {
+                *v = "2".into();
+            }
+        }
+        two.stream_output = Stream::Prefixed(format!("[{} node 2] ", self.n));
+        let files2 = RunFiles::new(
+            &std::env::temp_dir(),
+            &format!("vm-test-{}-node2", catalog::path_safe(self.n)),
+        )?;
+        let (dir2, monitor) = (files2.dir.clone(), files2.monitor.clone());
+        let busybox = self.plan.busybox.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let peer = std::thread::spawn(move || {
+            let _ = tx.send(guest::boot(&two, files2, &busybox));
+        });
+        let r = guest::boot(&one, files, &self.plan.busybox);
+        let got = rx.recv_timeout(PEER_GRACE).or_else(|_| {
+            eprintln!(
+                "vm: {}: node 2 still runs {} s after node 1 ended: quitting it",
+                self.n,
+                PEER_GRACE.as_secs()
+            );
+            let _ = guest::quit_qemu(&monitor);
+            rx.recv()
+        });
+        let _ = peer.join();
+        let trouble = match got {
+            Ok(Ok(b)) if b.ending == Ending::Exited(0) => {
+                let _ = std::fs::remove_dir_all(&dir2);
+                None
+            }
+            Ok(Ok(b)) => Some(format!(
+                "node 2 {} (its files kept in {})",
+                b.ending,
+                dir2.display()
+            )),
+            Ok(Err(e)) => Some(format!("node 2 did not boot: {e}")),
+            Err(_) => Some("node 2's boot thread ended without a result".into()),
+        };
+        Ok((r?, trouble))
     }
 
     /// Hands a finished boot to the lane and says how a hang or a crash ended it.
@@ -247,6 +348,21 @@ fn time_left(limit: Duration, elapsed: Duration) -> Duration {
     limit.saturating_sub(elapsed).max(Duration::from_secs(120))
 }
 
+/// Two UDP ports on the host's loopback that were free a moment ago (bound, read, let go:
+/// QEMU binds them next).
+fn free_udp_ports() -> Result<(u16, u16)> {
+    let err = |e: std::io::Error| {
+        crate::error::VmError::new(format!("no free UDP port on 127.0.0.1: {e}"))
+    };
+    // Both held at once, so they differ.
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").map_err(err)?;
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").map_err(err)?;
+    Ok((
+        a.local_addr().map_err(err)?.port(),
+        b.local_addr().map_err(err)?.port(),
+    ))
+}
+
 /// The lane's report; removes the files of every boot if it passed, else names them.
 fn finish_lane(
     n: &str,
@@ -280,7 +396,8 @@ mod tests {
                 .to_vec(),
             units: vec!["smoke::a".into()],
             env: vec![("A".into(), "1".into())],
-            topology: false,
+            topology: None,
+            cluster: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1500),
             max_oopses: 3,
@@ -309,6 +426,18 @@ mod tests {
             lane_payload("k", &kernel(None), &p),
             (p.argv.clone(), p.units.clone())
         );
+    }
+
+    /// A cluster's lane gives its tests 20 minutes each (they wait for the other guest),
+    /// and its two guests two different ports.
+    #[test]
+    fn a_cluster_lane_waits_longer_on_two_ports() {
+        let mut p = plan(true);
+        p.cluster = true;
+        let (argv, _) = lane_payload("k", &kernel(None), &p);
+        assert_eq!(argv[argv.len() - 2..], ["--test-timeout", "1200"]);
+        let (a, b) = free_udp_ports().unwrap();
+        assert_ne!(a, b);
     }
 
     #[test]

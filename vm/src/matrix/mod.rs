@@ -56,7 +56,9 @@ pub struct TestOptions {
     /// How many kernels' lanes run at once.
     pub jobs: usize,
     /// The NUMA topology profile ([`crate::guest::DeviceKind::NumaPxb`]) added.
-    pub topology: bool,
+    pub topology: Option<crate::guest::DeviceKind>,
+    /// A second guest (node 2) beside every boot, linked to it ([`crate::guest::ClusterLink`]).
+    pub cluster: bool,
 }
 
 /// Runs `vm test`: checks the flags, builds the plan, runs every kernel's lane (`jobs` at

@@ -30,7 +30,10 @@ pub struct TestPlan {
     /// No kernel selftests, no libdrm programs.
     pub kernel_tests_only: bool,
     /// The NUMA topology profile added to the devices (`VM_TOPOLOGY=numa` in the guest).
-    pub topology: bool,
+    pub topology: Option<crate::guest::DeviceKind>,
+    /// A second guest (node 2) beside every boot of a lane, linked to it by a network of
+    /// their own (`VM_CLUSTER_NODE=1` and `2` in them).
+    pub cluster: bool,
 }
 
 impl TestPlan {
@@ -54,6 +57,7 @@ impl TestPlan {
             max_oopses: o.max_oopses,
             kernel_tests_only: o.kernel_tests_only,
             topology: o.topology,
+            cluster: o.cluster,
         })
     }
 }
@@ -215,7 +219,8 @@ mod tests {
                 .map(String::from)
                 .to_vec(),
             env: Vec::new(),
-            topology: false,
+            topology: None,
+            cluster: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1),
             max_oopses: 3,

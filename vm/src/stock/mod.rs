@@ -74,6 +74,12 @@ pub const WANTED_MODULES: &[&str] = &[
     "configfs",
     // FUSE, for drmtool_hostile's never-answering mount (loaded by the test itself).
     "fuse",
+    // The topology profiles' data and network devices (by their PCI modaliases): the PCIe
+    // switch profile's NVMe drive, the NUMA profile's virtio disk and NIC, and the NIC of
+    // `vm test --cluster`.
+    "nvme",
+    "virtio_blk",
+    "virtio_net",
 ];
 
 /// Modules the init loads explicitly, in this order, where the kernel has them as modules:
