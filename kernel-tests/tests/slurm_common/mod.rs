@@ -40,6 +40,33 @@ pub struct Extra<'a> {
     pub conf: &'a str,
 }
 
+/// Where a cluster's nodes are and which one this is.
+#[derive(Debug, Clone)]
+pub struct Layout<'a> {
+    /// Each node's Slurm name and address, the controller's first.
+    pub nodes: &'a [(&'a str, &'a str)],
+    /// This machine's place in `nodes`.
+    pub me: usize,
+    /// The cluster's directory (the same path on every node, so that every node's
+    /// slurm.conf is the same text).
+    pub dir: PathBuf,
+    /// The munge key's seed (the same on every node: one key for the cluster).
+    pub key_seed: u32,
+}
+
+impl Layout<'static> {
+    /// One node: `localhost` (the guest's hostname is "(none)", which no resolver knows
+    /// and Slurm cannot parse; `slurmd -N localhost`, which every /etc/hosts has).
+    pub fn single() -> Self {
+        Layout {
+            nodes: &[("localhost", "127.0.0.1")],
+            me: 0,
+            dir: Cluster::dir(),
+            key_seed: std::process::id(),
+        }
+    }
+}
+
 /// A documentation address (TEST-NET-1) put on `lo`.
 pub const ADDRCONFIG_ADDR: &str = "192.0.2.1";
 
@@ -110,7 +137,19 @@ impl Cluster {
 
     /// [`Cluster::start`] with `extra` configuration.
     pub fn start_with(gres_conf: &str, gpus: &[gpu::Gpu], extra: &Extra<'_>) -> Self {
-        let dir = Self::dir();
+        Self::start_on(gres_conf, gpus, extra, &Layout::single())
+    }
+
+    /// This machine's part of a cluster laid out as `layout`: munged and slurmd, and
+    /// slurmctld on the first node, which then waits until every node is idle. Every node
+    /// declares the GPU types and counts of this machine's `gpus` (the nodes are alike).
+    pub fn start_on(
+        gres_conf: &str,
+        gpus: &[gpu::Gpu],
+        extra: &Extra<'_>,
+        layout: &Layout<'_>,
+    ) -> Self {
+        let dir = layout.dir.clone();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("state")).unwrap();
         std::fs::create_dir_all(dir.join("spool")).unwrap();
@@ -120,15 +159,15 @@ impl Cluster {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&munge, std::fs::Permissions::from_mode(0o711)).unwrap();
         let key: Vec<u8> = (0..1024u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ std::process::id() as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ layout.key_seed as u8)
             .collect();
         let key_path = munge.join("munge.key");
         std::fs::write(&key_path, key).unwrap();
         std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o400)).unwrap();
         let sock = munge.join("munge.sock");
-        // The guest's hostname is "(none)", which no resolver knows and Slurm cannot
-        // parse: the node is `localhost` (slurmd -N), which every /etc/hosts has.
-        let host = "localhost";
+        let (host, _) = layout.nodes[layout.me];
+        let (ctld, ctld_addr) = layout.nodes[0];
+        let controller = layout.me == 0;
         ipv4_configured();
         // Slurm numbers a node's GRES of one type in gres.conf's order; the node declares
         // each type's count.
@@ -148,11 +187,20 @@ impl Cluster {
         gres.push_str(extra.node_gres);
         let d = dir.display();
         let conf = dir.join("slurm.conf");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let node_lines: String = layout
+            .nodes
+            .iter()
+            .map(|(name, addr)| {
+                format!("NodeName={name} NodeAddr={addr} CPUs={cpus} Gres={gres} State=UNKNOWN\n")
+            })
+            .collect();
+        let names: Vec<&str> = layout.nodes.iter().map(|(n, _)| *n).collect();
         std::fs::write(
             &conf,
             format!(
                 "ClusterName=drmtest\n\
-                 SlurmctldHost={host}(127.0.0.1)\n\
+                 SlurmctldHost={ctld}({ctld_addr})\n\
                  SlurmUser=root\nSlurmdUser=root\n\
                  AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={sock}\n\
                  StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
@@ -165,13 +213,13 @@ impl Cluster {
                  SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
                  ReturnToService=2\nMpiDefault=none\nJobCompType=jobcomp/none\n\
                  AccountingStorageType=accounting_storage/none\n\
-                 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} Gres={gres} State=UNKNOWN\n\
-                 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP\n\
+                 {node_lines}\
+                 PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP\n\
                  {conf}",
                 gres_types = extra.gres_types,
                 conf = extra.conf,
                 sock = sock.display(),
-                cpus = std::thread::available_parallelism().map_or(1, |n| n.get()),
+                names = names.join(","),
             ),
         )
         .unwrap();
@@ -207,13 +255,15 @@ impl Cluster {
             "{}",
             failed(&c.dir, "munged", &munged)
         );
-        let ctld = c.run("slurmctld", &["-i"]);
-        c.pids.push(c.dir.join("slurmctld.pid"));
-        assert!(
-            ctld.status.success(),
-            "{}",
-            failed(&c.dir, "slurmctld", &ctld)
-        );
+        if controller {
+            let ctld = c.run("slurmctld", &["-i"]);
+            c.pids.push(c.dir.join("slurmctld.pid"));
+            assert!(
+                ctld.status.success(),
+                "{}",
+                failed(&c.dir, "slurmctld", &ctld)
+            );
+        }
         // slurmd makes <node>_slurmstepd.scope under system.slice, which it does not create
         // when systemd is ignored.
         std::fs::create_dir_all("/sys/fs/cgroup/system.slice")
@@ -225,22 +275,31 @@ impl Cluster {
             "{}",
             failed(&c.dir, "slurmd", &slurmd)
         );
-        // The node registers; under TCG that takes seconds.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        if controller {
+            c.wait_idle(layout.nodes.len());
+        }
+        c
+    }
+
+    /// Waits until `sinfo` shows `nodes` nodes, all idle: they registered (under TCG that
+    /// takes seconds; a second guest may still be booting: 300 s).
+    fn wait_idle(&self, nodes: usize) {
+        let secs = if nodes == 1 { 120 } else { 300 };
+        let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let out = c.run("sinfo", &["-h", "-N", "-o", "%T"]);
-            let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if state == "idle" {
-                break;
+            let out = self.run("sinfo", &["-h", "-N", "-o", "%N %T"]);
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let states: Vec<&str> = text.lines().filter_map(|l| l.split(' ').nth(1)).collect();
+            if states.len() == nodes && states.iter().all(|s| *s == "idle") {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
-                "the node did not become idle in 120 s (last state {state:?}): {}",
-                failed(&c.dir, "sinfo", &out)
+                "the nodes did not become idle in {secs} s (last {text:?}): {}",
+                failed(&self.dir, "sinfo", &out)
             );
             std::thread::sleep(Duration::from_millis(500));
         }
-        c
     }
 
     /// `prog args` with this cluster's configuration, waited for.
