@@ -72,6 +72,7 @@ pub mod scan;
 
 mod sys_call;
 pub mod sysfs;
+pub mod top;
 pub mod topo;
 pub mod trace;
 pub mod untrusted;

@@ -20,6 +20,9 @@ mount -t sysfs sysfs /sys
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup 2>/dev/null ||
   mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
+# Pseudo-terminals (devtmpfs's /dev/ptmx opens this instance): tmux and anything else
+# that runs a program in a terminal.
+mkdir -p /dev/pts && mount -t devpts -o gid=5,mode=620,ptmxmode=0666 devpts /dev/pts 2>/dev/null
 mkdir -p /dev/shm /dev/pts /run /tmp /host
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run

@@ -220,6 +220,7 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_export_tls",
             "drmtool_hostile",
             "drmtool_isolation",
+            "drmtool_top",
             "drmtool_vendor",
         ]),
         extra_config: "",

@@ -40,13 +40,16 @@ mod place;
 mod pmem;
 mod run;
 mod slurm;
+mod top;
+mod top_term;
+mod top_ui;
 mod topo;
 mod trace;
 
 use self::emit::{emit_json, emit_text};
 use self::{
     buffers::*, devices::*, export::*, hmm::*, info::*, kms::*, leases::*, pick::*, place::*,
-    pmem::*, slurm::*, topo::*, trace::*,
+    pmem::*, slurm::*, top::*, topo::*, trace::*,
 };
 
 use crate::gpu::GpuSpec;
@@ -185,6 +188,15 @@ enum Cmd {
     /// vendor); the NICs and disks near each GPU; the NUMA distance table.
     #[command(after_help = "Examples:\n  drmtool topo\n  drmtool topo --json")]
     Topo,
+    /// The live view of the GPUs and their clients, for any DRM driver: memory per region,
+    /// engine busy, clients and leases per GPU with their history; clients grouped by
+    /// process, cgroup, unit, container, pod, Slurm job or user. Keys: `?`.
+    #[command(
+        after_help = "Examples:\n  drmtool top\n  drmtool top --gpu 0 -d 2\n  \
+                      drmtool top --once --json\n  drmtool top --record session.jsonl\n  \
+                      drmtool top --replay session.jsonl"
+    )]
+    Top(TopArgs),
     /// Place a batch of job requests at once where each costs least: its class to what it
     /// wants near, then the GPUs' use (one minimum-cost flow for single-GPU jobs, a set
     /// search for multi-GPU ones, a wait for what cannot be placed now). Leases nothing.
@@ -256,6 +268,7 @@ pub fn main_with(
         Cmd::Pick(a) => pick_cmd(&a, cli.json, out),
         Cmd::Leases => leases_cmd(cli.json, out),
         Cmd::Topo => topo_cmd(cli.json, out),
+        Cmd::Top(a) => top_cmd(&a, cli.json, out),
         Cmd::Place(a) => place_cmd(&a, cli.json, out),
         Cmd::Slurm(c) => slurm_cmd(&c, out),
         Cmd::Cdi(c) => cdi::exec(&c, cli.json, out),

@@ -204,43 +204,10 @@ fn gauge_family(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, 
     }
 }
 
-/// The device label of each report device: its PCI bus id, else its device name (a
-/// platform device), from the GPU ordering where one of its nodes is there; else its sysfs
-/// directory's name.
-fn device_names(report: &Report, gpus: &[Gpu]) -> Vec<(String, Option<usize>)> {
-    report
-        .devices
-        .iter()
-        .map(|d| {
-            let gpu = gpus.iter().find(|g| {
-                g.nodes.iter().any(|n| {
-                    d.nodes
-                        .iter()
-                        .any(|m| n.path.as_os_str() == m.path.as_str())
-                })
-            });
-            match gpu {
-                Some(g) => (
-                    g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
-                    Some(g.index),
-                ),
-                None => (
-                    d.sysfs
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or(d.sysfs.as_str())
-                        .to_string(),
-                    None,
-                ),
-            }
-        })
-        .collect()
-}
-
 /// What the metric families of one scan are built from.
 struct Ctx<'a> {
     report: &'a Report,
-    /// Each report device's label and GPU index ([`device_names`]).
+    /// Each report device's label and GPU index ([`Report::device_names`]).
     devs: Vec<(String, Option<usize>)>,
     procs: BTreeMap<u32, &'a ProcessReport>,
     per: Per,
@@ -280,7 +247,7 @@ pub fn build(
 ) {
     let cx = Ctx {
         report,
-        devs: device_names(report, gpus),
+        devs: report.device_names(gpus),
         procs: report.processes.iter().map(|p| (p.pid, p)).collect(),
         per,
         names,

@@ -409,6 +409,38 @@ impl Report {
         }
     }
 
+    /// The name of each of its devices (in `devices`' order): the PCI bus id, else the
+    /// device name (a platform device), from the GPU ordering `gpus` where one of its
+    /// nodes is there, with the GPU's index; else its sysfs directory's name, without one.
+    pub fn device_names(&self, gpus: &[crate::gpu::Gpu]) -> Vec<(String, Option<usize>)> {
+        self.devices
+            .iter()
+            .map(|d| {
+                let gpu = gpus.iter().find(|g| {
+                    g.nodes.iter().any(|n| {
+                        d.nodes
+                            .iter()
+                            .any(|m| n.path.as_os_str() == m.path.as_str())
+                    })
+                });
+                match gpu {
+                    Some(g) => (
+                        g.bus_id.clone().unwrap_or_else(|| g.name.clone()),
+                        Some(g.index),
+                    ),
+                    None => (
+                        d.sysfs
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or(d.sysfs.as_str())
+                            .to_string(),
+                        None,
+                    ),
+                }
+            })
+            .collect()
+    }
+
     /// Keeps only what concerns `gpus` (every node of each: their devices, the clients of
     /// those devices, the processes holding those clients or mappings of them); false, and
     /// the report unchanged, when none of the report's devices is theirs.

@@ -34,6 +34,7 @@ pub const GPU_COMMANDS: &[(&str, &[&str])] = &[
     ("buffers", &["buffers", "--device", "{}"]),
     ("run", &["run", "--env-only", "--gpu", "{}"]),
     ("pick", &["pick", "--gpu", "{}"]),
+    ("top", &["top", "--once", "--gpu", "{}"]),
     // The GPUs are resolved before the requests file is read.
     (
         "place",
