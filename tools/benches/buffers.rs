@@ -15,7 +15,8 @@
 //! Per size (fds, processes): `100/20`, `1000/200`, `5000/1000` (five DRM fds each;
 //! `BUFBENCH_SIZES=100,1000` picks sizes), a criterion group `buffers/<fds>` (`floor`,
 //! `scan`, `scan_json`, `pick`: all of `drmtool pick -n 1 --format json`, `topo`: all of
-//! `drmtool topo --json`, `pick_near`: `pick` with `--near numa:0`, `scrape`), then
+//! `drmtool topo --json`, `pick_near`: `pick` with `--near numa:0`, `top`: one refresh of
+//! `drmtool top`, `scrape`), then
 //! an interleaved paired pass (the ratio scan/floor per round; `BUFBENCH_PAIRED_SECS`,
 //! default 10) and the peak memory of a process that runs one scan
 //! (`VmHWM` of this binary re-run with `BUFBENCH_SCAN_ONCE`, before and after the scan).
@@ -382,6 +383,19 @@ fn pick_near_once() {
     black_box(drmtool::cli::main_with(argv, &mut std::io::sink()));
 }
 
+/// One refresh of `drmtool top` as its loop runs it (issue 31: a refresh costs one scan):
+/// a sample (the scan, the leases, each process's command line and user) turned into a
+/// frame against the previous one.
+fn top_refresher() -> impl FnMut() {
+    let gpus = drmtool::gpu::gpus().unwrap_or_default();
+    let mut sampler = drmtool::top::Sampler::new(Options::default(), gpus, None);
+    let mut model = drmtool::top::Model::new();
+    move || {
+        let s = sampler.sample().expect("a top sample");
+        black_box(model.update(s));
+    }
+}
+
 /// `drmtool export`'s collector as a scrape every 15 s would run it (min interval 0, so
 /// every call scans), per cgroup; its counter state persists across calls.
 fn exporter() -> Exporter {
@@ -559,10 +573,10 @@ fn print_table(rows: &[Row]) {
         "\nbuffers: paired pass, medians of per-round times (ms); ratio = median of per-round ratios [q1, q3]"
     );
     println!(
-        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | pick ms | topo ms | pick --near ms | scan/floor | json/floor | scrape/json | pick/json | topo/json | pick --near/json | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
+        "| fds | processes | floor ms | scan ms | scan --json ms | export scrape ms | pick ms | topo ms | pick --near ms | top refresh ms | scan/floor | json/floor | scrape/json | pick/json | topo/json | pick --near/json | top/scan | floor us/fd | scan us/fd | scan peak KiB (VmHWM after; before) |"
     );
     println!(
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---|"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|---:|---:|---|"
     );
     for r in rows {
         let ms = |f: &str| {
@@ -580,7 +594,7 @@ fn print_table(rows: &[Row]) {
         let ratio = |a: &str| ratio_cell(r, a);
         let scrape_json = ratio_to(r, "scrape", "scan_json");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             r.fds,
             r.procs,
             ms("floor"),
@@ -590,12 +604,14 @@ fn print_table(rows: &[Row]) {
             ms("pick"),
             ms("topo"),
             ms("pick_near"),
+            ms("top"),
             ratio("scan"),
             ratio("scan_json"),
             scrape_json,
             ratio_to(r, "pick", "scan_json"),
             ratio_to(r, "topo", "scan_json"),
             ratio_to(r, "pick_near", "scan_json"),
+            ratio_to(r, "top", "scan"),
             per_fd("floor"),
             per_fd("scan"),
             r.hwm.1,
@@ -680,6 +696,8 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         g.bench_function("pick", |b| b.iter(pick_once));
         g.bench_function("topo", |b| b.iter(topo_once));
         g.bench_function("pick_near", |b| b.iter(pick_near_once));
+        let mut top = top_refresher();
+        g.bench_function("top", |b| b.iter(&mut top));
         let mut exp = exporter();
         g.bench_function("scrape", |b| {
             b.iter(|| black_box(exp.scrape(Format::OpenMetrics, Instant::now())))
@@ -700,6 +718,7 @@ fn one_size(c: &mut Criterion, nodes: &[PathBuf], fds: usize, bench: bool) -> Re
         ("pick", Box::new(pick_once)),
         ("topo", Box::new(topo_once)),
         ("pick_near", Box::new(pick_near_once)),
+        ("top", Box::new(top_refresher())),
         (
             "scrape",
             Box::new(move || drop(black_box(exp.scrape(Format::OpenMetrics, Instant::now())))),
