@@ -3,6 +3,9 @@
 //! and its refusals (bad interval, count, size, recording; no devices). The live view on
 //! real drivers, in a real terminal, is kernel-tests/tests/drmtool_top.rs.
 
+mod synthetic;
+use synthetic::{Proc, drm_tree};
+
 use drmtool::cli::run_captured as run;
 use drmtool::top::{Bytes, ClientRow, Frame, GpuRow, Region, ScanRow};
 use std::collections::BTreeMap;
@@ -175,4 +178,73 @@ fn without_devices_top_exits_4() {
     let (code, out) = run(&["top", "--once", "--json"]);
     assert_eq!(code, ExitCode::from(4));
     assert!(out.is_empty());
+}
+
+/// The model over a synthetic /proc that changes between refreshes (the real scan reads it):
+/// a counter that grows is a rate; one that went back (the same id) gives none; a process
+/// that exits leaves; a reused pid with another command is another client; hostile names
+/// are escaped.
+#[test]
+fn rates_over_a_synthetic_proc_that_changes() {
+    let fdinfo = |id: u32, ns: u64| {
+        format!("drm-driver:\tsynthetic\ndrm-client-id:\t{id}\ndrm-engine-render:\t{ns} ns\n")
+    };
+    let tree = |a_ns: u64, b: Option<(&str, u32, u64)>| {
+        let first = fdinfo(1, a_ns);
+        let second = b.map(|(_, id, ns)| fdinfo(id, ns));
+        let mut procs = vec![Proc {
+            pid: 100,
+            comm: "render\u{1b}[2J",
+            cgroup: Some("0::/user.slice/user-1000.slice\n"),
+            fdinfo: &first,
+        }];
+        if let (Some((comm, ..)), Some(text)) = (b, second.as_ref()) {
+            procs.push(Proc {
+                pid: 200,
+                comm,
+                cgroup: Some("0::/system.slice/slurmstepd.scope/job_9/step_0\n"),
+                fdinfo: text,
+            });
+        }
+        drm_tree("top-rates", &procs)
+    };
+    let mut model = drmtool::top::Model::new();
+    let mut refresh = |t: (synthetic::TreeDir, drmtool::Options), secs: u64| {
+        let mut s = drmtool::top::Sampler::new(t.1.clone(), Vec::new(), None);
+        let mut sample = s.sample().expect("a sample of the synthetic tree");
+        sample.at = std::time::Duration::from_secs(secs);
+        model.update(sample)
+    };
+    let f = refresh(tree(0, Some(("job", 7, 0))), 0);
+    assert_eq!(f.clients.len(), 2, "{f:?}");
+    assert!(
+        f.clients.iter().all(|c| c.engines.is_empty()),
+        "one scan: no rate"
+    );
+    // A second later: A busy 250 ms of it; B's id 7 counter went 0 -> 500 ms.
+    let f = refresh(tree(250_000_000, Some(("job", 7, 500_000_000))), 1);
+    let busy = |f: &Frame, pid: u32| {
+        f.clients
+            .iter()
+            .find(|c| c.pid == pid)
+            .map(|c| c.engines.get("render").copied())
+    };
+    assert_eq!(busy(&f, 100), Some(Some(25.0)));
+    assert_eq!(busy(&f, 200), Some(Some(50.0)));
+    let a = f.clients.iter().find(|c| c.pid == 100).unwrap();
+    assert!(!a.comm.contains('\u{1b}'), "{:?}", a.comm);
+    let b = f.clients.iter().find(|c| c.pid == 200).unwrap();
+    assert_eq!(b.slurm_job.as_deref(), Some("9.0"));
+    // B's counter goes back under the same id: no rate. A goes on.
+    let f = refresh(tree(500_000_000, Some(("job", 7, 10))), 2);
+    assert_eq!(busy(&f, 200), Some(None));
+    assert_eq!(busy(&f, 100), Some(Some(25.0)));
+    // B exits: its row goes.
+    let f = refresh(tree(750_000_000, None), 3);
+    assert_eq!(busy(&f, 200), None);
+    // pid 200 again, another program and client: no rate from the old one's counter.
+    let f = refresh(tree(1_000_000_000, Some(("other", 8, 900_000_000))), 4);
+    assert_eq!(busy(&f, 200), Some(None));
+    assert_eq!(f.gpus.len(), 1, "the synthetic device");
+    assert_eq!(f.gpus[0].busy_history.len(), 5);
 }

@@ -229,7 +229,12 @@ pub(super) fn draw(screen: &mut Screen, f: &Frame, s: &mut ViewState) {
         s.selected = 0;
     }
     let area = screen.area();
-    let gpu_h = (f.gpus.len() as u16 + 2).min(area.height / 3).max(3);
+    // Room for the GPUs, and on a tall screen for both history graphs.
+    let floor = if area.height >= 40 { 8 } else { 3 };
+    let gpu_h = (f.gpus.len() as u16 + 2)
+        .max(floor)
+        .min(area.height / 3)
+        .max(3);
     let [head, gpus, clients, foot] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Length(gpu_h),
@@ -381,23 +386,42 @@ fn draw_gpus(screen: &mut Screen, f: &Frame, s: &ViewState, area: Rect) {
             .and_then(|i| f.gpus.iter().find(|g| g.index == i))
             .or(f.gpus.first());
         if let Some(g) = g {
-            let points: Vec<u64> = g
-                .busy_history
-                .iter()
-                .map(|b| b.map_or(0, |v| v.round() as u64))
-                .collect();
-            let w = graph.width as usize;
-            let tail = &points[points.len().saturating_sub(w)..];
-            let spark = Sparkline::default()
-                .block(
-                    Block::default()
-                        .borders(Borders::TOP)
-                        .title(format!(" busy {} ", g.name)),
-                )
-                .data(tail)
-                .max(100);
-            screen.render_widget(spark, graph);
+            draw_history(screen, g, graph);
         }
+    }
+}
+
+/// A GPU's busiest engine (percent) and memory over the last refreshes, as two sparklines
+/// (one where the area is too low for two).
+fn draw_history(screen: &mut Screen, g: &crate::top::GpuRow, area: Rect) {
+    let w = area.width as usize;
+    let tail = |v: Vec<u64>| v[v.len().saturating_sub(w)..].to_vec();
+    let busy = tail(
+        g.busy_history
+            .iter()
+            .map(|b| b.map_or(0, |v| v.round() as u64))
+            .collect(),
+    );
+    let memory = tail(g.memory_history.iter().map(|m| m.unwrap_or(0)).collect());
+    let [top, bottom] = if area.height >= 6 {
+        Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area)
+    } else {
+        [area, Rect::default()]
+    };
+    let spark = |title: String, data: &[u64], max: Option<u64>| {
+        let s = Sparkline::default()
+            .block(Block::default().borders(Borders::TOP).title(title))
+            .data(data);
+        match max {
+            Some(m) => s.max(m),
+            None => s,
+        }
+    };
+    screen.render_widget(spark(format!(" busy {} ", g.name), &busy, Some(100)), top);
+    if bottom.height > 0 {
+        let peak = memory.iter().copied().max().unwrap_or(0);
+        let title = format!(" memory {} (peak {}) ", g.name, human(peak));
+        screen.render_widget(spark(title, &memory, None), bottom);
     }
 }
 
