@@ -152,6 +152,13 @@ fn refusals_say_why() {
     std::fs::write(&newer, format!("{v}\n")).unwrap();
     let empty = p.with_file_name("empty.jsonl");
     std::fs::write(&empty, "\n").unwrap();
+    // The library's errors are matchable.
+    use drmtool::top::record::{RecordingError as E, read};
+    assert!(matches!(read("/nonexistent/s.jsonl".as_ref()), Err(E::Read { .. })));
+    assert!(matches!(read(&bad), Err(E::NotAFrame { line: 1, .. })));
+    assert!(matches!(read(&newer), Err(E::Version { found: 99, .. })));
+    assert!(matches!(read(&empty), Err(E::Empty { .. })));
+    assert_eq!(read(&p).unwrap().len(), 3);
     for (args, want) in [
         (vec!["top", "--replay", "/nonexistent/s.jsonl"], 1),
         (vec!["top", "--replay", bad.to_str().unwrap()], 1),

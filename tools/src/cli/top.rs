@@ -55,18 +55,18 @@ pub(super) struct TopArgs {
     skip: Vec<SkipSource>,
 }
 
-fn parse_size(s: &str) -> Result<(u16, u16), String> {
-    let (w, h) = s
-        .split_once('x')
-        .ok_or_else(|| format!("{s:?}: WIDTHxHEIGHT, as 80x24"))?;
-    let w: u16 = w
-        .parse()
-        .map_err(|_| format!("{s:?}: a width of 40 to 1000"))?;
-    let h: u16 = h
-        .parse()
-        .map_err(|_| format!("{s:?}: a height of 10 to 1000"))?;
+/// A `--size` that is not WIDTHxHEIGHT from 40x10 to 1000x1000.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: WIDTHxHEIGHT from 40x10 to 1000x1000, as 80x24")]
+pub(super) struct SizeError(String);
+
+fn parse_size(s: &str) -> Result<(u16, u16), SizeError> {
+    let bad = || SizeError(s.to_string());
+    let (w, h) = s.split_once('x').ok_or_else(bad)?;
+    let w: u16 = w.parse().map_err(|_| bad())?;
+    let h: u16 = h.parse().map_err(|_| bad())?;
     if !(40..=1000).contains(&w) || !(10..=1000).contains(&h) {
-        return Err(format!("{s:?}: from 40x10 to 1000x1000"));
+        return Err(bad());
     }
     Ok((w, h))
 }
@@ -79,12 +79,9 @@ enum Frames {
 
 impl Frames {
     /// The next frame; `Ok(None)` at the end of a replay.
-    fn next(&mut self) -> Result<Option<Frame>, String> {
+    fn next(&mut self) -> Result<Option<Frame>, TopFailure> {
         match self {
-            Frames::Live { sampler, model } => {
-                let s = sampler.sample().map_err(|e| e.to_string())?;
-                Ok(Some(model.update(s)))
-            }
+            Frames::Live { sampler, model } => Ok(Some(model.update(sampler.sample()?))),
             Frames::Replay { frames, at } => {
                 let f = frames.get(*at).cloned();
                 *at += 1;
@@ -94,40 +91,27 @@ impl Frames {
     }
 }
 
-/// The most bytes of one recorded line read back.
-const REPLAY_LINE_MAX: usize = 64 << 20;
-
-fn read_replay(p: &std::path::Path) -> Result<Vec<Frame>, String> {
-    let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-    let mut out = Vec::new();
-    for (n, line) in text.split(|b| *b == b'\n').enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if line.len() > REPLAY_LINE_MAX {
-            return Err(format!(
-                "{}: line {}: longer than 64 MiB",
-                p.display(),
-                n + 1
-            ));
-        }
-        let f: Frame = serde_json::from_slice(line)
-            .map_err(|e| format!("{}: line {}: not a top frame: {e}", p.display(), n + 1))?;
-        if f.schema_version != crate::top::SCHEMA_VERSION {
-            return Err(format!(
-                "{}: line {}: schema_version {} (this drmtool reads {})",
-                p.display(),
-                n + 1,
-                f.schema_version,
-                crate::top::SCHEMA_VERSION
-            ));
-        }
-        out.push(f);
-    }
-    if out.is_empty() {
-        return Err(format!("{}: no frames", p.display()));
-    }
-    Ok(out)
+/// Why `drmtool top` stopped: each said as one sentence by [`top_cmd`].
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TopFailure {
+    /// A scan could not run.
+    #[error("{0}")]
+    Scan(#[from] crate::scan::ScanError),
+    /// The recording to replay could not be read.
+    #[error("{0}")]
+    Replay(#[from] crate::top::record::RecordingError),
+    /// The recording could not be written.
+    #[error("cannot write the recording: {0}")]
+    Record(std::io::Error),
+    /// The output could not be written.
+    #[error("cannot write the output: {0}")]
+    Output(std::io::Error),
+    /// The terminal could not be set up, read or drawn on.
+    #[error("the terminal: {0}")]
+    Terminal(std::io::Error),
+    /// A signal to end the view could not be watched for.
+    #[error("cannot watch for signals: {0}")]
+    Signals(std::io::Error),
 }
 
 pub(super) fn top_cmd(a: &TopArgs, json: bool, out: &mut dyn Write) -> ExitCode {
@@ -140,7 +124,7 @@ pub(super) fn top_cmd(a: &TopArgs, json: bool, out: &mut dyn Write) -> ExitCode 
         return ExitCode::from(Exit::Usage);
     }
     let frames = match &a.replay {
-        Some(p) => match read_replay(p) {
+        Some(p) => match crate::top::record::read(p) {
             Ok(frames) => Frames::Replay { frames, at: 0 },
             Err(e) => {
                 eprintln!("drmtool: top: {e}");
@@ -205,7 +189,7 @@ pub(super) fn top_cmd(a: &TopArgs, json: bool, out: &mut dyn Write) -> ExitCode 
 /// The frame source as the interactive loop calls it: the next frame, with a replay's
 /// position and length.
 pub(super) type NextFrame =
-    Box<dyn FnMut(isize) -> Result<Option<(Frame, Option<(usize, usize)>)>, String>>;
+    Box<dyn FnMut(isize) -> Result<Option<(Frame, Option<(usize, usize)>)>, TopFailure>>;
 
 fn frames_fn(mut frames: Frames) -> NextFrame {
     Box::new(move |step| match &mut frames {
@@ -224,14 +208,11 @@ fn frames_fn(mut frames: Frames) -> NextFrame {
 }
 
 /// Appends `f` to the recording, if any.
-pub(super) fn record_frame(rec: &mut Option<std::fs::File>, f: &Frame) -> Result<(), String> {
-    if let Some(file) = rec {
-        let mut line = serde_json::to_string(f).map_err(|e| e.to_string())?;
-        line.push('\n');
-        file.write_all(line.as_bytes())
-            .map_err(|e| format!("cannot write the recording: {e}"))?;
+pub(super) fn record_frame(rec: &mut Option<std::fs::File>, f: &Frame) -> Result<(), TopFailure> {
+    match rec {
+        Some(file) => crate::top::record::append(file, f).map_err(TopFailure::Record),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn headless_loop(
@@ -241,7 +222,7 @@ fn headless_loop(
     state: &mut ViewState,
     record: &mut Option<std::fs::File>,
     out: &mut dyn Write,
-) -> Result<(), String> {
+) -> Result<(), TopFailure> {
     let total = match &frames {
         Frames::Replay { frames, .. } => Some(frames.len()),
         Frames::Live { .. } => None,
@@ -267,7 +248,7 @@ fn headless_loop(
                 } else {
                     serde_json::to_string(&f)
                 };
-                s.map_err(|e| e.to_string())? + "\n"
+                s.map_err(|e| TopFailure::Output(std::io::Error::other(e)))? + "\n"
             } else {
                 // Screens after the first are set off by a blank line.
                 let sep = if n > 1 && !a.once { "\n" } else { "" };
@@ -275,7 +256,7 @@ fn headless_loop(
             };
             out.write_all(text.as_bytes())
                 .and_then(|()| out.flush())
-                .map_err(|e| format!("cannot write the output: {e}"))?;
+                .map_err(TopFailure::Output)?;
         }
         if last {
             break;

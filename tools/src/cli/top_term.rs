@@ -2,7 +2,7 @@
 //! every way out (a normal quit, an error, a panic, SIGTERM, SIGHUP, SIGINT), and the loop
 //! of frames, keys, clicks and resizes.
 
-use super::top::{NextFrame, record_frame, signal_news};
+use super::top::{NextFrame, TopFailure, record_frame, signal_news};
 use super::top_ui::{self, Action, ViewState};
 use ratatui::crossterm::event::{
     self, DisableMouseCapture, EnableMouseCapture, Event, KeyEventKind, MouseEventKind,
@@ -59,20 +59,18 @@ pub(super) fn interactive(
     state: &mut ViewState,
     count: Option<u64>,
     record: &mut Option<std::fs::File>,
-) -> Result<(), String> {
+) -> Result<(), TopFailure> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGINT,
     ] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| format!("cannot watch for signal {sig}: {e}"))?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(TopFailure::Signals)?;
     }
-    let _guard = Guard::enter().map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let _guard = Guard::enter().map_err(TopFailure::Terminal)?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
-    let mut term =
-        ratatui::Terminal::new(backend).map_err(|e| format!("cannot use the terminal: {e}"))?;
+    let mut term = ratatui::Terminal::new(backend).map_err(TopFailure::Terminal)?;
     let Some((mut frame, pos)) = next(0)? else {
         return Ok(());
     };
@@ -88,15 +86,13 @@ pub(super) fn interactive(
             state.filter.pids = state.tree.map(crate::top::descendants);
         }
         term.draw(|screen| top_ui::draw(screen, &frame, state))
-            .map_err(|e| format!("cannot draw: {e}"))?;
+            .map_err(TopFailure::Terminal)?;
         let wait = due
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(200));
-        if event::poll(wait).map_err(|e| format!("cannot read the terminal: {e}"))? {
+        if event::poll(wait).map_err(TopFailure::Terminal)? {
             let listed = state.rows(&frame);
-            let action = match event::read()
-                .map_err(|e| format!("cannot read the terminal: {e}"))?
-            {
+            let action = match event::read().map_err(TopFailure::Terminal)? {
                 Event::Key(k) if k.kind == KeyEventKind::Press => {
                     top_ui::key(state, k.code, &listed, frame.gpus.len())
                 }

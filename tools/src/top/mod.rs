@@ -31,6 +31,7 @@
 //! assert_eq!((next.seq, next.interval_ms), (1, Some(1000)));
 //! ```
 
+pub mod record;
 mod sample;
 pub mod view;
 
