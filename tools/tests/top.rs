@@ -154,7 +154,10 @@ fn refusals_say_why() {
     std::fs::write(&empty, "\n").unwrap();
     // The library's errors are matchable.
     use drmtool::top::record::{RecordingError as E, read};
-    assert!(matches!(read("/nonexistent/s.jsonl".as_ref()), Err(E::Read { .. })));
+    assert!(matches!(
+        read("/nonexistent/s.jsonl".as_ref()),
+        Err(E::Read { .. })
+    ));
     assert!(matches!(read(&bad), Err(E::NotAFrame { line: 1, .. })));
     assert!(matches!(read(&newer), Err(E::Version { found: 99, .. })));
     assert!(matches!(read(&empty), Err(E::Empty { .. })));
