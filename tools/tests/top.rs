@@ -150,6 +150,10 @@ fn refusals_say_why() {
     let mut v = serde_json::to_value(frame(0)).unwrap();
     v["schema_version"] = 99.into();
     std::fs::write(&newer, format!("{v}\n")).unwrap();
+    let hostile = p.with_file_name("hostile.jsonl");
+    let mut h = serde_json::to_value(frame(0)).unwrap();
+    h["clients"][0]["cmdline"] = "app \u{1b}]0;owned\u{7}\u{1b}[2J".into();
+    std::fs::write(&hostile, format!("{h}\n")).unwrap();
     let empty = p.with_file_name("empty.jsonl");
     std::fs::write(&empty, "\n").unwrap();
     // The library's errors are matchable.
@@ -161,12 +165,20 @@ fn refusals_say_why() {
     assert!(matches!(read(&bad), Err(E::NotAFrame { line: 1, .. })));
     assert!(matches!(read(&newer), Err(E::Version { found: 99, .. })));
     assert!(matches!(read(&empty), Err(E::Empty { .. })));
+    assert!(matches!(
+        read(&hostile),
+        Err(E::ControlCharacter { line: 1, .. })
+    ));
     assert_eq!(read(&p).unwrap().len(), 3);
     for (args, want) in [
         (vec!["top", "--replay", "/nonexistent/s.jsonl"], 1),
         (vec!["top", "--replay", bad.to_str().unwrap()], 1),
         (vec!["top", "--replay", newer.to_str().unwrap()], 1),
         (vec!["top", "--replay", empty.to_str().unwrap()], 1),
+        (
+            vec!["top", "--replay", hostile.to_str().unwrap(), "--print"],
+            1,
+        ),
         (vec!["top", "--replay", &f, "-d", "0.1"], 2),
         (vec!["top", "--replay", &f, "--count", "0"], 2),
         (vec!["top", "--replay", &f, "--size", "10x2"], 2),

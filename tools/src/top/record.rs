@@ -37,6 +37,16 @@ pub enum RecordingError {
         /// What the JSON reader said.
         why: String,
     },
+    /// A frame with a control character in a text (a frame `drmtool top` wrote has every
+    /// text from other processes escaped; one with raw control bytes was not written by it,
+    /// and would drive the terminal that shows it).
+    #[error("{}: line {line}: a control character in a text (not a frame drmtool top wrote)", path.display())]
+    ControlCharacter {
+        /// The file.
+        path: PathBuf,
+        /// Its number, from 1.
+        line: usize,
+    },
     /// A frame of another schema version.
     #[error("{}: line {line}: schema_version {found} (this drmtool reads {SCHEMA_VERSION})", path.display())]
     Version {
@@ -80,11 +90,19 @@ pub fn read(path: &Path) -> Result<Vec<Frame>, RecordingError> {
                 line: line_no,
             });
         }
-        let f: Frame = serde_json::from_slice(line).map_err(|e| RecordingError::NotAFrame {
+        let not_a_frame = |e: serde_json::Error| RecordingError::NotAFrame {
             path: path.into(),
             line: line_no,
             why: e.to_string(),
-        })?;
+        };
+        let v: serde_json::Value = serde_json::from_slice(line).map_err(not_a_frame)?;
+        if has_control(&v) {
+            return Err(RecordingError::ControlCharacter {
+                path: path.into(),
+                line: line_no,
+            });
+        }
+        let f: Frame = serde_json::from_value(v).map_err(not_a_frame)?;
         if f.schema_version != SCHEMA_VERSION {
             return Err(RecordingError::Version {
                 path: path.into(),
@@ -98,4 +116,16 @@ pub fn read(path: &Path) -> Result<Vec<Frame>, RecordingError> {
         return Err(RecordingError::Empty { path: path.into() });
     }
     Ok(out)
+}
+
+/// Whether any string of `v` (keys included) has a control character (C0, DEL or C1).
+fn has_control(v: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    let bad = |s: &str| s.chars().any(char::is_control);
+    match v {
+        V::String(s) => bad(s),
+        V::Array(a) => a.iter().any(has_control),
+        V::Object(o) => o.iter().any(|(k, x)| bad(k) || has_control(x)),
+        _ => false,
+    }
 }
