@@ -58,7 +58,9 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
-fn source_tag(s: Source) -> &'static str {
+/// A source's label as the tables print it (`fdinfo`, `maps`, `dmabuf`, `debugfs`; empty
+/// for unknown).
+pub fn source_tag(s: Source) -> &'static str {
     match s {
         Source::Fdinfo => "fdinfo",
         Source::FdinfoAmdgpuLegacy => "fdinfo/amdgpu",

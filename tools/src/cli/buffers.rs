@@ -99,11 +99,7 @@ pub(super) fn one_scan(a: &BuffersArgs) -> Result<scan::Report, ExitCode> {
 
 pub(super) fn buffers(a: &BuffersArgs, json: bool, out: &mut dyn Write) -> ExitCode {
     let tty = std::io::stdout().is_terminal();
-    let color = match a.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => tty && std::env::var_os("NO_COLOR").is_none(),
-    };
+    let color = color_wanted(&a.color, tty);
     let emit = |r: &scan::Report, out: &mut dyn Write| -> std::io::Result<()> {
         if json {
             let s = serde_json::to_string_pretty(r).map_err(std::io::Error::other)?;

@@ -222,6 +222,16 @@ enum Cmd {
     Trace(TraceCmd),
 }
 
+/// Whether to colour the output for `--color CHOICE` (`always`, `never`, `auto`: on a
+/// terminal without `NO_COLOR`).
+fn color_wanted(choice: &str, tty: bool) -> bool {
+    match choice {
+        "always" => true,
+        "never" => false,
+        _ => tty && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
 /// Runs `drmtool ARGS...` in this process (`args` without the program name) and returns its
 /// exit status and everything it wrote to stdout (stderr is not captured): for tests and
 /// for programs that embed drmtool.

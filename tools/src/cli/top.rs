@@ -151,11 +151,7 @@ pub(super) fn top_cmd(a: &TopArgs, json: bool, out: &mut dyn Write) -> ExitCode 
         }
     };
     let tty = std::io::stdout().is_terminal();
-    let color = match a.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => tty && std::env::var_os("NO_COLOR").is_none(),
-    };
+    let color = color_wanted(&a.color, tty);
     let mut state = ViewState::new(a.group, a.sort, interval, color);
     let mut record = match &a.record {
         Some(p) => match std::fs::OpenOptions::new()

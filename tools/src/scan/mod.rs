@@ -22,9 +22,10 @@ use crate::{fdinfo, maps};
 use devices::Layout;
 use nodes::{Nodes, node_table};
 use procfs::{MAPS_MAX, ProcResult, RawProcess, Scratch, list_pids, read_process};
+pub(crate) use report::add;
 #[cfg(test)]
 pub(crate) use report::client_report;
-use report::{add, maps_figure};
+use report::maps_figure;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet};

@@ -485,7 +485,7 @@ pub(super) fn maps_figure(skip: Skip, bytes: u64) -> Figure {
     }
 }
 
-pub(super) fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+pub(crate) fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.saturating_add(y)),
         (x, None) => x,

@@ -37,7 +37,7 @@ pub mod view;
 
 pub use sample::{Sampler, TREE_MAX, descendants};
 
-use crate::scan::{self, ClientReport, Figure, Report, Source};
+use crate::scan::{self, ClientReport, Figure, Report, add};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -395,31 +395,11 @@ fn push_bounded<T>(q: &mut VecDeque<T>, v: T) {
     q.push_back(v);
 }
 
-fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.saturating_add(y)),
-        (x, None) => x,
-        (None, y) => y,
-    }
-}
-
-/// The label of a source, as `buffers` prints it.
-pub fn source_label(s: Source) -> &'static str {
-    match s {
-        Source::Fdinfo => "fdinfo",
-        Source::FdinfoAmdgpuLegacy => "fdinfo/amdgpu",
-        Source::Maps => "maps",
-        Source::DmabufFdinfo => "dmabuf",
-        Source::DebugfsClients | Source::DebugfsFramebuffer | Source::DebugfsGemNames => "debugfs",
-        Source::Unknown => "",
-    }
-}
-
 fn bytes(f: &Figure) -> Bytes {
     Bytes {
         value: f.value,
         source: if f.value.is_some() {
-            source_label(f.source).into()
+            crate::render::source_tag(f.source).into()
         } else {
             String::new()
         },

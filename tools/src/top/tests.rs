@@ -4,7 +4,7 @@
 use super::view::{Column, Filter, GroupBy, Sort, rows};
 use super::*;
 use crate::fdinfo;
-use crate::scan::{DmaBufFd, FdRef, ProcessReport, Sharing, client_report};
+use crate::scan::{DmaBufFd, FdRef, ProcessReport, Sharing, Source, client_report};
 use crate::untrusted::Untrusted;
 
 /// A client of device 0 on `/dev/dri/card0` held by `pid` (fd 3), from fdinfo `text`.

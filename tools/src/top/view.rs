@@ -44,8 +44,7 @@ impl GroupBy {
 
     /// The next grouping after this one.
     pub fn next(self) -> GroupBy {
-        let i = GroupBy::ALL.iter().position(|g| *g == self).unwrap_or(0);
-        GroupBy::ALL[(i + 1) % GroupBy::ALL.len()]
+        after(&GroupBy::ALL, self)
     }
 
     /// Its name (the column header).
@@ -127,8 +126,7 @@ impl Column {
 
     /// The next column after this one.
     pub fn next(self) -> Column {
-        let i = Column::ALL.iter().position(|c| *c == self).unwrap_or(0);
-        Column::ALL[(i + 1) % Column::ALL.len()]
+        after(&Column::ALL, self)
     }
 
     /// Its name.
@@ -145,6 +143,12 @@ impl Column {
             Column::Command => "command",
         }
     }
+}
+
+/// The item after `x` in `all`, the first after the last (what a key that cycles steps to).
+fn after<T: Copy + PartialEq>(all: &[T], x: T) -> T {
+    let i = all.iter().position(|y| *y == x).unwrap_or(0);
+    all[(i + 1) % all.len()]
 }
 
 /// The order of the rows: a column, then a second one for ties, then the group label.
