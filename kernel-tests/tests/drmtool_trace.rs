@@ -715,11 +715,18 @@ fn statuses_absent_groups_and_permissions() {
 }
 
 /// A ring too small for a burst loses events: they are counted in the file and reported,
-/// and what was kept plus what was lost covers the burst.
+/// and what was kept plus what was lost covers the burst, through ftrace (the default) and
+/// through perf.
 #[test]
 fn a_full_ring_counts_what_it_lost() {
     tracing_guest!();
-    let dir = scratch("lost");
+    for backend in ["ftrace", "perf"] {
+        full_ring(backend);
+    }
+}
+
+fn full_ring(backend: &str) {
+    let dir = scratch(&format!("lost-{backend}"));
     let json = dir.join("t.json");
     let n = 4000;
     let mut args: Vec<String> = [
@@ -731,6 +738,8 @@ fn a_full_ring_counts_what_it_lost() {
         "4",
         "--memory-interval",
         "0",
+        "--backend",
+        backend,
         "-o",
     ]
     .iter()
@@ -744,38 +753,136 @@ fn a_full_ring_counts_what_it_lost() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let t = read_json(&json);
-    let lost = t["otherData"]["lost"].as_u64().unwrap();
+    let od = &t["otherData"];
+    assert_eq!(od["backend"], backend, "{od}");
+    let lost = od["lost"].as_u64().unwrap();
     let kept = instants(&t, "dma_fence:dma_fence_init").len()
         + instants(&t, "dma_fence:dma_fence_signaled").len();
-    eprintln!("kept {kept}, lost {lost}");
+    eprintln!("{backend}: kept {kept}, lost {lost}");
     assert!(
         lost > 0,
-        "a 1-page ring under {n} fences must overflow (kept {kept})"
+        "{backend}: a 4 KiB ring under {n} fences must overflow (kept {kept})"
     );
     assert!(err.contains("events lost"), "{err}");
     assert!(
         kept as u64 + lost >= 2 * n,
-        "kept {kept} + lost {lost} < {}",
+        "{backend}: kept {kept} + lost {lost} < {}",
         2 * n
     );
-    // The exact books: every hit the counters saw was kept or counted lost.
-    let od = &t["otherData"];
-    let fired: u64 = od["fired"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().expect("every counter read"))
-        .sum();
     let all_kept: u64 = od["events"]
         .as_object()
         .unwrap()
         .values()
         .map(|v| v.as_u64().unwrap())
         .sum();
-    assert_eq!(fired, all_kept + lost, "fired = kept + lost: {od}");
-    assert!(
-        od["fired"]["dma_fence:dma_fence_init"].as_u64().unwrap() >= n,
-        "{od}"
+    if backend == "perf" {
+        // The exact books: every hit the counters saw was kept or counted lost.
+        let fired: u64 = od["fired"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().expect("every counter read"))
+            .sum();
+        assert_eq!(fired, all_kept + lost, "fired = kept + lost: {od}");
+        assert!(
+            od["fired"]["dma_fence:dma_fence_init"].as_u64().unwrap() >= n,
+            "{od}"
+        );
+    } else {
+        // The exact books of the rings: every event read out of them was decoded and kept,
+        // and what they could not keep is what the file says was lost.
+        let ring = &od["ring"];
+        assert_eq!(ring["read"].as_u64(), Some(all_kept), "read = kept: {od}");
+        assert_eq!(
+            ring["overrun"].as_u64().unwrap()
+                + ring["dropped"].as_u64().unwrap()
+                + ring["entries"].as_u64().unwrap(),
+            lost,
+            "{od}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The recording runs in a tracefs instance of its own: the top level's events, ring size
+/// and clock (someone else's tracing) are as they were before and after, the instance is
+/// gone after, and one left by a recorder that no longer runs is removed. The same events
+/// written as Perfetto's protobuf: a `Trace` whose packets name every fence event.
+#[test]
+fn records_in_an_instance_of_its_own_and_leaves_tracing_as_it_was() {
+    tracing_guest!();
+    let root = drmtool::trace::record::tracefs().unwrap();
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    // Someone else's tracing at the top level: one fence event on, a ring size of its own.
+    std::fs::write(root.join("events/dma_fence/dma_fence_signaled/enable"), "1").unwrap();
+    std::fs::write(root.join("buffer_size_kb"), "1234").unwrap();
+    let before = (
+        read("events/dma_fence/enable"),
+        read("buffer_size_kb"),
+        read("trace_clock"),
+        read("tracing_on"),
     );
+    let stale = root.join("instances/drmtool-4000000-1");
+    std::fs::create_dir(&stale).unwrap();
+    let dir = scratch("instance");
+    let pf = dir.join("t.pftrace");
+    let mut args: Vec<String> = ["trace", "record", "--events", "fence", "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(pf.display().to_string());
+    args.push("--".into());
+    args.extend(entry(
+        "workload_entry",
+        &[(WORK_ENV, "vgem:50".to_string())],
+    ));
+    let argv = drmtool_argv(&args);
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(ftrace,"), "{err}");
+    let after = (
+        read("events/dma_fence/enable"),
+        read("buffer_size_kb"),
+        read("trace_clock"),
+        read("tracing_on"),
+    );
+    assert_eq!(before, after, "the top level's tracing is untouched");
+    assert!(!stale.exists(), "a dead recorder's instance is removed");
+    let left: Vec<_> = std::fs::read_dir(root.join("instances"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("drmtool-"))
+        .collect();
+    assert!(left.is_empty(), "instances left: {left:?}");
+    std::fs::write(root.join("events/dma_fence/dma_fence_signaled/enable"), "0").unwrap();
+    // A protobuf Trace: packets (field 1, length-delimited: 0x0a) all the way, with the
+    // fence events' names in them.
+    let b = std::fs::read(&pf).unwrap();
+    assert_eq!(b.first(), Some(&0x0a), "a Trace's first packet");
+    let has = |s: &[u8]| b.windows(s.len()).any(|w| w == s);
+    assert!(has(b"dma_fence:dma_fence_init"));
+    assert!(has(b"dma_fence:dma_fence_signaled"));
+    let mut at = 0;
+    let mut packets = 0;
+    while at < b.len() {
+        assert_eq!(b[at], 0x0a, "packet {packets} at {at}");
+        let (mut len, mut shift) = (0usize, 0);
+        at += 1;
+        loop {
+            let byte = b[at];
+            at += 1;
+            len |= usize::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        at += len;
+        packets += 1;
+    }
+    assert_eq!(at, b.len(), "packets end where the file ends");
+    assert!(packets > 100, "{packets} packets for 50 fences");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,21 +3,27 @@
 //! default 2,000), one of vkms page flips with events (`TRACEBENCH_FLIPS`, default 20) and,
 //! where the kernel has sw_sync, one sw_sync timeline of `TRACEBENCH_SWSYNC` fences (default
 //! 500: each is a sync_file fd, held until the end, under the fd limit) advanced one step at a
-//! time with no sleep. Each is timed without a recording, while
-//! `drmtool::trace::record` records its tracepoints (fence; fence and vblank for the flips)
-//! in another thread, and while Debian's `trace-cmd record` records the same tracepoint
-//! systems (`-e dma_fence`, plus `-e drm` for the flips) where it is installed, interleaved
-//! for `TRACEBENCH_ROUNDS` rounds (default 5). Printed: the medians, the ratios to the plain
-//! run (per-round ratios' median and range), the events drmtool recorded per second of
-//! workload and the events it lost, and the peak RSS of a `drmtool trace record` process
-//! (this binary run as drmtool) over the fence workload.
+//! time with no sleep. Each is timed without a recording, while `drmtool::trace::record`
+//! records its tracepoints (fence; fence and vblank for the flips) in another thread into a
+//! JSON file as `trace record` writes it, once through ftrace (a tracefs instance, as
+//! trace-cmd) and once through perf, and while Debian's `trace-cmd record` records the same
+//! tracepoint systems (`-e dma_fence`, plus `-e drm` for the flips) where it is installed,
+//! interleaved for `TRACEBENCH_ROUNDS` rounds (default 5). Printed: the medians, the ratios
+//! to the plain run (per-round ratios' median and range), the events recorded per second of
+//! workload and the events lost.
+//!
+//! Then the churn: `TRACEBENCH_CHURN` rounds (default 20,000) of (create a sw_sync fence,
+//! signal it, close it), no sleep, under a whole `drmtool trace record --events fence`
+//! process (this binary run as drmtool; ftrace and perf) and under `trace-cmd record -e
+//! dma_fence`, each under GNU time: wall time, peak RSS, events kept and lost; and drmtool
+//! again over 10x the rounds, to show the peak RSS does not grow with the recording.
 //!
 //! Without tracefs, vgem or vkms it prints SKIP and exits 0; in a `vm` guest (or with
 //! `KERNEL_TESTS_STRICT=1`) that is a failure. Timings never decide the exit status.
 #![deny(unsafe_code)]
 
 use drmtool::trace::Category;
-use drmtool::trace::record::{self, Options};
+use drmtool::trace::record::{self, Backend, Options};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,28 +114,34 @@ fn ms_cell(v: &mut [f64]) -> String {
     }
 }
 
-/// Runs `work` while a recording of `cats` runs in another thread; returns the workload's
-/// time, the events recorded and the events lost.
-fn traced(cats: &[Category], work: &dyn Fn()) -> (Duration, usize, u64) {
+/// Runs `work` while a recording of `cats` through `backend` runs in another thread into a
+/// JSON trace file; returns the workload's time, the events recorded and the events lost.
+fn traced(backend: Backend, cats: &[Category], work: &dyn Fn()) -> (Duration, u64, u64) {
+    use drmtool::trace::chrome::{JsonStream, TraceBuilder};
     let stop = Arc::new(AtomicBool::new(false));
-    let opts = Options {
-        categories: cats.to_vec(),
-        explicit: true,
-        duration: None,
-        command: Vec::new(),
-        ring_pages: 128,
-        memory_interval: None,
-        stop: Some(stop.clone()),
-    };
-    let h = std::thread::spawn(move || record::record(&opts));
+    let mut opts = Options::new(cats.to_vec());
+    opts.explicit = true;
+    opts.memory_interval = None;
+    opts.stop = Some(stop.clone());
+    opts.backend = backend;
+    let path = format!("/tmp/tracebench-{}.json", std::process::id());
+    let h = std::thread::spawn(move || {
+        let f = std::io::BufWriter::with_capacity(256 << 10, std::fs::File::create(&path).unwrap());
+        let mut b = TraceBuilder::new(JsonStream::new(f).unwrap(), &Default::default());
+        let rec = record::record_into(&opts, &mut b).expect("a recording");
+        let kept: u64 = b.counts().values().sum();
+        b.finish(&rec, "bench", &[]).expect("written");
+        let _ = std::fs::remove_file(&path);
+        (kept, rec.lost)
+    });
     // The recorder's rings are open and enabled well within this.
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     work();
     let dt = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let rec = h.join().unwrap().unwrap();
-    (dt, rec.events.len(), rec.lost)
+    let (kept, lost) = h.join().unwrap();
+    (dt, kept, lost)
 }
 
 fn timed(work: &dyn Fn()) -> Duration {
@@ -156,8 +168,9 @@ fn main() -> ExitCode {
         }
         return code;
     }
-    if std::env::var_os("TRACEBENCH_FENCES_ONLY").is_some() {
-        fences(env_or("TRACEBENCH_FENCES", 2000));
+    if let Some(n) = std::env::var_os("TRACEBENCH_CHURN_ONLY") {
+        let n = n.to_str().and_then(|n| n.parse().ok()).expect("a count");
+        drmtool::sample::workload::sw_sync_churn(n).expect("sw_sync churn");
         return ExitCode::SUCCESS;
     }
     let strict =
@@ -190,7 +203,7 @@ fn main() -> ExitCode {
         println!("({TRACE_CMD} is not installed: its columns are '-')");
     }
     println!(
-        "\n| workload | plain ms | drmtool ms | drmtool/plain | trace-cmd ms | trace-cmd/plain | events/s | lost |\n|---|---:|---:|---|---:|---|---:|---:|"
+        "\n| workload | plain ms | drmtool ftrace ms | ftrace/plain | drmtool perf ms | perf/plain | trace-cmd ms | trace-cmd/plain | events/s (ftrace) | lost (ftrace, perf) |\n|---|---:|---:|---|---:|---|---:|---|---:|---:|"
     );
     type Work = (String, Vec<Category>, Vec<&'static str>, Box<dyn Fn()>);
     let mut works: Vec<Work> = vec![
@@ -216,57 +229,167 @@ fn main() -> ExitCode {
         ));
     }
     for (name, cats, systems, work) in &works {
-        let (mut plain, mut ours, mut ours_ratio, mut rate) = (vec![], vec![], vec![], vec![]);
-        let (mut tc, mut tc_ratio) = (vec![], vec![]);
-        let mut lost = 0;
-        for _ in 0..rounds {
-            let p = timed(work.as_ref()).as_secs_f64() * 1e3;
-            let (t, ev, l) = traced(cats, work.as_ref());
-            let t = t.as_secs_f64() * 1e3;
-            plain.push(p);
-            ours.push(t);
-            ours_ratio.push(t / p);
-            rate.push(ev as f64 / (t / 1e3));
-            lost += l;
-            if has_trace_cmd {
-                let c = trace_cmd_traced(systems, work.as_ref()).as_secs_f64() * 1e3;
-                tc.push(c);
-                tc_ratio.push(c / p);
-            }
-        }
-        println!(
-            "| {name} | {} | {} | {} | {} | {} | {:.0} | {lost} |",
-            ms_cell(&mut plain),
-            ms_cell(&mut ours),
-            ratio_cell(&mut ours_ratio),
-            ms_cell(&mut tc),
-            ratio_cell(&mut tc_ratio),
-            median(&mut rate)
-        );
+        row(name, cats, systems, work.as_ref(), rounds, has_trace_cmd);
     }
-    // Peak RSS of a whole `drmtool trace record -- <fence workload>` process.
-    let me = std::env::current_exe().unwrap();
-    let out = format!("/tmp/tracebench-{}.json", std::process::id());
-    let child = std::process::Command::new(&me)
-        .env("TRACEBENCH_CLI", "1")
-        .args(["trace", "record", "--events", "fence", "-o", &out, "--"])
-        .args(["env", "-u", "TRACEBENCH_CLI"])
-        .arg(&me)
-        .env("TRACEBENCH_FENCES_ONLY", "1")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&out);
-    let err = String::from_utf8_lossy(&child.stderr);
-    let rss = err
-        .lines()
-        .find_map(|l| l.strip_prefix("tracebench-rss: "))
-        .unwrap_or("?");
+    if has_sw_sync {
+        churn(env_or("TRACEBENCH_CHURN", 20_000), has_trace_cmd)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One row of the table: `rounds` interleaved rounds of plain, ftrace, perf, trace-cmd.
+fn row(
+    name: &str,
+    cats: &[Category],
+    systems: &[&str],
+    work: &dyn Fn(),
+    rounds: u64,
+    tc_too: bool,
+) {
+    let (mut plain, mut ft, mut ft_ratio, mut pf, mut pf_ratio) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut tc, mut tc_ratio, mut rate) = (vec![], vec![], vec![]);
+    let (mut lost_ft, mut lost_pf) = (0, 0);
+    for _ in 0..rounds {
+        let p = timed(work).as_secs_f64() * 1e3;
+        plain.push(p);
+        let (t, ev, l) = traced(Backend::Ftrace, cats, work);
+        let t = t.as_secs_f64() * 1e3;
+        ft.push(t);
+        ft_ratio.push(t / p);
+        rate.push(ev as f64 / (t / 1e3));
+        lost_ft += l;
+        let (t, _, l) = traced(Backend::Perf, cats, work);
+        let t = t.as_secs_f64() * 1e3;
+        pf.push(t);
+        pf_ratio.push(t / p);
+        lost_pf += l;
+        if tc_too {
+            let c = trace_cmd_traced(systems, work).as_secs_f64() * 1e3;
+            tc.push(c);
+            tc_ratio.push(c / p);
+        }
+    }
     println!(
-        "\ndrmtool trace record -- <{n_fences} vgem fences>: exit {}, peak RSS (VmHWM) {rss}",
-        child.status
+        "| {name} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {lost_ft}, {lost_pf} |",
+        ms_cell(&mut plain),
+        ms_cell(&mut ft),
+        ratio_cell(&mut ft_ratio),
+        ms_cell(&mut pf),
+        ratio_cell(&mut pf_ratio),
+        ms_cell(&mut tc),
+        ratio_cell(&mut tc_ratio),
+        median(&mut rate)
     );
-    let st = child.status;
-    if st.success() {
+}
+
+/// Runs `argv` under GNU time; returns (exit ok, wall s, peak RSS KiB, stderr).
+fn under_time(argv: &[String], env: &[(&str, String)]) -> (bool, f64, u64, String) {
+    let mut c = std::process::Command::new("/usr/bin/time");
+    c.args(["-f", "tracebench-time %e %M"]).args(argv);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("/usr/bin/time");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (wall, rss) = err
+        .lines()
+        .find_map(|l| l.strip_prefix("tracebench-time "))
+        .and_then(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .unwrap_or((0.0, 0));
+    (out.status.success(), wall, rss, err)
+}
+
+/// The churn under whole recorder processes (see the module doc).
+fn churn(n: u64, tc_too: bool) -> ExitCode {
+    let me = std::env::current_exe().unwrap().display().to_string();
+    let out = format!("/tmp/tracebench-churn-{}.json", std::process::id());
+    let mut ok = true;
+    println!(
+        "\n| recorder | fences | wall s | peak RSS KiB | events kept | lost |\n|---|---:|---:|---:|---:|---:|"
+    );
+    let (p_ok, p_wall, p_rss, _) =
+        under_time(&[me.clone()], &[("TRACEBENCH_CHURN_ONLY", n.to_string())]);
+    ok &= p_ok;
+    println!("| none (plain) | {n} | {p_wall:.2} | {p_rss} | - | - |");
+    for (backend, rounds) in [("ftrace", n), ("perf", n), ("ftrace", 10 * n)] {
+        let argv: Vec<String> = [
+            me.as_str(),
+            "trace",
+            "record",
+            "--events",
+            "fence",
+            "--memory-interval",
+            "0",
+            "--backend",
+            backend,
+            "-o",
+            &out,
+            "--",
+            "env",
+            "-u",
+            "TRACEBENCH_CLI",
+            &me,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let (r_ok, wall, rss, _) = under_time(
+            &argv,
+            &[
+                ("TRACEBENCH_CLI", "1".into()),
+                ("TRACEBENCH_CHURN_ONLY", rounds.to_string()),
+            ],
+        );
+        ok &= r_ok;
+        let t: serde_json::Value = std::fs::read(&out)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let kept: u64 = t["otherData"]["events"]
+            .as_object()
+            .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+            .unwrap_or(0);
+        let lost = t["otherData"]["lost"].as_u64().unwrap_or(u64::MAX);
+        let _ = std::fs::remove_file(&out);
+        println!("| drmtool {backend} | {rounds} | {wall:.2} | {rss} | {kept} | {lost} |");
+    }
+    if tc_too {
+        let dat = format!("/tmp/tracebench-churn-{}.dat", std::process::id());
+        let argv: Vec<String> = [TRACE_CMD, "record", "-e", "dma_fence", "-o", &dat, &me]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (t_ok, wall, rss, err) = under_time(&argv, &[("TRACEBENCH_CHURN_ONLY", n.to_string())]);
+        ok &= t_ok;
+        // Its per-CPU summary: "overrun: N" and "dropped events: N" lines (0 when not printed).
+        let lost: u64 = err
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("overrun:")
+                    .or_else(|| l.strip_prefix("dropped events:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum();
+        let rep = std::process::Command::new(TRACE_CMD)
+            .args(["report", "-i", &dat])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter(|l| l.contains(" dma_fence_"))
+                    .count()
+            })
+            .unwrap_or(0);
+        let _ = std::fs::remove_file(&dat);
+        println!("| trace-cmd | {n} | {wall:.2} | {rss} | {rep} | {lost} |");
+    }
+    if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -486,6 +486,23 @@ pub mod workload {
         Ok(())
     }
 
+    /// `n` rounds of (create a fence on one sw_sync timeline, signal it, close it), no
+    /// sleep: `n` each of `dma_fence_init`, `dma_fence_signaled` and `dma_fence_destroy`,
+    /// driver `sw_sync`, one context, seqnos 1..=n; never more than one fence open, so any
+    /// `n` fits under the fd limit.
+    ///
+    /// # Errors
+    /// No sw_sync (CONFIG_SW_SYNC, debugfs mounted), or an ioctl's error.
+    pub fn sw_sync_churn(n: u32) -> Result<()> {
+        let timeline = drm_gem::SwSyncTimeline::open()?;
+        for v in 1..=n {
+            let f = timeline.create_fence(v, "drmtool-churn")?;
+            timeline.inc(1)?;
+            drop(f);
+        }
+        Ok(())
+    }
+
     /// `n` virtio-gpu EXECBUFFERs (an empty virgl command stream) with out-fences, each
     /// waited for: `n` `dma_fence_emit` and `n` `dma_fence_signaled`, driver `virtio_gpu`,
     /// on the device's fence context, seqnos consecutive and rising, signalled in order.

@@ -40,7 +40,8 @@ pub(super) struct TraceRecordArgs {
     /// Seconds to record (with a command: it is killed when they run out).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Where to write the trace (`.json`).
+    /// Where to write the trace: `.json` (Chrome JSON, which `trace summary` reads) or
+    /// `.pftrace` (Perfetto's protobuf, for traces too big for JSON).
     #[arg(
         short = 'o',
         long,
@@ -48,13 +49,17 @@ pub(super) struct TraceRecordArgs {
         value_name = "FILE"
     )]
     output: std::path::PathBuf,
-    /// Ring buffer per CPU, KiB (rounded up to a power of two pages); a bigger one loses
-    /// fewer events in bursts. Lost events are counted and reported.
-    #[arg(long, default_value_t = 512, value_name = "KIB")]
+    /// Ring buffer per CPU, KiB; a bigger one loses fewer events in bursts. Lost events are
+    /// counted and reported.
+    #[arg(long, default_value_t = crate::trace::record::DEFAULT_BUFFER_KIB, value_name = "KIB")]
     buffer_kib: usize,
     /// Seconds between samples of per-process GPU memory (0: none).
     #[arg(long, default_value_t = 0.1, value_name = "SECS")]
     memory_interval: f64,
+    /// How to read the tracepoints: ftrace's rings through a tracefs instance of drmtool's
+    /// own (as trace-cmd), perf_event_open, or ftrace where the kernel allows it (auto).
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: crate::trace::record::Backend,
     /// The command to trace.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<std::ffi::OsString>,
@@ -82,21 +87,14 @@ pub(super) fn trace_record(a: &TraceRecordArgs) -> ExitCode {
             "--memory-interval needs a number of seconds >= 0 (hint: --memory-interval 0.1)",
         );
     };
-    match a.output.extension().and_then(|e| e.to_str()) {
-        Some("json") => {}
-        Some("pftrace") => {
-            return usage(
-                "Perfetto's protobuf output is not built yet; write .json, which \
-                 ui.perfetto.dev loads too",
-            );
-        }
-        _ => return usage("the output must end in .json"),
-    }
+    let proto = match a.output.extension().and_then(|e| e.to_str()) {
+        Some("json") => false,
+        Some("pftrace" | "perfetto-trace") => true,
+        _ => return usage("the output must end in .json or .pftrace"),
+    };
     if a.buffer_kib == 0 || a.buffer_kib > 1 << 20 {
         return usage("--buffer-kib needs 1 to 1048576");
     }
-    let page = rustix::param::page_size();
-    let ring_pages = (a.buffer_kib * 1024).div_ceil(page).next_power_of_two();
     let explicit = !a.events.is_empty();
     let mut categories = if explicit {
         a.events.clone()
@@ -105,22 +103,30 @@ pub(super) fn trace_record(a: &TraceRecordArgs) -> ExitCode {
     };
     categories.sort();
     categories.dedup();
-    let opts = record::Options {
-        categories,
-        explicit,
-        duration,
-        command: a.command.clone(),
-        ring_pages,
-        memory_interval: (!memory_every.is_zero()).then_some(memory_every),
-        stop: None,
-    };
-    let rec = match record::record(&opts) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("drmtool: trace record: {e}");
-            return ExitCode::FAILURE;
+    let mut opts = record::Options::new(categories);
+    opts.explicit = explicit;
+    opts.duration = duration;
+    opts.command = a.command.clone();
+    opts.buffer_kib = a.buffer_kib;
+    opts.memory_interval = (!memory_every.is_zero()).then_some(memory_every);
+    opts.backend = a.backend;
+    opts.spill_dir = Some(match a.output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    });
+    // Without a command, ^C, kill and a closed terminal end the recording as the duration
+    // would: the trace is still written and drmtool's tracefs instance removed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if a.command.is_empty() {
+        for sig in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            let _ = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop));
         }
-    };
+        opts.stop = Some(stop);
+    }
     let kernel = rustix::system::uname()
         .release()
         .to_string_lossy()
@@ -130,24 +136,83 @@ pub(super) fn trace_record(a: &TraceRecordArgs) -> ExitCode {
         .iter()
         .map(|c| c.to_string_lossy().into_owned())
         .collect();
-    let doc = chrome::to_json(&rec, &kernel, &argv);
+    let mut failed = None;
+    let mut done = None;
     let written = crate::outfile::replace(&a.output, |f| {
-        let mut w = std::io::BufWriter::new(f);
-        serde_json::to_writer(&mut w, &doc)?;
-        w.flush()
+        let w = std::io::BufWriter::with_capacity(256 << 10, f);
+        let r = if proto {
+            stream_to(chrome::ProtoStream::new(w)?, &opts, &kernel, &argv)
+        } else {
+            stream_to(chrome::JsonStream::new(w)?, &opts, &kernel, &argv)
+        };
+        match r {
+            Ok(Ok(rec)) => {
+                done = Some(rec);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                failed = Some(e);
+                Err(std::io::Error::other("no recording"))
+            }
+            Err(e) => Err(e),
+        }
     });
+    if let Some(e) = failed {
+        eprintln!("drmtool: trace record: {e}");
+        return ExitCode::FAILURE;
+    }
     if let Err(e) = written {
         eprintln!("drmtool: trace record: {e}");
         return ExitCode::FAILURE;
     }
+    let Some((rec, kept)) = done else {
+        return ExitCode::FAILURE;
+    };
+    report(&rec, kept, &a.output);
+    match rec.exit {
+        Some(st) => match st.code() {
+            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+            None => ExitCode::from(128u8.saturating_add(
+                std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0) as u8,
+            )),
+        },
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// Records into `out`, then closes the trace; the recording (an error of its own) inside
+/// the output's I/O result.
+fn stream_to<O: crate::trace::chrome::Out + Send>(
+    out: O,
+    opts: &crate::trace::record::Options,
+    kernel: &str,
+    argv: &[String],
+) -> std::io::Result<Result<(crate::trace::record::Recording, u64), crate::trace::TraceError>> {
+    let mut b = crate::trace::chrome::TraceBuilder::new(out, &Default::default());
+    let rec = match crate::trace::record::record_into(opts, &mut b) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let kept: u64 = b.counts().values().sum();
+    b.finish(&rec, kernel, argv)?;
+    Ok(Ok((rec, kept)))
+}
+
+/// The lines `trace record` prints on stderr after a recording.
+fn report(rec: &crate::trace::record::Recording, kept: u64, output: &std::path::Path) {
     let secs = rec.end.saturating_sub(rec.start) as f64 / 1e9;
     eprintln!(
-        "drmtool: trace: {} events on {} CPUs in {secs:.2} s, {} memory samples -> {}",
-        rec.events.len(),
+        "drmtool: trace: {kept} events on {} CPUs in {secs:.2} s ({}, {} KiB per CPU), {} memory \
+         samples -> {}",
         rec.cpus,
-        rec.memory.len(),
-        a.output.display()
+        rec.backend.name(),
+        rec.buffer_kib,
+        rec.memory_samples,
+        output.display()
     );
+    if !rec.backend_note.is_empty() {
+        eprintln!("drmtool: trace: perf used: {}", rec.backend_note);
+    }
     if !rec.absent.is_empty() {
         let names: Vec<&str> = rec.absent.iter().map(|c| c.name()).collect();
         eprintln!(
@@ -161,15 +226,6 @@ pub(super) fn trace_record(a: &TraceRecordArgs) -> ExitCode {
              (hint: a bigger --buffer-kib)",
             rec.lost, rec.corrupt_bytes
         );
-    }
-    match rec.exit {
-        Some(st) => match st.code() {
-            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-            None => ExitCode::from(128u8.saturating_add(
-                std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0) as u8,
-            )),
-        },
-        None => ExitCode::SUCCESS,
     }
 }
 

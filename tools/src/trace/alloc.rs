@@ -90,39 +90,64 @@ pub struct AllocFailure {
     pub errno: &'static str,
 }
 
-/// Pairs the failing exits in `events` (time order) with their threads' DRM enters (see
-/// the module doc).
-pub fn pair(events: &[Event]) -> Vec<AllocFailure> {
-    let mut open: BTreeMap<u32, (u64, i64, u32)> = BTreeMap::new();
-    let mut out = Vec::new();
-    for e in events.iter().filter(|e| e.system == SYSTEM) {
+/// Pairs failing exits with their threads' DRM enters as events come, in time order (see
+/// the module doc). It remembers one open enter per thread.
+#[derive(Debug, Default)]
+pub struct Pairer {
+    open: BTreeMap<u32, (u64, i64, u32)>,
+}
+
+/// At most this many threads' enters are remembered.
+const OPEN_MAX: usize = 1 << 16;
+
+impl Pairer {
+    /// The next event; a failure when it is a failing exit whose enter was seen.
+    pub fn push(&mut self, e: &Event) -> Option<AllocFailure> {
+        if e.system != SYSTEM {
+            return None;
+        }
         match e.name.as_str() {
             ENTER => {
                 if let (Some(fd), Some(cmd)) = (e.int("fd"), e.int("cmd")) {
-                    open.insert(e.tid, (e.time, fd, cmd as u32));
+                    if self.open.len() >= OPEN_MAX && !self.open.contains_key(&e.tid) {
+                        self.open.clear();
+                    }
+                    self.open.insert(e.tid, (e.time, fd, cmd as u32));
                 }
+                None
             }
             EXIT => {
-                let Some(errno) = e.int("ret").and_then(errno_name) else {
-                    continue;
-                };
-                if let Some((start, fd, cmd)) = open.remove(&e.tid) {
-                    out.push(AllocFailure {
-                        time: e.time,
-                        start,
-                        pid: e.pid,
-                        tid: e.tid,
-                        fd,
-                        cmd,
-                        ioctl: ioctl_name(cmd),
-                        errno,
-                    });
-                }
+                let errno = e.int("ret").and_then(errno_name)?;
+                let (start, fd, cmd) = self.open.remove(&e.tid)?;
+                Some(AllocFailure {
+                    time: e.time,
+                    start,
+                    pid: e.pid,
+                    tid: e.tid,
+                    fd,
+                    cmd,
+                    ioctl: ioctl_name(cmd),
+                    errno,
+                })
             }
-            _ => {}
+            _ => None,
         }
     }
-    out
+}
+
+/// Pairs the failing exits in `events` (time order) with their threads' DRM enters.
+pub fn pair(events: &[Event]) -> Vec<AllocFailure> {
+    let mut p = Pairer::default();
+    events.iter().filter_map(|e| p.push(e)).collect()
+}
+
+/// The kernel filter a tracepoint is opened with, if any.
+pub fn filter_of(f: &super::format::EventFormat) -> Option<&'static std::ffi::CStr> {
+    match (f.system.as_str(), f.name.as_str()) {
+        (SYSTEM, ENTER) => Some(ENTER_FILTER),
+        (SYSTEM, EXIT) => Some(EXIT_FILTER),
+        _ => None,
+    }
 }
 
 /// The name of a DRM request: the uapi macro's for the core's and the bound drivers'

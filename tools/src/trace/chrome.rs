@@ -22,7 +22,9 @@
 //!
 //! Timestamps are `CLOCK_MONOTONIC` microseconds (with ns precision), as perf recorded them.
 
-use super::record::{Event, Recording};
+use super::alloc;
+use super::format::EventFormat;
+use super::record::{Event, MemorySample, ProcInfo, Recording};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,12 +70,126 @@ fn args(e: &Event) -> Map<String, Value> {
     m
 }
 
-fn meta(out: &mut Vec<Value>, what: &str, pid: u64, tid: Option<u64>, name: &str) {
-    let mut v = json!({"ph": "M", "name": what, "pid": pid, "args": {"name": name}});
-    if let Some(t) = tid {
-        v["tid"] = json!(t);
+/// Where the trace's events go, one by one, and how it is closed.
+pub trait Out {
+    /// One trace event object.
+    ///
+    /// # Errors
+    /// The output's I/O error (the builder stops writing at the first).
+    fn push(&mut self, v: Value) -> std::io::Result<()>;
+    /// Closes the trace with its `otherData` object.
+    ///
+    /// # Errors
+    /// As [`Out::push`].
+    fn close(&mut self, other: Value) -> std::io::Result<()>;
+}
+
+/// The whole trace in memory: `traceEvents` and `otherData` ([`to_json`]).
+#[derive(Debug, Default)]
+pub struct InMemory {
+    /// The events.
+    pub events: Vec<Value>,
+    /// `otherData`, once closed.
+    pub other: Value,
+}
+
+impl Out for InMemory {
+    fn push(&mut self, v: Value) -> std::io::Result<()> {
+        self.events.push(v);
+        Ok(())
     }
-    out.push(v);
+    fn close(&mut self, other: Value) -> std::io::Result<()> {
+        self.other = other;
+        Ok(())
+    }
+}
+
+/// The JSON Object Format written as it comes: `{"traceEvents":[` at the start, each
+/// event as it is made, `],"displayTimeUnit":"ns","otherData":{..}}` at the close.
+#[derive(Debug)]
+pub struct JsonStream<W: std::io::Write> {
+    w: W,
+    first: bool,
+}
+
+impl<W: std::io::Write> JsonStream<W> {
+    /// Starts the document on `w` (buffer it: each event is a few small writes).
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn new(mut w: W) -> std::io::Result<Self> {
+        w.write_all(b"{\"traceEvents\":[")?;
+        Ok(JsonStream { w, first: true })
+    }
+
+    /// The writer back, after [`Out::close`].
+    pub fn into_inner(self) -> W {
+        self.w
+    }
+}
+
+impl<W: std::io::Write> Out for JsonStream<W> {
+    fn push(&mut self, v: Value) -> std::io::Result<()> {
+        if !self.first {
+            self.w.write_all(b",\n")?;
+        }
+        self.first = false;
+        serde_json::to_writer(&mut self.w, &v)?;
+        Ok(())
+    }
+    fn close(&mut self, other: Value) -> std::io::Result<()> {
+        self.w
+            .write_all(b"\n],\"displayTimeUnit\":\"ns\",\"otherData\":")?;
+        serde_json::to_writer(&mut self.w, &other)?;
+        self.w.write_all(b"}\n")?;
+        self.w.flush()
+    }
+}
+
+/// Perfetto's protobuf trace written as it comes ([`super::perfetto::PerfettoWriter`] over
+/// each event of the JSON form).
+#[derive(Debug)]
+pub struct ProtoStream<W: std::io::Write> {
+    w: Option<super::perfetto::PerfettoWriter<W>>,
+    done: Option<W>,
+}
+
+impl<W: std::io::Write> ProtoStream<W> {
+    /// Starts the trace on `w` with the clock snapshot taken now.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn new(w: W) -> std::io::Result<Self> {
+        let mono = super::record::monotonic_ns();
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let boot = (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64;
+        Ok(ProtoStream {
+            w: Some(super::perfetto::PerfettoWriter::new(w, mono, boot)?),
+            done: None,
+        })
+    }
+
+    /// The writer back, after [`Out::close`].
+    pub fn into_inner(self) -> Option<W> {
+        self.done
+    }
+}
+
+impl<W: std::io::Write> Out for ProtoStream<W> {
+    fn push(&mut self, v: Value) -> std::io::Result<()> {
+        match self.w.as_mut() {
+            Some(w) => w.event(&v),
+            None => Ok(()),
+        }
+    }
+    fn close(&mut self, other: Value) -> std::io::Result<()> {
+        if let Some(w) = self.w.take() {
+            let mut inner = w.finish(&other)?;
+            inner.flush()?;
+            self.done = Some(inner);
+        }
+        Ok(())
+    }
 }
 
 /// A fence's key: (context, seqno).
@@ -99,41 +215,114 @@ const TICK_US: f64 = 0.001;
 struct Fence {
     init: Option<u64>,
     emit: Option<u64>,
-    signaled: Option<u64>,
     driver: String,
     timeline: String,
 }
 
-/// The trace being built from a recording's events, in one pass.
-#[derive(Default)]
-struct Builder {
-    out: Vec<Value>,
+/// At most this many fences, jobs and waits are followed at once (a driver that never
+/// signals must not grow the recorder without bound): past it, the oldest open ones are
+/// written as unfinished.
+const OPEN_MAX: usize = 1 << 16;
+
+/// Writes a recording's trace as its events come ([`super::stream::Sink`]): each hit as an
+/// instant at once, a fence's slice when it signals, a wait's when it ends, a job's when
+/// its fence finishes; what is still open, the track names and `otherData` at
+/// [`TraceBuilder::finish`]. It holds only what is open, whatever the recording's length.
+pub struct TraceBuilder<O: Out> {
+    out: O,
+    err: Option<std::io::Error>,
     counts: BTreeMap<String, u64>,
     fences: BTreeMap<FenceKey, Fence>,
+    /// Contexts that emitted a fence (see the module doc).
+    emitting: BTreeSet<i64>,
     waits: BTreeMap<(u32, FenceKey), u64>,
     crtcs: BTreeSet<i64>,
     rings: BTreeMap<String, u64>,
     jobs: BTreeMap<i64, Job>,
-    finished: BTreeMap<i64, Vec<u64>>,
+    /// Open jobs by their finished fence.
+    by_fence: BTreeMap<i64, Vec<i64>>,
+    gpu_mem: bool,
+    pairer: alloc::Pairer,
+    failures: u64,
+    procs: BTreeMap<u32, ProcInfo>,
+    /// Read the process of a failure from /proc (a live recording) or only from `procs`.
+    read_procs: bool,
+    named: BTreeMap<u32, String>,
+    memory_samples: u64,
 }
 
-impl Builder {
-    /// One event: its instant, and what it adds to the fence, vblank, scheduler and
-    /// gpu_mem tracks.
-    fn event(&mut self, e: &Event) {
-        let full = format!("{}:{}", e.system, e.name);
-        *self.counts.entry(full.clone()).or_default() += 1;
-        self.out.push(json!({
-            "ph": "i", "s": "t", "name": full, "cat": e.system,
-            "ts": ts(e.time), "pid": e.pid, "tid": e.tid, "args": args(e),
-        }));
-        match (e.system.as_str(), e.name.as_str()) {
-            ("dma_fence", name) => self.fence_event(e, name),
-            ("drm", "drm_vblank_event") => self.vblank_event(e),
-            ("gpu_scheduler", name) => self.sched_event(e, name),
-            ("gpu_mem", "gpu_mem_total") => self.gpu_mem_event(e),
-            _ => {}
+impl<O: Out> std::fmt::Debug for TraceBuilder<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceBuilder")
+            .field("counts", &self.counts)
+            .field("open_fences", &self.fences.len())
+            .field("open_jobs", &self.jobs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O: Out> TraceBuilder<O> {
+    /// A builder over `out`, for the tracepoints of `formats` (each listed in the counts,
+    /// 0 when it never fires).
+    pub fn new(out: O, formats: &BTreeMap<u32, EventFormat>) -> Self {
+        TraceBuilder {
+            out,
+            err: None,
+            counts: formats
+                .values()
+                .map(|f| (format!("{}:{}", f.system, f.name), 0))
+                .collect(),
+            fences: BTreeMap::new(),
+            emitting: BTreeSet::new(),
+            waits: BTreeMap::new(),
+            crtcs: BTreeSet::new(),
+            rings: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            by_fence: BTreeMap::new(),
+            gpu_mem: false,
+            pairer: alloc::Pairer::default(),
+            failures: 0,
+            procs: BTreeMap::new(),
+            read_procs: true,
+            named: BTreeMap::new(),
+            memory_samples: 0,
         }
+    }
+
+    fn push(&mut self, v: Value) {
+        if self.err.is_none()
+            && let Err(e) = self.out.push(v)
+        {
+            self.err = Some(e);
+        }
+    }
+
+    fn meta(&mut self, what: &str, pid: u64, tid: Option<u64>, name: &str) {
+        let mut v = json!({"ph": "M", "name": what, "pid": pid, "args": {"name": name}});
+        if let Some(t) = tid {
+            v["tid"] = json!(t);
+        }
+        self.push(v);
+    }
+
+    /// The hits counted so far, per `system:event`.
+    pub fn counts(&self) -> &BTreeMap<String, u64> {
+        &self.counts
+    }
+
+    /// The first write error, if any.
+    pub fn error(&self) -> Option<&std::io::Error> {
+        self.err.as_ref()
+    }
+}
+
+impl<O: Out> TraceBuilder<O> {
+    /// Uses these processes' comm and cgroup for allocation failures instead of reading
+    /// /proc (a recording read back, or a test).
+    pub fn with_procs(mut self, procs: BTreeMap<u32, ProcInfo>) -> Self {
+        self.procs = procs;
+        self.read_procs = false;
+        self
     }
 
     fn fence_event(&mut self, e: &Event, name: &str) {
@@ -143,11 +332,14 @@ impl Builder {
         let key = (c, s);
         match name {
             "dma_fence_wait_start" => {
+                if self.waits.len() >= OPEN_MAX {
+                    self.waits.clear();
+                }
                 self.waits.insert((e.tid, key), e.time);
             }
             "dma_fence_wait_end" => {
                 if let Some(t0) = self.waits.remove(&(e.tid, key)) {
-                    self.out.push(json!({
+                    self.push(json!({
                         "ph": "X", "name": WAIT, "cat": "fence",
                         "ts": ts(t0), "dur": ts(e.time - t0),
                         "pid": e.pid, "tid": e.tid,
@@ -156,21 +348,78 @@ impl Builder {
                     }));
                 }
             }
+            // A second init of the same (context, seqno) moves the start to it.
+            "dma_fence_init" | "dma_fence_emit" => {
+                if !self.fences.contains_key(&key) && self.fences.len() >= OPEN_MAX {
+                    self.close_oldest_fence();
+                }
+                let f = self.fences.entry(key).or_default();
+                if f.driver.is_empty() {
+                    f.driver = e.str("driver").unwrap_or("").to_string();
+                    f.timeline = e.str("timeline").unwrap_or("").to_string();
+                }
+                if name == "dma_fence_init" {
+                    f.init = Some(e.time);
+                } else {
+                    f.emit = Some(e.time);
+                    self.emitting.insert(c);
+                }
+            }
+            "dma_fence_signaled" => {
+                let f = self.fences.remove(&key).unwrap_or_else(|| Fence {
+                    driver: e.str("driver").unwrap_or("").to_string(),
+                    timeline: e.str("timeline").unwrap_or("").to_string(),
+                    ..Default::default()
+                });
+                self.fence_slice(key, &f, Some(e.time));
+            }
             _ => {}
         }
-        let f = self.fences.entry(key).or_default();
-        if f.driver.is_empty() {
-            f.driver = e.str("driver").unwrap_or("").to_string();
-            f.timeline = e.str("timeline").unwrap_or("").to_string();
+    }
+
+    /// A fence's slice on its timeline: from its emit (or init) to its signal, open
+    /// without one. A fence seen at its signal only has no start: nothing to draw.
+    fn fence_slice(&mut self, (c, s): FenceKey, f: &Fence, end: Option<u64>) {
+        let Some(begin) = f.emit.or(f.init) else {
+            return;
+        };
+        let label = timeline_label(&f.driver, &f.timeline, c);
+        let id = format!("0x{:x}:{:x}", c, s);
+        self.push(json!({
+            "ph": "b", "name": label, "cat": "fence", "id": id, "ts": ts(begin),
+            "pid": FENCE_PID, "tid": 0,
+            "args": {"context": c, "seqno": s, "driver": f.driver, "timeline": f.timeline,
+                     "emitted": f.emit.is_some()},
+        }));
+        if let Some(end) = end.filter(|&t| t >= begin) {
+            self.push(json!({
+                "ph": "e", "name": label, "cat": "fence", "id": id, "ts": ts(end),
+                "pid": FENCE_PID, "tid": 0,
+            }));
         }
-        match name {
-            // A second init of the same (context, seqno) (a driver reusing a seqno)
-            // moves the start to it; the first signal is kept.
-            "dma_fence_init" => f.init = Some(e.time),
-            "dma_fence_emit" => f.emit = Some(e.time),
-            "dma_fence_signaled" => f.signaled = f.signaled.or(Some(e.time)),
-            _ => {}
+    }
+
+    fn close_oldest_fence(&mut self) {
+        let oldest = self
+            .fences
+            .iter()
+            .min_by_key(|(_, f)| f.emit.or(f.init))
+            .map(|(k, _)| *k);
+        if let Some(k) = oldest
+            && let Some(f) = self.fences.remove(&k)
+        {
+            self.open_fence(k, &f);
         }
+    }
+
+    /// An unsignalled fence at the end: on a context whose fences are emitted, one seen at
+    /// init alone is no fence of the timeline (drivers that number a fence when they emit
+    /// it, virtio-gpu, init every fence with seqno 0); its instants stay.
+    fn open_fence(&mut self, key: FenceKey, f: &Fence) {
+        if f.emit.is_none() && self.emitting.contains(&key.0) {
+            return;
+        }
+        self.fence_slice(key, f, None);
     }
 
     fn vblank_event(&mut self, e: &Event) {
@@ -178,7 +427,7 @@ impl Builder {
         self.crtcs.insert(crtc);
         let mut a = args(e);
         a.insert("crtc".into(), json!(crtc));
-        self.out.push(json!({
+        self.push(json!({
             "ph": "i", "s": "t", "name": VBLANK, "cat": "vblank",
             "ts": ts(e.time), "pid": DISPLAY_PID, "tid": crtc + 1, "args": a,
         }));
@@ -192,33 +441,98 @@ impl Builder {
             .to_string();
         let n = self.rings.len() as u64 + 1;
         let tid = *self.rings.entry(ring.clone()).or_insert(n);
-        self.out.push(json!({
+        self.push(json!({
             "ph": "i", "s": "t", "name": name, "cat": "sched",
             "ts": ts(e.time), "pid": SCHED_PID, "tid": tid, "args": args(e),
         }));
         match (name, e.int("id")) {
             ("drm_sched_job", Some(id)) => {
+                if !self.jobs.contains_key(&id) && self.jobs.len() >= OPEN_MAX {
+                    self.drop_oldest_job();
+                }
                 let j = self.jobs.entry(id).or_default();
                 j.queued = j.queued.or(Some((e.time, e.pid, e.tid)));
             }
             ("drm_run_job", Some(id)) => {
+                if !self.jobs.contains_key(&id) && self.jobs.len() >= OPEN_MAX {
+                    self.drop_oldest_job();
+                }
                 let j = self.jobs.entry(id).or_default();
                 if j.run.is_none() {
                     j.run = Some((e.time, tid));
                     j.ring = ring;
                     j.fence = e.int("fence");
+                    if let Some(f) = j.fence {
+                        self.by_fence.entry(f).or_default().push(id);
+                    }
                 }
             }
+            // The first finish of the job's fence at or after its run (events come in time
+            // order): the kernel reuses fence memory.
             ("drm_sched_process_job", _) => {
-                if let Some(f) = e.int("fence") {
-                    self.finished.entry(f).or_default().push(e.time);
+                if let Some(ids) = e.int("fence").and_then(|f| self.by_fence.remove(&f)) {
+                    for id in ids {
+                        if let Some(j) = self.jobs.remove(&id) {
+                            self.job(id, &j, Some(e.time));
+                        }
+                    }
                 }
             }
             _ => {}
         }
     }
 
+    fn drop_oldest_job(&mut self) {
+        if let Some((id, j)) = self.jobs.pop_first() {
+            if let Some(f) = j.fence
+                && let Some(v) = self.by_fence.get_mut(&f)
+            {
+                v.retain(|&x| x != id);
+            }
+            self.job(id, &j, None);
+        }
+    }
+
+    /// A scheduler job's flow (queuing thread to ring) and execution slice (see the module
+    /// doc). A job seen only in part gets what its events say and nothing more.
+    fn job(&mut self, id: i64, j: &Job, done: Option<u64>) {
+        let Some((run, ring_tid)) = j.run else {
+            return;
+        };
+        let flow = format!("job:{id}");
+        if let Some((queued, pid, tid)) = j.queued.filter(|q| q.0 <= run) {
+            self.push(json!({
+                "ph": "X", "name": "submit job", "cat": "sched", "ts": ts(queued),
+                "dur": TICK_US, "pid": pid, "tid": tid, "args": {"job": id, "ring": j.ring},
+            }));
+            self.push(json!({
+                "ph": "s", "name": "job", "cat": "sched.flow", "id": flow, "ts": ts(queued),
+                "pid": pid, "tid": tid,
+            }));
+            self.push(json!({
+                "ph": "X", "name": "run job", "cat": "sched", "ts": ts(run), "dur": TICK_US,
+                "pid": SCHED_PID, "tid": ring_tid, "args": {"job": id},
+            }));
+            self.push(json!({
+                "ph": "f", "bp": "e", "name": "job", "cat": "sched.flow", "id": flow,
+                "ts": ts(run), "pid": SCHED_PID, "tid": ring_tid,
+            }));
+        }
+        let track = format!("{} jobs", j.ring);
+        self.push(json!({
+            "ph": "b", "name": track, "cat": "sched.job", "id": flow, "ts": ts(run),
+            "pid": SCHED_PID, "tid": 0, "args": {"job": id, "ring": j.ring},
+        }));
+        if let Some(end) = done.filter(|&t| t >= run) {
+            self.push(json!({
+                "ph": "e", "name": track, "cat": "sched.job", "id": flow, "ts": ts(end),
+                "pid": SCHED_PID, "tid": 0,
+            }));
+        }
+    }
+
     fn gpu_mem_event(&mut self, e: &Event) {
+        self.gpu_mem = true;
         let gpu = e.int("gpu_id").unwrap_or(0);
         let pid = e.int("pid").unwrap_or(0);
         let name = if pid == 0 {
@@ -226,62 +540,65 @@ impl Builder {
         } else {
             format!("gpu_mem_total gpu {gpu} pid {pid}")
         };
-        self.out.push(json!({
+        self.push(json!({
             "ph": "C", "name": name, "ts": ts(e.time), "pid": GPUMEM_PID,
             "args": {"bytes": e.int("size").unwrap_or(0)},
         }));
     }
 
-    /// Fence timelines, scheduler jobs, and the names of the tracks.
-    fn tracks(&mut self) {
-        // Fence timelines: one async track per context. On a context whose self.fences are emitted,
-        // a (context, seqno) seen at init alone is no fence of the timeline: drivers that number
-        // a fence when they emit it (virtio-gpu) init every fence with seqno 0. Its instants stay.
-        let emitting: BTreeSet<i64> = self
-            .fences
-            .iter()
-            .filter(|(_, f)| f.emit.is_some())
-            .map(|(&(c, _), _)| c)
-            .collect();
-        let mut contexts: BTreeMap<i64, String> = BTreeMap::new();
-        for (&(c, s), f) in &self.fences {
-            if f.emit.is_none() && f.signaled.is_none() && emitting.contains(&c) {
-                continue;
+    /// A failed allocation: a slice from the ioctl's enter to its exit on the thread's own
+    /// track, named after the request and the errno, with the process's comm and cgroup
+    /// as args.
+    fn alloc_failure(&mut self, f: &alloc::AllocFailure) {
+        self.failures += 1;
+        let p = match self.procs.get(&f.pid) {
+            Some(p) => p.clone(),
+            None if self.read_procs => {
+                let p = ProcInfo::read(f.pid);
+                if self.procs.len() < OPEN_MAX {
+                    self.procs.insert(f.pid, p.clone());
+                }
+                p
             }
-            let label = contexts
-                .entry(c)
-                .or_insert_with(|| timeline_label(&f.driver, &f.timeline, c))
-                .clone();
-            let Some(begin) = f.emit.or(f.init) else {
-                continue;
-            };
-            let id = format!("0x{:x}:{:x}", c, s);
-            self.out.push(json!({
-                "ph": "b", "name": label, "cat": "fence", "id": id, "ts": ts(begin),
-                "pid": FENCE_PID, "tid": 0,
-                "args": {"context": c, "seqno": s, "driver": f.driver, "timeline": f.timeline,
-                         "emitted": f.emit.is_some()},
-            }));
-            if let Some(end) = f.signaled.filter(|&t| t >= begin) {
-                self.out.push(json!({
-                    "ph": "e", "name": label, "cat": "fence", "id": id, "ts": ts(end),
-                    "pid": FENCE_PID, "tid": 0,
-                }));
-            }
+            None => ProcInfo::default(),
+        };
+        self.push(json!({
+            "ph": "X", "name": format!("{} {}", f.ioctl, f.errno), "cat": ALLOC_CAT,
+            "ts": ts(f.start), "dur": (f.time.saturating_sub(f.start) as f64) / 1000.0,
+            "pid": f.pid, "tid": f.tid,
+            "args": {
+                "ioctl": f.ioctl, "errno": f.errno, "fd": f.fd,
+                "request": format!("{:#010x}", f.cmd), "comm": p.comm, "cgroup": p.cgroup,
+            },
+        }));
+    }
+
+    /// What is still open, the track names, and `otherData`; returns the output.
+    ///
+    /// # Errors
+    /// The first I/O error of the output.
+    pub fn finish(
+        mut self,
+        rec: &Recording,
+        kernel: &str,
+        command: &[String],
+    ) -> std::io::Result<O> {
+        for f in rec.formats.values() {
+            self.counts
+                .entry(format!("{}:{}", f.system, f.name))
+                .or_insert(0);
         }
-        sched_jobs(&mut self.out, &self.jobs, &self.finished);
-        meta(
-            &mut self.out,
-            "process_name",
-            FENCE_PID,
-            None,
-            "GPU fence timelines",
-        );
+        for (k, f) in std::mem::take(&mut self.fences) {
+            self.open_fence(k, &f);
+        }
+        for (id, j) in std::mem::take(&mut self.jobs) {
+            self.job(id, &j, None);
+        }
+        self.meta("process_name", FENCE_PID, None, "GPU fence timelines");
         if !self.crtcs.is_empty() {
-            meta(&mut self.out, "process_name", DISPLAY_PID, None, "Display");
-            for &c in &self.crtcs {
-                meta(
-                    &mut self.out,
+            self.meta("process_name", DISPLAY_PID, None, "Display");
+            for c in self.crtcs.clone() {
+                self.meta(
                     "thread_name",
                     DISPLAY_PID,
                     Some((c + 1) as u64),
@@ -290,165 +607,141 @@ impl Builder {
             }
         }
         if !self.rings.is_empty() {
-            meta(
-                &mut self.out,
-                "process_name",
-                SCHED_PID,
-                None,
-                "GPU scheduler",
-            );
-            for (r, &t) in &self.rings {
-                meta(&mut self.out, "thread_name", SCHED_PID, Some(t), r);
+            self.meta("process_name", SCHED_PID, None, "GPU scheduler");
+            for (r, t) in self.rings.clone() {
+                self.meta("thread_name", SCHED_PID, Some(t), &r);
             }
         }
-        if self.out.iter().any(|v| v["pid"] == GPUMEM_PID) {
-            meta(
-                &mut self.out,
-                "process_name",
-                GPUMEM_PID,
-                None,
-                "gpu_mem_total",
-            );
+        if self.gpu_mem {
+            self.meta("process_name", GPUMEM_PID, None, "gpu_mem_total");
         }
-    }
-
-    /// The memory samples drmtool took itself, as counters per process.
-    /// Each failed allocation: a slice from the ioctl's enter to its exit on the
-    /// thread's own track, named after the request and the errno, with the process's
-    /// comm and cgroup (read during the recording) as args.
-    fn alloc_failures(&mut self, rec: &Recording) {
-        for f in &rec.alloc_failures {
-            let p = rec.procs.get(&f.pid).cloned().unwrap_or_default();
-            self.out.push(json!({
-                "ph": "X", "name": format!("{} {}", f.ioctl, f.errno), "cat": ALLOC_CAT,
-                "ts": ts(f.start), "dur": (f.time.saturating_sub(f.start) as f64) / 1000.0,
-                "pid": f.pid, "tid": f.tid,
-                "args": {
-                    "ioctl": f.ioctl, "errno": f.errno, "fd": f.fd,
-                    "request": format!("{:#010x}", f.cmd), "comm": p.comm, "cgroup": p.cgroup,
-                },
-            }));
-        }
-    }
-
-    fn memory(&mut self, rec: &Recording) {
-        let mut named = BTreeMap::new();
-        for m in &rec.memory {
-            let mut a = Map::new();
-            if let Some(v) = m.fdinfo {
-                a.insert("fdinfo".into(), json!(v));
-            }
-            if let Some(v) = m.maps {
-                a.insert("maps".into(), json!(v));
-            }
-            if a.is_empty() {
-                continue;
-            }
-            named.insert(m.pid, m.comm.clone());
-            self.out.push(
-                json!({"ph": "C", "name": "GPU memory (bytes)", "ts": ts(m.time),
-                            "pid": m.pid, "args": a}),
-            );
-        }
-        for (pid, comm) in named {
+        for (pid, comm) in std::mem::take(&mut self.named) {
             if !comm.is_empty() {
-                meta(&mut self.out, "process_name", u64::from(pid), None, &comm);
+                self.meta("process_name", u64::from(pid), None, &comm);
             }
         }
+        let other = other_data(
+            rec,
+            &self.counts,
+            self.failures,
+            self.memory_samples,
+            kernel,
+            command,
+        );
+        if let Some(e) = self.err.take() {
+            return Err(e);
+        }
+        self.out.close(other)?;
+        Ok(self.out)
     }
 }
 
-/// Builds the trace.
-pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
-    let mut b = Builder {
-        out: Vec::with_capacity(rec.events.len() * 2 + 16),
-        counts: rec
-            .formats
-            .values()
-            .map(|f| (format!("{}:{}", f.system, f.name), 0))
-            .collect(),
-        ..Default::default()
-    };
-    for e in &rec.events {
-        b.event(e);
+impl<O: Out> super::stream::Sink for TraceBuilder<O> {
+    /// One event: its instant, and what it adds to the fence, vblank, scheduler, gpu_mem
+    /// and allocation-failure tracks.
+    fn event(&mut self, e: &Event) {
+        let full = format!("{}:{}", e.system, e.name);
+        self.push(json!({
+            "ph": "i", "s": "t", "name": full, "cat": e.system,
+            "ts": ts(e.time), "pid": e.pid, "tid": e.tid, "args": args(e),
+        }));
+        *self.counts.entry(full).or_default() += 1;
+        match (e.system.as_str(), e.name.as_str()) {
+            ("dma_fence", name) => self.fence_event(e, name),
+            ("drm", "drm_vblank_event") => self.vblank_event(e),
+            ("gpu_scheduler", name) => self.sched_event(e, name),
+            ("gpu_mem", "gpu_mem_total") => self.gpu_mem_event(e),
+            (alloc::SYSTEM, _) => {
+                if let Some(f) = self.pairer.push(e) {
+                    self.alloc_failure(&f);
+                }
+            }
+            _ => {}
+        }
     }
-    b.tracks();
-    b.memory(rec);
-    b.alloc_failures(rec);
-    let Builder { out, counts, .. } = b;
+
+    /// A sample drmtool took itself, as a counter of its process.
+    fn memory(&mut self, m: &MemorySample) {
+        let mut a = Map::new();
+        if let Some(v) = m.fdinfo {
+            a.insert("fdinfo".into(), json!(v));
+        }
+        if let Some(v) = m.maps {
+            a.insert("maps".into(), json!(v));
+        }
+        if a.is_empty() {
+            return;
+        }
+        self.memory_samples += 1;
+        if self.named.len() < OPEN_MAX {
+            self.named.insert(m.pid, m.comm.clone());
+        }
+        self.push(
+            json!({"ph": "C", "name": "GPU memory (bytes)", "ts": ts(m.time),
+                         "pid": m.pid, "args": a}),
+        );
+    }
+}
+
+/// The `otherData` block.
+fn other_data(
+    rec: &Recording,
+    counts: &BTreeMap<String, u64>,
+    failures: u64,
+    memory_samples: u64,
+    kernel: &str,
+    command: &[String],
+) -> Value {
     json!({
-        "traceEvents": out,
-        "displayTimeUnit": "ns",
-        "otherData": {
-            "schema_version": SCHEMA_VERSION,
-            "tool": "drmtool trace",
-            "version": env!("CARGO_PKG_VERSION"),
-            "kernel": kernel,
-            "clock": "CLOCK_MONOTONIC",
-            "start_ns": rec.start,
-            "end_ns": rec.end,
-            "cpus": rec.cpus,
-            "events": counts,
-            "fired": rec.formats.iter().map(|(id, f)| {
-                (format!("{}:{}", f.system, f.name), rec.fired.get(id).copied())
-            }).collect::<BTreeMap<_, _>>(),
-            "lost": rec.lost,
-            "corrupt_bytes": rec.corrupt_bytes,
-            "undecoded": rec.undecoded,
-            "filtered": rec.filtered,
-            "filter_refused": rec.filter_refused,
-            "alloc_failures": rec.alloc_failures.len(),
-            "absent": rec.absent.iter().map(|c| c.name()).collect::<Vec<_>>(),
-            "memory_samples": rec.memory.len(),
-            "command": command,
-            "exit_status": rec.exit.and_then(|s| s.code()),
-        },
+        "schema_version": SCHEMA_VERSION,
+        "tool": "drmtool trace",
+        "version": env!("CARGO_PKG_VERSION"),
+        "kernel": kernel,
+        "clock": "CLOCK_MONOTONIC",
+        "backend": rec.backend.name(),
+        "backend_note": rec.backend_note,
+        "start_ns": rec.start,
+        "end_ns": rec.end,
+        "cpus": rec.cpus,
+        "buffer_kib": rec.buffer_kib,
+        "events": counts,
+        "fired": rec.formats.iter().map(|(id, f)| {
+            (format!("{}:{}", f.system, f.name), rec.fired.get(id).copied())
+        }).collect::<BTreeMap<_, _>>(),
+        "ring": rec.ring.map(|r| json!({
+            "read": r.read, "entries": r.entries, "overrun": r.overrun, "dropped": r.dropped,
+        })),
+        "lost": rec.lost,
+        "corrupt_bytes": rec.corrupt_bytes,
+        "undecoded": rec.undecoded,
+        "filtered": rec.filtered,
+        "filter_refused": rec.filter_refused,
+        "alloc_failures": failures,
+        "absent": rec.absent.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "memory_samples": memory_samples,
+        "spill_bytes": rec.spill_bytes,
+        "command": command,
+        "exit_status": rec.exit.and_then(|s| s.code()),
     })
 }
 
-/// The scheduler jobs' flows (queuing thread to ring) and execution slices (see the module
-/// doc). A job seen only in part (the recording began or ended in between) gets what its
-/// events say and nothing more.
-fn sched_jobs(out: &mut Vec<Value>, jobs: &BTreeMap<i64, Job>, finished: &BTreeMap<i64, Vec<u64>>) {
-    for (id, j) in jobs {
-        let Some((run, ring_tid)) = j.run else {
-            continue;
-        };
-        let flow = format!("job:{id}");
-        if let Some((queued, pid, tid)) = j.queued.filter(|q| q.0 <= run) {
-            out.push(json!({
-                "ph": "X", "name": "submit job", "cat": "sched", "ts": ts(queued),
-                "dur": TICK_US, "pid": pid, "tid": tid, "args": {"job": id, "ring": j.ring},
-            }));
-            out.push(json!({
-                "ph": "s", "name": "job", "cat": "sched.flow", "id": flow, "ts": ts(queued),
-                "pid": pid, "tid": tid,
-            }));
-            out.push(json!({
-                "ph": "X", "name": "run job", "cat": "sched", "ts": ts(run), "dur": TICK_US,
-                "pid": SCHED_PID, "tid": ring_tid, "args": {"job": id},
-            }));
-            out.push(json!({
-                "ph": "f", "bp": "e", "name": "job", "cat": "sched.flow", "id": flow,
-                "ts": ts(run), "pid": SCHED_PID, "tid": ring_tid,
-            }));
-        }
-        let done = j
-            .fence
-            .and_then(|f| finished.get(&f))
-            .and_then(|times| times.iter().copied().filter(|&t| t >= run).min());
-        let track = format!("{} jobs", j.ring);
-        out.push(json!({
-            "ph": "b", "name": track, "cat": "sched.job", "id": flow, "ts": ts(run),
-            "pid": SCHED_PID, "tid": 0, "args": {"job": id, "ring": j.ring},
-        }));
-        if let Some(end) = done {
-            out.push(json!({
-                "ph": "e", "name": track, "cat": "sched.job", "id": flow, "ts": ts(end),
-                "pid": SCHED_PID, "tid": 0,
-            }));
-        }
+/// Builds the whole trace of a recording held in memory (its `events` and `memory`), as
+/// `trace record` would have written it.
+pub fn to_json(rec: &Recording, kernel: &str, command: &[String]) -> Value {
+    let mut b = TraceBuilder::new(InMemory::default(), &rec.formats).with_procs(rec.procs.clone());
+    for e in &rec.events {
+        super::stream::Sink::event(&mut b, e);
     }
+    for m in &rec.memory {
+        super::stream::Sink::memory(&mut b, m);
+    }
+    // InMemory never fails.
+    let out = b.finish(rec, kernel, command).unwrap_or_default();
+    json!({
+        "traceEvents": out.events,
+        "displayTimeUnit": "ns",
+        "otherData": out.other,
+    })
 }
 
 /// A fence timeline's track name: `driver timeline (context N)`; the context keeps two

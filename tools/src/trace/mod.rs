@@ -1,29 +1,38 @@
 //! `drmtool trace`: GPU fence, vblank and scheduler timelines and GPU memory over time, for
-//! any DRM driver, recorded from the kernel's tracepoints through perf and written as a
-//! Chrome/Perfetto JSON trace; and the latency summary of such a file.
+//! any DRM driver, recorded from the kernel's tracepoints and written as they come as a
+//! Chrome/Perfetto JSON trace or a Perfetto protobuf trace; and the latency summary of a
+//! JSON trace.
+//!
+//! The tracepoints are read the way trace-cmd reads them, from ftrace's per-CPU ring
+//! buffers in a tracefs instance of drmtool's own ([`ftrace`], [`ring`]), or through
+//! perf_event_open where the kernel cannot give an instance ([`perf`]); the raw pages go
+//! through a spill file to a decoder thread that writes the trace out ([`stream`]), so
+//! memory stays flat however long the recording.
 //!
 //! ```no_run
 //! use drmtool::trace::{self, Category};
-//! let rec = trace::record::record(&trace::record::Options {
-//!     categories: vec![Category::Fence, Category::Vblank],
-//!     explicit: false,
-//!     duration: Some(std::time::Duration::from_secs(1)),
-//!     command: Vec::new(),
-//!     ring_pages: 64,
-//!     memory_interval: None,
-//!     stop: None,
-//! })?;
-//! let json = trace::chrome::to_json(&rec, "6.12", &[]);
-//! let s = trace::summary::summarize(&json).expect("a trace");
-//! println!("{}", trace::summary::render(&s));
+//! let mut opts = trace::record::Options::new(vec![Category::Fence, Category::Vblank]);
+//! opts.duration = Some(std::time::Duration::from_secs(1));
+//! let out = std::io::BufWriter::new(std::fs::File::create("t.json").expect("a file"));
+//! let mut trace = trace::chrome::TraceBuilder::new(
+//!     trace::chrome::JsonStream::new(out).expect("written"),
+//!     &Default::default(),
+//! );
+//! let rec = trace::record::record_into(&opts, &mut trace)?;
+//! trace.finish(&rec, "6.12", &[]).expect("written");
 //! # Ok::<(), trace::TraceError>(())
 //! ```
 
 pub mod alloc;
 pub mod chrome;
 pub mod format;
+pub mod ftrace;
 pub mod perf;
+pub mod perfetto;
+pub mod privilege;
 pub mod record;
+pub mod ring;
+pub mod stream;
 pub mod summary;
 
 use rustix::io::Errno;
@@ -134,6 +143,25 @@ pub enum TraceError {
         /// drm-gem's error.
         error: String,
     },
+    /// A tracefs file of drmtool's instance refused a read or write.
+    Tracefs {
+        /// The file, under the tracefs mount.
+        what: String,
+        /// The errno.
+        errno: Errno,
+    },
+    /// `--backend ftrace` was asked for, and this kernel cannot give drmtool an instance.
+    NoInstance {
+        /// Why.
+        why: String,
+    },
+    /// The spill file (see [`stream`]) could not be made or written.
+    Spill {
+        /// Its directory.
+        dir: String,
+        /// Why (the OS's words).
+        error: String,
+    },
     /// The command could not be started.
     Command {
         /// argv\[0\].
@@ -201,6 +229,17 @@ impl std::fmt::Display for TraceError {
                 f,
                 "mapping the perf ring of cpu {cpu}: {error} (hint: a smaller --buffer-kib, or \
                  raise /proc/sys/kernel/perf_event_mlock_kb)"
+            ),
+            Self::Tracefs { what, errno } => write!(f, "tracefs: {what}: {errno}"),
+            Self::NoInstance { why } => write!(
+                f,
+                "this kernel cannot give drmtool a tracefs instance of its own: {why} \
+                 (hint: --backend perf)"
+            ),
+            Self::Spill { dir, error } => write!(
+                f,
+                "cannot keep the raw recording in {dir}: {error} (hint: write the trace where \
+                 there is room; the raw rings go beside it until they are decoded)"
             ),
             Self::Command { program, error } => write!(f, "cannot run {program}: {error}"),
         }

@@ -9,12 +9,16 @@
 //! drm-gem's volatile copies, so nothing here needs unsafe code. The records are parsed
 //! from a private copy as untrusted bytes (every size checked).
 
+use super::TraceError;
+use super::format::EventFormat;
 use crate::sys_call;
 use drm_gem::{Mmap, MmapOptions, Prot, Sharing};
 use ioctl_sys::perf_event as pe;
 use rustix::io::Errno;
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{Ordering, fence};
+use std::time::Duration;
 
 /// What each sample carries: pid/tid, time, cpu and the raw tracepoint record.
 pub const SAMPLE_TYPE: u64 =
@@ -220,6 +224,172 @@ impl Ring {
 pub fn open_tracepoint(id: u32, cpu: u32, wakeup_bytes: u32) -> Result<OwnedFd, Errno> {
     let attr = tracepoint_attr(id, wakeup_bytes);
     sys_call::perf_event_open(&attr, -1, cpu, pe::PERF_FLAG_FD_CLOEXEC)
+}
+
+/// The perf side of a recording: every event fd and one ring per CPU.
+pub struct Session {
+    /// Event fds whose output goes to another fd's ring, with their tracepoint ids.
+    fds: Vec<(OwnedFd, u32)>,
+    /// Each CPU's first event fd, its ring, its tracepoint id.
+    rings: Vec<(OwnedFd, Ring, u32)>,
+    /// Tracepoints whose kernel filter this kernel refused (the recording filters them).
+    refused: std::collections::BTreeSet<String>,
+    /// The CPU of each ring.
+    cpus: Vec<u32>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("rings", &self.rings.len())
+            .field("fds", &self.fds.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Opens every tracepoint of `formats` on every CPU of `cpus`, a ring of `pages` per CPU.
+    ///
+    /// # Errors
+    /// [`TraceError`] when perf refuses a tracepoint, an ioctl or a ring.
+    pub fn open(
+        formats: &BTreeMap<u32, EventFormat>,
+        cpus: &[u32],
+        pages: usize,
+    ) -> Result<Self, TraceError> {
+        let page = rustix::param::page_size();
+        let wakeup = u32::try_from(page * pages / 4).unwrap_or(u32::MAX);
+        let mut s = Session {
+            fds: Vec::new(),
+            rings: Vec::new(),
+            refused: std::collections::BTreeSet::new(),
+            cpus: cpus.to_vec(),
+        };
+        for &cpu in cpus {
+            let mut leader: Option<usize> = None;
+            for (&id, f) in formats {
+                let fd = open_tracepoint(id, cpu, wakeup).map_err(|e| TraceError::Open {
+                    event: format!("{}:{}", f.system, f.name),
+                    cpu,
+                    errno: e,
+                })?;
+                if let Some(filter) = super::alloc::filter_of(f)
+                    && sys_call::perf_set_filter(fd.as_fd(), filter).is_err()
+                {
+                    s.refused.insert(format!("{}:{}", f.system, f.name));
+                }
+                match leader {
+                    None => {
+                        let ring = Ring::new(&fd, pages).map_err(|e| TraceError::Ring {
+                            cpu,
+                            error: e.to_string(),
+                        })?;
+                        leader = Some(s.rings.len());
+                        s.rings.push((fd, ring, id));
+                    }
+                    Some(l) => {
+                        let target = s.rings[l].0.as_fd();
+                        sys_call::perf_ioctl(
+                            fd.as_fd(),
+                            pe::PERF_EVENT_IOC_SET_OUTPUT,
+                            target_raw(target),
+                        )
+                        .map_err(|e| TraceError::Ioctl {
+                            ioctl: "PERF_EVENT_IOC_SET_OUTPUT",
+                            errno: e,
+                        })?;
+                        s.fds.push((fd, id));
+                    }
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn all(&self) -> impl Iterator<Item = (&OwnedFd, u32)> {
+        self.rings
+            .iter()
+            .map(|(f, _, id)| (f, *id))
+            .chain(self.fds.iter().map(|(f, id)| (f, *id)))
+    }
+
+    /// How often each tracepoint fired while enabled, from the events' own counters (a
+    /// sampling event still counts every hit): the truth the kept samples are checked
+    /// against, since a ring that stays full to the end never gets the `PERF_RECORD_LOST`
+    /// of its last drops. A counter that cannot be read is left out.
+    pub fn fired(&self) -> BTreeMap<u32, u64> {
+        let mut m = BTreeMap::new();
+        for (fd, id) in self.all() {
+            let mut b = [0u8; 8];
+            let mut r = rustix::io::read(fd, &mut b);
+            for _ in 0..1000 {
+                if r != Err(Errno::INTR) {
+                    break;
+                }
+                r = rustix::io::read(fd, &mut b);
+            }
+            if r == Ok(8) {
+                *m.entry(id).or_default() += u64::from_ne_bytes(b);
+            }
+        }
+        m
+    }
+
+    /// Enables or disables every event.
+    ///
+    /// # Errors
+    /// [`TraceError::Ioctl`] when the kernel refuses.
+    pub fn set(&self, on: bool) -> Result<(), TraceError> {
+        let (req, name) = if on {
+            (pe::PERF_EVENT_IOC_ENABLE, "PERF_EVENT_IOC_ENABLE")
+        } else {
+            (pe::PERF_EVENT_IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
+        };
+        for (fd, _) in self.all() {
+            sys_call::perf_ioctl(fd.as_fd(), req, 0).map_err(|e| TraceError::Ioctl {
+                ioctl: name,
+                errno: e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Moves what every ring holds to the spill, a chunk per CPU.
+    pub fn drain(&mut self, buf: &mut Vec<u8>, spill: &super::stream::Spill) {
+        for (i, (_, ring, _)) in self.rings.iter_mut().enumerate() {
+            buf.clear();
+            ring.drain(buf);
+            if !buf.is_empty() {
+                spill.perf(self.cpus.get(i).copied().unwrap_or(0), buf);
+            }
+        }
+    }
+
+    /// Tracepoints whose kernel filter this kernel refused.
+    pub fn refused(&self) -> Vec<String> {
+        self.refused.iter().cloned().collect()
+    }
+
+    /// Waits until a ring passes its watermark or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let mut fds: Vec<PollFd<'_>> = self
+            .rings
+            .iter()
+            .map(|(f, _, _)| PollFd::new(f, PollFlags::IN))
+            .collect();
+        let ts = rustix::time::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        // EINTR: the caller's loop goes round again against its own deadline.
+        let _ = poll(&mut fds, Some(&ts));
+    }
+}
+
+fn target_raw(fd: std::os::fd::BorrowedFd<'_>) -> libc::c_ulong {
+    use std::os::fd::AsRawFd;
+    fd.as_raw_fd() as libc::c_ulong
 }
 
 #[cfg(test)]

@@ -4,13 +4,10 @@
 
 use super::alloc;
 use super::format::{self, EventFormat, Value};
-use super::perf::{self, Record, Ring};
+use super::perf;
 use super::{Category, TraceError};
 use crate::sys_call;
-use ioctl_sys::perf_event as pe;
-use rustix::io::Errno;
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -42,15 +39,6 @@ fn wanted(c: Category) -> &'static [(&'static str, Option<&'static [&'static str
                 Some(&["i915_gem_evict", "i915_gem_evict_node", "i915_gem_evict_vm"]),
             ),
         ],
-    }
-}
-
-/// The kernel filter a tracepoint is opened with, if any.
-fn filter_of(f: &EventFormat) -> Option<&'static std::ffi::CStr> {
-    match (f.system.as_str(), f.name.as_str()) {
-        (alloc::SYSTEM, alloc::ENTER) => Some(alloc::ENTER_FILTER),
-        (alloc::SYSTEM, alloc::EXIT) => Some(alloc::EXIT_FILTER),
-        _ => None,
     }
 }
 
@@ -260,23 +248,31 @@ impl Event {
     }
 }
 
-/// Decodes a sample by the format its `common_type` names; `None` for an id not opened.
-pub fn decode(formats: &BTreeMap<u32, EventFormat>, s: &perf::Sample) -> Option<Event> {
-    let ty = u16::from_ne_bytes(s.raw.get(0..2)?.try_into().ok()?);
+/// Decodes a tracepoint record by the format its `common_type` names; `None` for an id
+/// not opened.
+pub fn decode_raw(
+    formats: &BTreeMap<u32, EventFormat>,
+    raw: &[u8],
+    time: u64,
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+) -> Option<Event> {
+    let ty = u16::from_ne_bytes(raw.get(0..2)?.try_into().ok()?);
     let f = formats.get(&u32::from(ty))?;
     let fields = f
         .fields
         .iter()
         .filter(|x| !x.name.starts_with("common_"))
-        .filter_map(|x| Some((x.name.clone(), f.decode(&s.raw, x)?)))
+        .filter_map(|x| Some((x.name.clone(), f.decode(raw, x)?)))
         .collect();
     Some(Event {
         system: f.system.clone(),
         name: f.name.clone(),
-        time: s.time,
-        pid: s.pid,
-        tid: s.tid,
-        cpu: s.cpu,
+        time,
+        pid,
+        tid,
+        cpu,
         fields,
     })
 }
@@ -296,35 +292,74 @@ pub struct MemorySample {
     pub maps: Option<u64>,
 }
 
+/// Which way the tracepoints were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Backend {
+    /// ftrace where the kernel gives drmtool an instance of its own, else perf.
+    #[default]
+    Auto,
+    /// ftrace's per-CPU rings through a tracefs instance ([`super::ftrace`]), as trace-cmd.
+    Ftrace,
+    /// perf_event_open per tracepoint and CPU ([`super::perf`]).
+    Perf,
+}
+
+impl Backend {
+    /// Its name, as `--backend` and the trace's `backend` say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Ftrace => "ftrace",
+            Self::Perf => "perf",
+        }
+    }
+}
+
 /// What a recording collected.
 #[derive(Debug, Default)]
 pub struct Recording {
-    /// Decoded events, in time order.
+    /// Decoded events, in time order: filled by [`record`] only ([`record_into`] hands
+    /// them to its sink).
     pub events: Vec<Event>,
     /// The formats of what was opened.
     pub formats: BTreeMap<u32, EventFormat>,
     /// Categories with no tracepoint on this kernel.
     pub absent: Vec<Category>,
-    /// Samples the kernel dropped (ring full): the larger of what `PERF_RECORD_LOST` records
-    /// said and the tracepoints' own hit counts less the samples kept.
+    /// The way the tracepoints were read ([`Backend::Ftrace`] or [`Backend::Perf`]).
+    pub backend: Backend,
+    /// Why perf was used where ftrace was not asked against (empty otherwise).
+    pub backend_note: String,
+    /// The ring per CPU, KiB.
+    pub buffer_kib: usize,
+    /// Events the kernel could not keep (rings full). perf: the larger of what
+    /// `PERF_RECORD_LOST` records said and the tracepoints' own hit counts less the samples
+    /// kept; ftrace: the rings' overruns and drops (their `stats`), and what was left unread.
     pub lost: u64,
-    /// Hits per tracepoint id while enabled (the events' counters).
+    /// Hits per tracepoint id while enabled (perf: the events' counters; ftrace has none).
     pub fired: BTreeMap<u32, u64>,
+    /// The ftrace rings' own counts, summed over CPUs (ftrace only).
+    pub ring: Option<super::ftrace::RingStats>,
     /// Ring bytes that did not parse as records (dropped, counted).
     pub corrupt_bytes: u64,
-    /// Samples whose `common_type` named no opened tracepoint.
+    /// Records whose `common_type` named no opened tracepoint.
     pub undecoded: u64,
-    /// Samples dropped by the recording's own filter ([`alloc::keep`]: where the kernel
+    /// Records dropped by the recording's own filter ([`alloc::keep`]: where the kernel
     /// refused its filter, or passed what it does not test).
     pub filtered: u64,
     /// Tracepoints whose kernel filter this kernel refused.
     pub filter_refused: Vec<String>,
-    /// The processes of allocation failures, read when their failing exit was drained.
+    /// The processes of allocation failures (read back or set by a caller; a live
+    /// recording reads them as its failures are written).
     pub procs: BTreeMap<u32, ProcInfo>,
-    /// DRM ioctls that failed with ENOMEM or ENOSPC ([`alloc::pair`]), in time order.
-    pub alloc_failures: Vec<alloc::AllocFailure>,
-    /// Per-process GPU memory over time.
+    /// Per-process GPU memory over time: filled by [`record`] only.
     pub memory: Vec<MemorySample>,
+    /// Events handed on (kept).
+    pub kept: u64,
+    /// Memory samples taken.
+    pub memory_samples: u64,
+    /// Bytes of raw ring data that went through the spill file.
+    pub spill_bytes: u64,
     /// `CLOCK_MONOTONIC` ns at start and end.
     pub start: u64,
     /// See `start`.
@@ -347,14 +382,43 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// The command to trace (argv); the recording stops when it exits.
     pub command: Vec<std::ffi::OsString>,
-    /// Data pages of each CPU's ring (a power of two).
-    pub ring_pages: usize,
+    /// The ring per CPU, KiB (perf's is rounded up to a power of two pages).
+    pub buffer_kib: usize,
     /// How often GPU memory is sampled (`None`: never).
     pub memory_interval: Option<Duration>,
-    /// Stops the recording when set (by another thread), as the duration running out
-    /// would.
+    /// Stops the recording when set (by another thread, a signal handler), as the
+    /// duration running out would.
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Which way to read the tracepoints.
+    pub backend: Backend,
+    /// Where the spill file goes (see [`super::stream`]; the system's temporary directory
+    /// when `None`): the output's directory, so that a long recording fills the disk the
+    /// user chose, never memory.
+    pub spill_dir: Option<PathBuf>,
 }
+
+impl Options {
+    /// Defaults: every category, 512 KiB rings, no command, no duration, memory every
+    /// 100 ms, ftrace where it works.
+    pub fn new(categories: Vec<Category>) -> Options {
+        Options {
+            categories,
+            explicit: false,
+            duration: None,
+            command: Vec::new(),
+            buffer_kib: DEFAULT_BUFFER_KIB,
+            memory_interval: Some(Duration::from_millis(100)),
+            stop: None,
+            backend: Backend::Auto,
+            spill_dir: None,
+        }
+    }
+}
+
+/// The ring per CPU by default, KiB (`--buffer-kib`): trace-cmd's own default is the
+/// kernel's (1,410 KiB on 6.x); 512 KiB per CPU holds about 10,000 fence events, and the
+/// rings are drained every 50 ms whatever the decoding costs.
+pub const DEFAULT_BUFFER_KIB: usize = 512;
 
 /// `CLOCK_MONOTONIC` now, in ns.
 pub fn monotonic_ns() -> u64 {
@@ -362,212 +426,57 @@ pub fn monotonic_ns() -> u64 {
     (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
-/// The perf side of a recording: every event fd and one ring per CPU.
-struct Session {
-    /// Event fds whose output goes to another fd's ring, with their tracepoint ids.
-    fds: Vec<(OwnedFd, u32)>,
-    /// Each CPU's first event fd, its ring, its tracepoint id.
-    rings: Vec<(OwnedFd, Ring, u32)>,
-    /// Tracepoints whose kernel filter this kernel refused (the recording filters them).
-    refused: std::collections::BTreeSet<String>,
-}
-
-impl Session {
-    fn open(
-        formats: &BTreeMap<u32, EventFormat>,
-        cpus: &[u32],
-        pages: usize,
-    ) -> Result<Self, TraceError> {
-        let page = rustix::param::page_size();
-        let wakeup = u32::try_from(page * pages / 4).unwrap_or(u32::MAX);
-        let mut s = Session {
-            fds: Vec::new(),
-            rings: Vec::new(),
-            refused: std::collections::BTreeSet::new(),
-        };
-        for &cpu in cpus {
-            let mut leader: Option<usize> = None;
-            for (&id, f) in formats {
-                let fd = perf::open_tracepoint(id, cpu, wakeup).map_err(|e| TraceError::Open {
-                    event: format!("{}:{}", f.system, f.name),
-                    cpu,
-                    errno: e,
-                })?;
-                if let Some(filter) = filter_of(f)
-                    && sys_call::perf_set_filter(fd.as_fd(), filter).is_err()
-                {
-                    s.refused.insert(format!("{}:{}", f.system, f.name));
-                }
-                match leader {
-                    None => {
-                        let ring = Ring::new(&fd, pages).map_err(|e| TraceError::Ring {
-                            cpu,
-                            error: e.to_string(),
-                        })?;
-                        leader = Some(s.rings.len());
-                        s.rings.push((fd, ring, id));
-                    }
-                    Some(l) => {
-                        let target = s.rings[l].0.as_fd();
-                        sys_call::perf_ioctl(
-                            fd.as_fd(),
-                            pe::PERF_EVENT_IOC_SET_OUTPUT,
-                            target_raw(target),
-                        )
-                        .map_err(|e| TraceError::Ioctl {
-                            ioctl: "PERF_EVENT_IOC_SET_OUTPUT",
-                            errno: e,
-                        })?;
-                        s.fds.push((fd, id));
-                    }
-                }
-            }
-        }
-        Ok(s)
-    }
-
-    fn all(&self) -> impl Iterator<Item = (&OwnedFd, u32)> {
-        self.rings
-            .iter()
-            .map(|(f, _, id)| (f, *id))
-            .chain(self.fds.iter().map(|(f, id)| (f, *id)))
-    }
-
-    /// How often each tracepoint fired while enabled, from the events' own counters (a
-    /// sampling event still counts every hit): the truth the kept samples are checked
-    /// against, since a ring that stays full to the end never gets the `PERF_RECORD_LOST`
-    /// of its last drops. A counter that cannot be read is left out.
-    fn fired(&self) -> BTreeMap<u32, u64> {
-        let mut m = BTreeMap::new();
-        for (fd, id) in self.all() {
-            let mut b = [0u8; 8];
-            let mut r = rustix::io::read(fd, &mut b);
-            for _ in 0..1000 {
-                if r != Err(Errno::INTR) {
-                    break;
-                }
-                r = rustix::io::read(fd, &mut b);
-            }
-            if r == Ok(8) {
-                *m.entry(id).or_default() += u64::from_ne_bytes(b);
-            }
-        }
-        m
-    }
-
-    fn set(&self, on: bool) -> Result<(), TraceError> {
-        let (req, name) = if on {
-            (pe::PERF_EVENT_IOC_ENABLE, "PERF_EVENT_IOC_ENABLE")
-        } else {
-            (pe::PERF_EVENT_IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
-        };
-        for (fd, _) in self.all() {
-            sys_call::perf_ioctl(fd.as_fd(), req, 0).map_err(|e| TraceError::Ioctl {
-                ioctl: name,
-                errno: e,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Drains every ring into `rec`.
-    fn drain(&mut self, buf: &mut Vec<u8>, rec: &mut Recording) {
-        let mut records = Vec::new();
-        for (_, ring, _) in &mut self.rings {
-            buf.clear();
-            ring.drain(buf);
-            records.clear();
-            if let Err(c) = perf::parse(buf, &mut records) {
-                rec.corrupt_bytes += (buf.len() - c.at) as u64;
-            }
-            for r in records.drain(..) {
-                match r {
-                    Record::Sample(s) => match decode(&rec.formats, &s) {
-                        Some(e) if alloc::keep(&e) => {
-                            if e.system == alloc::SYSTEM && e.name == alloc::EXIT {
-                                rec.procs
-                                    .entry(e.pid)
-                                    .or_insert_with(|| ProcInfo::read(e.pid));
-                            }
-                            rec.events.push(e);
-                        }
-                        Some(_) => rec.filtered += 1,
-                        None => rec.undecoded += 1,
-                    },
-                    Record::Lost(n) => rec.lost = rec.lost.saturating_add(n),
-                    Record::Other(_) => {}
-                }
-            }
-        }
-    }
-
-    /// Waits until a ring passes its watermark or `timeout` passes.
-    fn wait(&self, timeout: Duration) {
-        use rustix::event::{PollFd, PollFlags, poll};
-        let mut fds: Vec<PollFd<'_>> = self
-            .rings
-            .iter()
-            .map(|(f, _, _)| PollFd::new(f, PollFlags::IN))
-            .collect();
-        let ts = rustix::time::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        // EINTR: the caller's loop goes round again against its own deadline.
-        let _ = poll(&mut fds, Some(&ts));
-    }
-}
-
-fn target_raw(fd: std::os::fd::BorrowedFd<'_>) -> libc::c_ulong {
-    use std::os::fd::AsRawFd;
-    fd.as_raw_fd() as libc::c_ulong
-}
-
 /// Samples the buffers model: one entry per process holding GPU memory.
-fn sample_memory(out: &mut Vec<MemorySample>) {
+fn sample_memory(out: &std::sync::mpsc::Sender<MemorySample>) -> u64 {
     let Ok(r) = crate::scan::scan(&crate::scan::Options::default()) else {
-        return;
+        return 0;
     };
     let time = monotonic_ns();
+    let mut n = 0;
     for p in &r.processes {
-        out.push(MemorySample {
+        let sent = out.send(MemorySample {
             time,
             pid: p.pid,
             comm: p.comm.as_ref().map(|c| c.escaped()).unwrap_or_default(),
             fdinfo: p.memory_total.value,
             maps: p.mapped_drm.value,
         });
+        n += u64::from(sent.is_ok());
     }
+    n
 }
 
 /// Samples GPU memory every `every` on a thread of its own, so that a slow scan (a busy
 /// machine, thousands of fds) never delays the ring drains: the schedule is absolute (a scan
 /// that overruns its slot starts the next at once, never a burst of catch-ups), and stopping
-/// wakes the thread at once. Dropping it stops and joins the thread too, so no error path
-/// leaves a sampler running.
+/// wakes the thread at once. The samples go to the decoder as they are taken. Dropping it
+/// stops and joins the thread too, so no error path leaves a sampler running.
 struct MemorySampler {
     stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-    thread: Option<std::thread::JoinHandle<Vec<MemorySample>>>,
+    thread: Option<std::thread::JoinHandle<u64>>,
 }
 
 impl MemorySampler {
-    fn start(every: Duration) -> Result<Self, TraceError> {
+    fn start(
+        every: Duration,
+        out: std::sync::mpsc::Sender<MemorySample>,
+    ) -> Result<Self, TraceError> {
         use std::sync::{Arc, Condvar, Mutex, PoisonError};
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("trace-memory".into())
             .spawn(move || {
-                let mut out = Vec::new();
+                let mut taken = 0;
                 let mut next = Some(Instant::now());
                 let (lock, cv) = &*flag;
                 loop {
-                    sample_memory(&mut out);
+                    taken += sample_memory(&out);
                     next = next.and_then(|at| next_slot(at, every, Instant::now()));
                     let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
                     loop {
                         if *stopped {
-                            return out;
+                            return taken;
                         }
                         stopped = match next {
                             // Beyond the clock's range: no further sample, only the stop.
@@ -602,8 +511,8 @@ impl MemorySampler {
         cv.notify_all();
     }
 
-    /// Stops the thread and returns its samples (none if it panicked).
-    fn finish(mut self) -> Vec<MemorySample> {
+    /// Stops the thread and returns how many samples it sent (0 if it panicked).
+    fn finish(mut self) -> u64 {
         self.signal_stop();
         self.thread
             .take()
@@ -628,12 +537,104 @@ impl Drop for MemorySampler {
     }
 }
 
-/// Records with `opts`.
+/// The rings being read.
+enum Source {
+    Ftrace(super::ftrace::Instance),
+    Perf(perf::Session),
+}
+
+impl Source {
+    fn set(&self, on: bool) -> Result<(), TraceError> {
+        match self {
+            Source::Ftrace(i) => i.set(on),
+            Source::Perf(s) => s.set(on),
+        }
+    }
+
+    fn wait(&self, timeout: Duration) {
+        match self {
+            Source::Ftrace(i) => i.wait(timeout),
+            Source::Perf(s) => s.wait(timeout),
+        }
+    }
+
+    /// One round: a mark, then what every ring holds, to the spill.
+    fn drain(&mut self, buf: &mut Vec<u8>, spill: &super::stream::Spill) -> Result<(), TraceError> {
+        spill.mark(monotonic_ns());
+        match self {
+            Source::Perf(s) => s.drain(buf, spill),
+            Source::Ftrace(i) => {
+                buf.resize(i.layout.page_size, 0);
+                let cpus: Vec<u32> = i.cpus().map(|(c, _)| c).collect();
+                for (idx, cpu) in cpus.into_iter().enumerate() {
+                    // A bound per round, so that one busy CPU cannot starve the others.
+                    for _ in 0..4096 {
+                        let n = i.read_page(idx, buf).map_err(|errno| TraceError::Tracefs {
+                            what: format!("instances/{}/per_cpu/cpu{cpu}/trace_pipe_raw", i.name()),
+                            errno,
+                        })?;
+                        if n == 0 {
+                            break;
+                        }
+                        spill.page(cpu, &buf[..n]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens the rings the options ask for: ftrace's, else (where the kernel cannot give an
+/// instance, and perf was not ruled out) perf's, saying why.
+fn open_source(
+    opts: &Options,
+    root: &Path,
+    formats: &BTreeMap<u32, EventFormat>,
+    cpus: &[u32],
+) -> Result<(Source, String), TraceError> {
+    use super::ftrace::{Instance, Unavailable};
+    let perf = || {
+        let page = rustix::param::page_size();
+        let pages = (opts.buffer_kib * 1024).div_ceil(page).next_power_of_two();
+        perf::Session::open(formats, cpus, pages).map(Source::Perf)
+    };
+    if opts.backend == Backend::Perf {
+        return Ok((perf()?, String::new()));
+    }
+    match Instance::create(root, formats, cpus, opts.buffer_kib) {
+        Ok(i) => Ok((Source::Ftrace(i), String::new())),
+        Err(Unavailable::Unsupported(why)) if opts.backend == Backend::Auto => Ok((perf()?, why)),
+        Err(Unavailable::Unsupported(why)) => Err(TraceError::NoInstance { why }),
+        Err(Unavailable::Failed(e)) => Err(e),
+    }
+}
+
+/// Records with `opts`, keeping every event and memory sample in the returned
+/// [`Recording`] (for a bounded recording; a long one goes through [`record_into`]).
+///
+/// # Errors
+/// As [`record_into`].
+pub fn record(opts: &Options) -> Result<Recording, TraceError> {
+    let mut c = super::stream::Collect::default();
+    let mut rec = record_into(opts, &mut c)?;
+    rec.events = c.events;
+    rec.memory = c.memory;
+    Ok(rec)
+}
+
+/// Records with `opts`, handing every event (in time order) and memory sample to `sink` as
+/// they are decoded, on a thread of its own (see [`super::stream`]); returns the
+/// recording's counts.
 ///
 /// # Errors
 /// [`TraceError`]: no tracefs, no permission, no tracepoint, an absent category asked for
-/// by name, a perf call refused, a command that could not be started.
-pub fn record(opts: &Options) -> Result<Recording, TraceError> {
+/// by name, a tracefs write or perf call refused, no spill file, a command that could not
+/// be started.
+pub fn record_into(
+    opts: &Options,
+    sink: &mut (dyn super::stream::Sink + Send),
+) -> Result<Recording, TraceError> {
     let root = tracefs().ok_or(TraceError::NoTracefs)?;
     let resolved = resolve(&root, &opts.categories)?;
     if opts.explicit && !resolved.absent.is_empty() {
@@ -646,25 +647,112 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     if cpus.is_empty() {
         return Err(TraceError::NoCpus);
     }
-    let mut session = Session::open(&resolved.formats, &cpus, opts.ring_pages)?;
+    let (mut source, note) = open_source(opts, &root, &resolved.formats, &cpus)?;
+    let dir = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let spill = super::stream::Spill::new(&dir).map_err(|e| TraceError::Spill {
+        dir: dir.display().to_string(),
+        error: e.to_string(),
+    })?;
     let mut rec = Recording {
         formats: resolved.formats,
         absent: resolved.absent,
         cpus: cpus.len(),
+        backend_note: note,
+        buffer_kib: opts.buffer_kib,
         ..Default::default()
     };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (layout, tgids) = match &source {
+        Source::Ftrace(i) => (i.layout, Some(super::ftrace::Tgids::new(&root))),
+        Source::Perf(_) => (super::ring::PageLayout::NATIVE_64, None),
+    };
+    let formats = rec.formats.clone();
+    let (ran, decoded) = std::thread::scope(|s| {
+        let (spill_at, formats_at) = (&spill, &formats);
+        let decoder = std::thread::Builder::new()
+            .name("trace-decode".into())
+            .spawn_scoped(s, move || {
+                let mut d = super::stream::Decoding {
+                    formats: formats_at,
+                    layout,
+                    tgids,
+                };
+                super::stream::decode(spill_at, &mut d, &rx, sink)
+            });
+        let ran = match &decoder {
+            Ok(_) => run(opts, &mut source, &spill, tx, &mut rec),
+            Err(e) => Err(TraceError::Sampler {
+                error: e.to_string(),
+            }),
+        };
+        spill.finish();
+        (ran, decoder.ok().and_then(|d| d.join().ok()))
+    });
+    ran?;
+    let d = decoded.unwrap_or_default();
+    if let Some(kind) = spill.failed() {
+        return Err(TraceError::Spill {
+            dir: dir.display().to_string(),
+            error: std::io::Error::from(kind).to_string(),
+        });
+    }
+    rec.kept = d.events;
+    rec.undecoded = d.undecoded;
+    rec.filtered = d.filtered;
+    rec.corrupt_bytes = d.corrupt_bytes;
+    rec.spill_bytes = d.spill_bytes;
+    match &source {
+        Source::Ftrace(i) => {
+            rec.backend = Backend::Ftrace;
+            let st = i.stats();
+            rec.lost = st.lost().saturating_add(st.entries).max(d.lost);
+            rec.ring = Some(st);
+            rec.filter_refused = i.refused.clone();
+        }
+        Source::Perf(p) => {
+            rec.backend = Backend::Perf;
+            rec.fired = p.fired();
+            let fired: u64 = rec.fired.values().sum();
+            let kept = d
+                .events
+                .saturating_add(d.undecoded)
+                .saturating_add(d.filtered);
+            rec.lost = d.lost;
+            if !rec.fired.is_empty() {
+                rec.lost = rec.lost.max(fired.saturating_sub(kept));
+            }
+            rec.filter_refused = p.refused();
+        }
+    }
+    Ok(rec)
+}
+
+/// The recording proper: tracing on, the command started, the rings drained each round
+/// until the command exits, the duration runs out or `stop` is set; then tracing off and a
+/// last drain. Fills the start, end, exit status and memory sample count of `rec`.
+fn run(
+    opts: &Options,
+    source: &mut Source,
+    spill: &super::stream::Spill,
+    memory: std::sync::mpsc::Sender<MemorySample>,
+    rec: &mut Recording,
+) -> Result<(), TraceError> {
     let mut buf = Vec::new();
-    session.set(true)?;
+    source.set(true)?;
     rec.start = monotonic_ns();
     let t0 = Instant::now();
     // A duration past the clock's range (`Instant + Duration` would panic) has no deadline.
     let deadline = opts.duration.and_then(|d| t0.checked_add(d));
     // Started before the command, so that a thread that cannot start leaves nothing to undo
-    // but the session; dropped (stopped and joined) on every early return below.
-    let sampler = match opts.memory_interval.map(MemorySampler::start).transpose() {
+    // but the rings; dropped (stopped and joined) on every early return below.
+    let sampler = match opts
+        .memory_interval
+        .map(|every| MemorySampler::start(every, memory))
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => {
-            let _ = session.set(false);
+            let _ = source.set(false);
             return Err(e);
         }
     };
@@ -676,7 +764,7 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
         match c.spawn() {
             Ok(ch) => Some(ch),
             Err(e) => {
-                let _ = session.set(false);
+                let _ = source.set(false);
                 return Err(TraceError::Command {
                     program: opts.command[0].to_string_lossy().into_owned(),
                     error: e.to_string(),
@@ -687,6 +775,7 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
     // While the command runs, ^C and kill go to it (as under time(1)): the trace of
     // what it did up to then is still written.
     let saved = child.as_ref().map(|_| sys_call::ignore_job_signals());
+    let mut drained = Ok(());
     loop {
         let now = Instant::now();
         if let Some(c) = child.as_mut()
@@ -695,7 +784,9 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
             rec.exit = Some(st);
             break;
         }
-        if deadline.is_some_and(|d| now >= d)
+        if drained.is_err()
+            || spill.failed().is_some()
+            || deadline.is_some_and(|d| now >= d)
             || opts
                 .stop
                 .as_ref()
@@ -707,13 +798,14 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
-        session.wait(wait);
-        session.drain(&mut buf, &mut rec);
+        source.wait(wait);
+        drained = source.drain(&mut buf, spill);
     }
     if let Some(mut c) = child.take()
         && rec.exit.is_none()
     {
-        // The duration ran out first: the command does not outlive its trace.
+        // The duration ran out first (or the rings failed): the command does not outlive
+        // its trace.
         let _ = c.kill();
         rec.exit = c.wait().ok();
     }
@@ -721,26 +813,14 @@ pub fn record(opts: &Options) -> Result<Recording, TraceError> {
         sys_call::restore_job_signals(s);
     }
     if let Some(s) = sampler {
-        rec.memory = s.finish();
+        rec.memory_samples = s.finish();
     }
-    let off = session.set(false);
+    let off = source.set(false);
     rec.end = monotonic_ns();
-    session.drain(&mut buf, &mut rec);
+    let last = source.drain(&mut buf, spill);
+    drained?;
     off?;
-    rec.fired = session.fired();
-    let fired: u64 = rec.fired.values().sum();
-    let kept = (rec.events.len() as u64)
-        .saturating_add(rec.undecoded)
-        .saturating_add(rec.filtered);
-    if !rec.fired.is_empty() {
-        rec.lost = rec.lost.max(fired.saturating_sub(kept));
-    }
-    // Rings are per CPU: merge into one time order (stable: same-time events keep their
-    // CPU order).
-    rec.events.sort_by_key(|e| e.time);
-    rec.alloc_failures = alloc::pair(&rec.events);
-    rec.filter_refused = session.refused.iter().cloned().collect();
-    Ok(rec)
+    last
 }
 
 /// A process as the recording saw it: another user's text, escaped.
@@ -804,10 +884,11 @@ mod tests {
     fn the_memory_sampler_stops_when_told() {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let s = MemorySampler::start(Duration::from_secs(3600)).unwrap();
+            let (mtx, _mrx) = std::sync::mpsc::channel();
+            let s = MemorySampler::start(Duration::from_secs(3600), mtx.clone()).unwrap();
             let samples = s.finish();
-            drop(MemorySampler::start(Duration::from_secs(3600)).unwrap());
-            tx.send(samples.len()).unwrap();
+            drop(MemorySampler::start(Duration::from_secs(3600), mtx).unwrap());
+            tx.send(samples).unwrap();
         });
         rx.recv_timeout(Duration::from_secs(60))
             .expect("the sampler thread did not stop");
