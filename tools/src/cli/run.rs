@@ -4,7 +4,7 @@ use super::{Exit, seconds};
 use crate::dmem::{Knob, LimitRequest};
 use crate::gpu::GpuSpec;
 use crate::isolate::lease::Sharing;
-use crate::isolate::run::{self, RunError, RunRequest};
+use crate::isolate::run::{self, RunError, RunRequest, StartTimes};
 use crate::isolate::who::UserSpec;
 use std::io::Write;
 use std::process::ExitCode;
@@ -73,6 +73,10 @@ pub(super) struct RunArgs {
     /// Print the vendor variables for these GPUs (KEY=VALUE lines) and run nothing.
     #[arg(long)]
     env_only: bool,
+    /// After the job, print where its start-up went to stderr: one line per phase (lease,
+    /// cgroup, device program, clone3, mounts, capability drop, exec, ...) in ms.
+    #[arg(long)]
+    timings: bool,
     /// The command and its arguments.
     #[arg(last = true)]
     argv: Vec<std::ffi::OsString>,
@@ -128,11 +132,42 @@ fn request(a: RunArgs) -> Result<RunRequest, RunError> {
 
 pub(super) fn exec(a: RunArgs, out: &mut dyn Write) -> ExitCode {
     let mut warn = |w: &run::RunWarning| eprintln!("drmtool: run: warning: {w}");
-    match request(a).and_then(|r| run::run_with(&r, out, &mut warn)) {
+    let mut times = if a.timings {
+        StartTimes::on()
+    } else {
+        StartTimes::off()
+    };
+    let result = request(a).and_then(|r| run::run_timed(&r, out, &mut warn, &mut times));
+    if times.is_on() {
+        eprint!("{}", timings_text(&times));
+    }
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("drmtool: run: {e}");
             Exit::of_run(&e).into()
         }
     }
+}
+
+/// `--timings`: one line per phase reached, then the total.
+fn timings_text(times: &StartTimes) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut text = String::new();
+    let phases = times.phases();
+    for p in &phases {
+        text.push_str(&format!(
+            "drmtool: run: timing: {:<34} {:>9.3} ms\n",
+            p.to.phase(),
+            ms(p.ns)
+        ));
+    }
+    if let Some(t) = times.total_ns().filter(|_| !phases.is_empty()) {
+        text.push_str(&format!(
+            "drmtool: run: timing: {:<34} {:>9.3} ms\n",
+            "total",
+            ms(t)
+        ));
+    }
+    text
 }

@@ -21,7 +21,9 @@
 //!
 //! A failing step writes its index and errno to the error pipe (close-on-exec, so EOF
 //! there means the exec happened) and the process exits [`EXIT_SETUP`]; nothing here
-//! allocates, prints or panics (a clone of a multi-threaded process).
+//! allocates, prints or panics (a clone of a multi-threaded process). A timed run
+//! ([`JobPlan::timed`]) also writes a [`mark`] record at each phase boundary, with its
+//! `CLOCK_MONOTONIC` time.
 
 use crate::sys_call::{self, ExecImage, SigSet};
 use rustix::fd::{AsFd, OwnedFd};
@@ -293,6 +295,30 @@ pub struct JobPlan {
     pub keep_fds: Vec<i32>,
     /// The command.
     pub exec: ExecImage,
+    /// Write a [`mark`] record with the time at each phase boundary into the error pipe
+    /// (`run`'s start-up breakdown); off, nothing more is written.
+    pub timed: bool,
+}
+
+/// The phase marks of a timed job ([`JobPlan::timed`]) in the error pipe's records, beside
+/// the step numbers of failures.
+pub mod mark {
+    /// The init's first instruction after `clone3`.
+    pub const INIT: u32 = 1 << 21;
+    /// The go byte read.
+    pub const GO: u32 = INIT + 1;
+    /// The cgroup namespace, private propagation, held paths open.
+    pub const NAMESPACES: u32 = INIT + 2;
+    /// Every mount step done.
+    pub const MOUNTS: u32 = INIT + 3;
+    /// The command's process's first instruction.
+    pub const COMMAND: u32 = INIT + 4;
+    /// Inherited fds closed.
+    pub const FDS: u32 = INIT + 5;
+    /// The job's user taken, or a root job's capabilities dropped.
+    pub const IDENTITY: u32 = INIT + 6;
+    /// Right before `execve`.
+    pub const EXEC: u32 = INIT + 7;
 }
 
 /// Step numbers past the mount steps, in the error pipe's records.
@@ -342,38 +368,83 @@ impl JobPlan {
     }
 }
 
-/// Reads one error record (step, errno) from the pipe; `None` at EOF (the command was
-/// exec'd).
-pub fn read_error(pipe: &OwnedFd) -> Option<(u32, rustix::io::Errno)> {
-    let mut b = [0u8; 8];
-    let mut got = 0;
-    while got < b.len() {
-        match rustix::io::read(pipe, &mut b[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => break,
+/// One record of the error pipe: step (or [`mark`]), errno (0 for a mark), then
+/// `CLOCK_MONOTONIC` in nanoseconds; 16 bytes, written whole (under `PIPE_BUF`).
+const RECORD: usize = 16;
+
+/// Reads the error pipe to its end: hands each [`mark`] record (mark, nanoseconds) to
+/// `on_mark` and returns the first failure (step, errno), or `None` at EOF (the command
+/// was exec'd).
+pub fn read_report(
+    pipe: &OwnedFd,
+    on_mark: &mut dyn FnMut(u32, u64),
+) -> Option<(u32, rustix::io::Errno)> {
+    loop {
+        let mut b = [0u8; RECORD];
+        let mut got = 0;
+        while got < b.len() {
+            match rustix::io::read(pipe, &mut b[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break,
+            }
         }
+        if got < b.len() {
+            return None;
+        }
+        let step = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        let errno = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+        let mut ns = [0u8; 8];
+        ns.copy_from_slice(&b[8..]);
+        let ns = u64::from_ne_bytes(ns);
+        if errno == 0 {
+            // A mark (a failure always carries its errno); one of another build is skipped.
+            if (mark::INIT..=mark::EXEC).contains(&step) {
+                on_mark(step, ns);
+            }
+            continue;
+        }
+        return Some((step, rustix::io::Errno::from_raw_os_error(errno)));
     }
-    if got < b.len() {
-        return None;
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the vDSO's: no allocation, no syscall where the
+/// vDSO serves it).
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+/// Writes one record (step or [`mark`], errno or 0) with the time now, whole.
+pub(crate) fn record(err: &OwnedFd, step: u32, errno: i32) {
+    let ns = monotonic_ns();
+    let mut b = [0u8; RECORD];
+    b[..4].copy_from_slice(&step.to_ne_bytes());
+    b[4..8].copy_from_slice(&errno.to_ne_bytes());
+    b[8..].copy_from_slice(&ns.to_ne_bytes());
+    let _ = rustix::io::write(err, &b);
+}
+
+/// A [`mark`] record, when the plan is timed.
+fn mark_now(plan: &JobPlan, err: &OwnedFd, m: u32) {
+    if plan.timed {
+        record(err, m, 0);
     }
-    let step = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-    let errno = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-    Some((step, rustix::io::Errno::from_raw_os_error(errno)))
 }
 
 fn fail(err: &OwnedFd, step: u32, e: rustix::io::Errno) -> ! {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&step.to_ne_bytes());
-    b[4..].copy_from_slice(&e.raw_os_error().to_ne_bytes());
-    let _ = rustix::io::write(err, &b);
+    record(err, step, e.raw_os_error());
     sys_call::exit_now(i32::from(EXIT_SETUP))
 }
 
 /// The job's init (pid 1 of its namespace): see the module docs. `go` is the read end of
 /// the supervisor's go pipe, `err` the write end of the error pipe. Never returns.
 pub fn init_main(plan: &JobPlan, go: OwnedFd, err: OwnedFd) -> ! {
+    mark_now(plan, &err, mark::INIT);
     if let Err(e) =
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
     {
@@ -389,6 +460,7 @@ pub fn init_main(plan: &JobPlan, go: OwnedFd, err: OwnedFd) -> ! {
         }
     }
     drop(go);
+    mark_now(plan, &err, mark::GO);
     if let Err(e) = sys_call::unshare_cgroup_namespace() {
         fail(&err, phase::CGROUP_NS, e);
     }
@@ -409,11 +481,13 @@ pub fn init_main(plan: &JobPlan, go: OwnedFd, err: OwnedFd) -> ! {
         )
         .ok();
     }
+    mark_now(plan, &err, mark::NAMESPACES);
     for (i, s) in plan.steps.iter().enumerate() {
         if let Err(e) = s.apply(&held) {
             fail(&err, u32::try_from(i).unwrap_or(u32::MAX), e);
         }
     }
+    mark_now(plan, &err, mark::MOUNTS);
     let cmd = match sys_call::clone_job(sys_call::CloneSpec::default()) {
         Ok(sys_call::Cloned::Child) => command_main(plan, &err),
         Ok(sys_call::Cloned::Parent(pid)) => pid,
@@ -426,6 +500,7 @@ pub fn init_main(plan: &JobPlan, go: OwnedFd, err: OwnedFd) -> ! {
 /// The command's process, forked by the init: fds, identity, no_new_privs, exec.
 fn command_main(plan: &JobPlan, err: &OwnedFd) -> ! {
     use rustix::fd::AsRawFd;
+    mark_now(plan, err, mark::COMMAND);
     let errfd = err.as_fd().as_raw_fd();
     // The keep list with the error pipe, ascending, without allocating.
     let mut keep = [0i32; 68];
@@ -441,6 +516,7 @@ fn command_main(plan: &JobPlan, err: &OwnedFd) -> ! {
     if let Err(e) = sys_call::close_fds_except(keep) {
         fail(err, phase::CLOSE_FDS, e);
     }
+    mark_now(plan, err, mark::FDS);
     match &plan.identity {
         Identity::User { uid, gid, groups } => {
             if let Err(e) = rustix::thread::set_thread_groups(groups) {
@@ -461,10 +537,12 @@ fn command_main(plan: &JobPlan, err: &OwnedFd) -> ! {
             }
         }
     }
+    mark_now(plan, err, mark::IDENTITY);
     if let Err(e) = rustix::thread::set_no_new_privs(true) {
         fail(err, phase::NO_NEW_PRIVS, e);
     }
     sys_call::reset_signals_for_exec();
+    mark_now(plan, err, mark::EXEC);
     let e = sys_call::exec(&plan.exec);
     fail(err, phase::EXEC, e)
 }

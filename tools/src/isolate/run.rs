@@ -30,6 +30,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub use super::job::EXIT_SETUP;
+pub use times::{Mark, Phase, StartTimes};
+
+mod supervise;
+mod times;
 
 /// What `drmtool run` was asked.
 #[derive(Debug, Clone, Default)]
@@ -307,6 +311,19 @@ pub fn run_with(
     out: &mut dyn std::io::Write,
     warn: &mut dyn FnMut(&RunWarning),
 ) -> Result<u8, RunError> {
+    run_timed(req, out, warn, &mut StartTimes::off())
+}
+
+/// [`run_with`], recording the start-up's [`Mark`]s into `times` when it is on
+/// ([`StartTimes::on`]): the supervisor's, the job's init's and command's (through the
+/// error pipe), the exec and the reaping. Off, nothing more is read or written.
+pub fn run_timed(
+    req: &RunRequest,
+    out: &mut dyn std::io::Write,
+    warn: &mut dyn FnMut(&RunWarning),
+    times: &mut StartTimes,
+) -> Result<u8, RunError> {
+    times.mark(Mark::Start);
     let caller = req.caller.clone().unwrap_or_else(who::caller);
     if req.env_only {
         return env_only(req, out);
@@ -355,6 +372,7 @@ pub fn run_with(
             (all, l)
         }
     };
+    times.mark(Mark::Leased);
     let idx: Vec<usize> = leases.iter().map(|l| l.index).collect();
     let chosen: Vec<&Gpu> = idx.iter().map(|&i| &all[i]).collect();
     let (mem, bind) = super::memlimit::limits_of(&req.mem, req.bind, &chosen)?;
@@ -407,6 +425,7 @@ pub fn run_with(
         identity,
         keep_fds: keep,
         exec,
+        timed: times.is_on(),
     };
 
     let limits = JobLimits {
@@ -415,7 +434,8 @@ pub fn run_with(
         mem: &mem,
         bind: bind.as_ref(),
     };
-    launch(req, &plan, &limits, user.as_ref(), leases)
+    times.mark(Mark::Planned);
+    launch(req, &plan, &limits, user.as_ref(), leases, times)
 }
 
 /// What the job's cgroup is given before the job starts.
@@ -479,6 +499,7 @@ fn launch(
     limits: &JobLimits<'_>,
     user: Option<&who::JobUser>,
     leases: Vec<Lease>,
+    times: &mut StartTimes,
 ) -> Result<u8, RunError> {
     // The cgroup, its program, the check that every ancestor's program still applies.
     super::cgroup::check_v2().map_err(|e| RunError::Setup(e.to_string()))?;
@@ -498,8 +519,10 @@ fn launch(
     let start = anchor::start_ticks(me).unwrap_or(0);
     let n = JOB_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cg = JobCgroup::create(&parent, &anchor::job_name(me, start, n))?;
+    times.mark(Mark::CgroupMade);
     let policy = Policy::only_nodes(limits.allowed, limits.majors);
-    attach_checked(&parent, &cg, &policy)?;
+    attach_checked(&parent, &cg, &policy, times)?;
+    times.mark(Mark::Attached);
     // Set and read back before the job exists: a limit that did not take runs nothing.
     crate::dmem::apply(cg.fd.as_fd(), &cg.path, limits.mem)?;
     let record = lease::JobRecord {
@@ -518,7 +541,8 @@ fn launch(
             .map_or(0, |d| d.as_secs()),
     };
     let _record = lease::write_job_record(&lease::dir(), &record);
-    let status = supervise(plan, &cg, limits.bind);
+    times.mark(Mark::Limited);
+    let status = supervise::supervise(plan, &cg, limits.bind, times);
     // The job's processes are gone once its init has been reaped (the kernel kills the
     // namespace with it); the cgroup may take a moment to say so.
     if let Err(e) = cg.remove(std::time::Duration::from_secs(5)) {
@@ -529,7 +553,9 @@ fn launch(
             "the job's cgroup was not removed: {e}"
         )));
     }
+    times.mark(Mark::CgroupRemoved);
     drop(leases);
+    times.mark(Mark::Released);
     status
 }
 
@@ -657,11 +683,17 @@ fn job_mounts(
 /// applied to the parent still applies to the job (an ancestor's `BPF_F_ALLOW_OVERRIDE`
 /// program yields to a descendant's; a container's own allowlist must not stop applying
 /// inside a nested run).
-fn attach_checked(parent: &Parent, cg: &JobCgroup, policy: &Policy) -> Result<(), RunError> {
+fn attach_checked(
+    parent: &Parent,
+    cg: &JobCgroup,
+    policy: &Policy,
+    times: &mut StartTimes,
+) -> Result<(), RunError> {
     let before = crate::sys_call::bpf_query_cgroup_device(parent.fd.as_fd(), true)
         .map_err(|e| RunError::Setup(format!("BPF_PROG_QUERY of {}: {e}", parent.path.display())))?
         .1;
     let prog = load(policy, "drmtool_run")?;
+    times.mark(Mark::ProgramLoaded);
     crate::sys_call::bpf_attach_cgroup_device(
         cg.fd.as_fd(),
         prog.as_fd(),
@@ -779,113 +811,6 @@ fn hidden_sysfs_files(all: &[Gpu], chosen: &[usize]) -> Vec<PathBuf> {
         v.extend(files);
     }
     v
-}
-
-/// Clones the job's init into `cg`, pins it with `bind` before it may go on (a binding
-/// that does not take ends it unrun), forwards signals until it exits, and returns the
-/// command's status.
-fn supervise(
-    plan: &JobPlan,
-    cg: &JobCgroup,
-    bind: Option<&super::bind::Binding>,
-) -> Result<u8, RunError> {
-    use crate::sys_call::{self, SigSet};
-    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
-    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
-    // Blocked before the clone, so that none is lost; the init keeps them blocked and
-    // waits for them, the command's process unblocks them before its exec.
-    let mut sigs = job::FORWARDED.to_vec();
-    sigs.push(libc::SIGCHLD);
-    let set = SigSet::of(&sigs);
-    let saved = sys_call::block_signals(&set);
-    let spec = sys_call::CloneSpec {
-        namespaces: true,
-        cgroup: Some(cg.fd.as_fd()),
-    };
-    let init = match sys_call::clone_job(spec) {
-        Ok(sys_call::Cloned::Child) => {
-            drop(go_w);
-            drop(err_r);
-            job::init_main(plan, go_r, err_w)
-        }
-        Ok(sys_call::Cloned::Parent(pid)) => pid,
-        Err(e) => {
-            sys_call::set_signal_mask(&saved);
-            let hint = match e {
-                rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS => {
-                    " (clone3 with CLONE_INTO_CGROUP needs Linux 5.7)"
-                }
-                rustix::io::Errno::PERM => " (new namespaces need CAP_SYS_ADMIN)",
-                _ => "",
-            };
-            return Err(RunError::Setup(format!(
-                "clone3 of the job into {}: {e}{hint}",
-                cg.path.display()
-            )));
-        }
-    };
-    drop(go_r);
-    drop(err_w);
-    // The binding is written with the init in the cgroup: kernels before 6.3 give a task
-    // that clone3 put into a cpuset with CLONE_INTO_CGROUP its parent's CPUs and nodes, and
-    // only a change of the cpuset moves the tasks already in it ([`super::bind`]).
-    if let Some(b) = bind
-        && let Err(e) = super::bind::apply(cg.fd.as_fd(), &cg.path, b)
-    {
-        // No go byte: the init reads EOF and exits before anything of the job runs.
-        drop(go_w);
-        let _ = rustix::process::waitpid(Some(init), rustix::process::WaitOptions::empty());
-        sys_call::set_signal_mask(&saved);
-        return Err(e.into());
-    }
-    let _ = rustix::io::write(&go_w, &[1]);
-    drop(go_w);
-    let failed = job::read_error(&err_r);
-    let ipid = init.as_raw_nonzero().get();
-    let mut status = None;
-    while status.is_none() {
-        if failed.is_none()
-            && let Some((sig, code)) =
-                sys_call::wait_signal(&set, std::time::Duration::from_millis(100))
-            && sig != libc::SIGCHLD
-            && code != libc::SI_KERNEL
-        {
-            let _ = sys_call::send_signal(ipid, sig);
-        }
-        match rustix::process::waitpid(Some(init), rustix::process::WaitOptions::NOHANG) {
-            Ok(Some((_, st))) => {
-                status = Some(match (st.exit_status(), st.terminating_signal()) {
-                    (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(1),
-                    (None, Some(s)) => u8::try_from(128 + s).unwrap_or(255),
-                    _ => 1,
-                });
-            }
-            Ok(None) | Err(rustix::io::Errno::INTR) => {
-                if failed.is_some() {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            }
-            Err(e) => {
-                sys_call::set_signal_mask(&saved);
-                return Err(RunError::Setup(format!("waiting for the job: {e}")));
-            }
-        }
-    }
-    sys_call::set_signal_mask(&saved);
-    if let Some((step, errno)) = failed {
-        let what = plan.describe(step);
-        let hint = match (step, errno) {
-            (job::phase::EXEC, rustix::io::Errno::ACCESS) => " (the job's user cannot execute it)",
-            (job::phase::EXEC, rustix::io::Errno::NOENT) => {
-                " (not found in the job's mount namespace)"
-            }
-            _ => "",
-        };
-        return Err(RunError::Setup(format!("{what}: {errno}{hint}")));
-    }
-    Ok(status.unwrap_or(1))
 }
 
 #[cfg(test)]

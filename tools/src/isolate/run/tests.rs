@@ -143,3 +143,32 @@ fn through_sudo_a_job_may_limit_itself_but_not_protect_its_memory() {
         );
     }
 }
+
+/// The error pipe carries the job's marks beside a failure: the reader hands on every mark
+/// before the failure, in order, and stops at the failure; at EOF (the exec) it returns none.
+#[test]
+fn the_error_pipe_reads_marks_then_the_failure_or_eof() {
+    use super::super::job::{mark, read_report, record};
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    record(&w, mark::INIT, 0);
+    record(&w, mark::GO, 0);
+    record(&w, 3, libc::EACCES);
+    record(&w, mark::MOUNTS, 0);
+    let mut seen = Vec::new();
+    let failed = read_report(&r, &mut |m, ns| seen.push((m, ns)));
+    assert_eq!(failed, Some((3, rustix::io::Errno::ACCESS)));
+    let marks: Vec<u32> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(marks, vec![mark::INIT, mark::GO]);
+    assert!(seen[0].1 > 0 && seen[0].1 <= seen[1].1, "{seen:?}");
+
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    record(&w, mark::EXEC, 0);
+    drop(w);
+    let mut times = StartTimes::on();
+    let failed = read_report(&r, &mut |m, ns| {
+        times.set(Mark::of_child(m).unwrap(), ns);
+    });
+    assert_eq!(failed, None);
+    assert!(times.at(Mark::ExecCalled).is_some());
+    assert_eq!(times.at(Mark::Go), None);
+}
