@@ -170,7 +170,9 @@ fn main() -> ExitCode {
     }
     if let Some(n) = std::env::var_os("TRACEBENCH_CHURN_ONLY") {
         let n = n.to_str().and_then(|n| n.parse().ok()).expect("a count");
+        let t0 = Instant::now();
         drmtool::sample::workload::sw_sync_churn(n).expect("sw_sync churn");
+        eprintln!("tracebench-work-ms {:.1}", t0.elapsed().as_secs_f64() * 1e3);
         return ExitCode::SUCCESS;
     }
     let strict =
@@ -284,6 +286,34 @@ fn row(
     );
 }
 
+/// The workload's own time, as it printed it (ms).
+fn work_ms(err: &str) -> f64 {
+    err.lines()
+        .find_map(|l| l.strip_prefix("tracebench-work-ms "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// `otherData` of a streamed JSON trace, read from the file's end (the trace itself may be
+/// larger than this guest's memory as a parsed value).
+fn other_data(path: &str) -> serde_json::Value {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return serde_json::Value::Null;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(256 << 10)));
+    let mut tail = String::new();
+    let _ = f.read_to_string(&mut tail);
+    let key = "\"otherData\":";
+    tail.rfind(key)
+        .and_then(|at| {
+            let rest = tail[at + key.len()..].trim_end();
+            serde_json::from_str(rest.strip_suffix('}')?).ok()
+        })
+        .unwrap_or_default()
+}
+
 /// Runs `argv` under GNU time; returns (exit ok, wall s, peak RSS KiB, stderr).
 fn under_time(argv: &[String], env: &[(&str, String)]) -> (bool, f64, u64, String) {
     let mut c = std::process::Command::new("/usr/bin/time");
@@ -310,12 +340,17 @@ fn churn(n: u64, tc_too: bool) -> ExitCode {
     let out = format!("/tmp/tracebench-churn-{}.json", std::process::id());
     let mut ok = true;
     println!(
-        "\n| recorder | fences | wall s | peak RSS KiB | events kept | lost |\n|---|---:|---:|---:|---:|---:|"
+        "\n| recorder | fences | workload ms | recorder wall s | peak RSS KiB | events kept | lost |\n|---|---:|---:|---:|---:|---:|---:|"
     );
-    let (p_ok, p_wall, p_rss, _) =
-        under_time(&[me.clone()], &[("TRACEBENCH_CHURN_ONLY", n.to_string())]);
+    let (p_ok, p_wall, p_rss, p_err) = under_time(
+        std::slice::from_ref(&me),
+        &[("TRACEBENCH_CHURN_ONLY", n.to_string())],
+    );
     ok &= p_ok;
-    println!("| none (plain) | {n} | {p_wall:.2} | {p_rss} | - | - |");
+    println!(
+        "| none (plain) | {n} | {:.1} | {p_wall:.2} | {p_rss} | - | - |",
+        work_ms(&p_err)
+    );
     for (backend, rounds) in [("ftrace", n), ("perf", n), ("ftrace", 10 * n)] {
         let argv: Vec<String> = [
             me.as_str(),
@@ -338,7 +373,7 @@ fn churn(n: u64, tc_too: bool) -> ExitCode {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let (r_ok, wall, rss, _) = under_time(
+        let (r_ok, wall, rss, err) = under_time(
             &argv,
             &[
                 ("TRACEBENCH_CLI", "1".into()),
@@ -346,17 +381,17 @@ fn churn(n: u64, tc_too: bool) -> ExitCode {
             ],
         );
         ok &= r_ok;
-        let t: serde_json::Value = std::fs::read(&out)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        let kept: u64 = t["otherData"]["events"]
+        let od = other_data(&out);
+        let kept: u64 = od["events"]
             .as_object()
             .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
             .unwrap_or(0);
-        let lost = t["otherData"]["lost"].as_u64().unwrap_or(u64::MAX);
+        let lost = od["lost"].as_u64().unwrap_or(u64::MAX);
         let _ = std::fs::remove_file(&out);
-        println!("| drmtool {backend} | {rounds} | {wall:.2} | {rss} | {kept} | {lost} |");
+        println!(
+            "| drmtool {backend} | {rounds} | {:.1} | {wall:.2} | {rss} | {kept} | {lost} |",
+            work_ms(&err)
+        );
     }
     if tc_too {
         let dat = format!("/tmp/tracebench-churn-{}.dat", std::process::id());
@@ -387,7 +422,10 @@ fn churn(n: u64, tc_too: bool) -> ExitCode {
             })
             .unwrap_or(0);
         let _ = std::fs::remove_file(&dat);
-        println!("| trace-cmd | {n} | {wall:.2} | {rss} | {rep} | {lost} |");
+        println!(
+            "| trace-cmd | {n} | {:.1} | {wall:.2} | {rss} | {rep} | {lost} |",
+            work_ms(&err)
+        );
     }
     if ok {
         ExitCode::SUCCESS

@@ -676,6 +676,7 @@ pub fn record_into(
                     formats: formats_at,
                     layout,
                     tgids,
+                    hold: super::stream::HOLD,
                 };
                 super::stream::decode(spill_at, &mut d, &rx, sink)
             });

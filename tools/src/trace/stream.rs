@@ -9,7 +9,9 @@
 //! trace out as they come. A busy decoder only falls behind (the file holds what it has not
 //! read yet, and the part it has read is given back to the file system): the rings are
 //! drained at the pace of the kernel, never at the pace of the decoding, so nothing is lost
-//! to a slow output.
+//! to a slow output. While the recording runs, the decoder lets up to [`HOLD`] bytes gather
+//! before it decodes them (see there): the output follows in steps of that size, and all of
+//! it once the recording ends.
 //!
 //! Order: events of one CPU come in time order, events of different CPUs do not. An event
 //! read in round k was written before round k's reads ended, so once the mark of round k+1
@@ -170,11 +172,11 @@ impl Spill {
             .failed
     }
 
-    /// Waits until more than `read` bytes are written or the writing is done; returns what
-    /// is written and whether it is done.
-    fn wait_past(&self, read: u64) -> (u64, bool) {
+    /// Waits (200 ms at most) unless more than `hold` bytes past `read` are written or
+    /// the writing is done; returns what is written and whether it is done.
+    fn wait_more(&self, read: u64, hold: u64) -> (u64, bool) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        while st.written <= read && !st.done && st.failed.is_none() {
+        if st.written.saturating_sub(read) <= hold && !st.done && st.failed.is_none() {
             st = self
                 .more
                 .wait_timeout(st, std::time::Duration::from_millis(200))
@@ -194,7 +196,17 @@ pub struct Decoding<'a> {
     pub layout: PageLayout,
     /// Resolves threads to processes (ftrace path).
     pub tgids: Option<Tgids>,
+    /// Undecoded bytes the decoder lets gather while the recording runs before it decodes
+    /// ([`HOLD`] for a recording; 0 decodes at once).
+    pub hold: u64,
 }
+
+/// How much raw recording the decoder lets gather before it decodes, while the recording
+/// runs: decoding is CPU work, and on a machine whose CPUs the traced work needs (a guest
+/// whose vCPUs share one host thread, as under QEMU's TCG) it would slow that work; held
+/// back, a short recording is decoded after its workload, as trace-cmd's is at report time,
+/// and a long one in steps of this size, so neither memory nor the spill grows past it.
+pub const HOLD: u64 = 8 << 20;
 
 /// What the decoding counted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +271,10 @@ pub fn decode(
         while let Ok(m) = memory.try_recv() {
             sink.memory(&m);
         }
-        let (written, done) = spill.wait_past(pos);
+        let (written, done) = spill.wait_more(pos, d.hold);
+        if !done && written.saturating_sub(pos) <= d.hold {
+            continue;
+        }
         while pos + HEADER as u64 <= written {
             let mut h = [0u8; HEADER];
             if spill.file.read_exact_at(&mut h, pos).is_err() {
@@ -425,6 +440,7 @@ mod tests {
                     formats: formats_at,
                     layout: PageLayout::NATIVE_64,
                     tgids: None,
+                    hold: 0,
                 };
                 let mut c = Collect::default();
                 let r = decode(spill_at, &mut d, &rx, &mut c);
