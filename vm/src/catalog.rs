@@ -150,6 +150,8 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_trace_alloc",
             "drmtool_buffers",
             "drmtool_export",
+            // The dmem series the rules and the dashboard read, in a real scrape.
+            "drmtool_export_privilege",
         ]),
         extra_config: DEBIAN_7_3_CONFIG,
         test_patches: &[QXL_DMEM_PATCH],
@@ -217,6 +219,8 @@ pub const CATALOG: &[CatalogKernel] = &[
             "drmtool_buffers",
             "drmtool_export",
             "drmtool_export_engine",
+            // The fdinfo memory and engine series the rules and the dashboard read.
+            "drmtool_export_privilege",
             "drmtool_export_tls",
             "drmtool_hostile",
             "drmtool_isolation",

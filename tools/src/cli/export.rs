@@ -47,6 +47,49 @@ pub(super) struct ExportArgs {
     /// Leave out a source (as `drmtool buffers --skip`): maps, debugfs, kcmp.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "SOURCE")]
     skip: Vec<SkipSource>,
+    /// Start even when not root and holding capabilities beyond what the scan needs
+    /// (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH; CAP_NET_BIND_SERVICE for a port below 1024),
+    /// or with uid 0 left as the real or saved uid. Refused without it.
+    #[arg(long)]
+    allow_extra_capabilities: bool,
+}
+
+/// The privilege check at start: `Err` (printed) when `export` must not run as it is;
+/// warnings for what the scan will not see.
+fn check_privileges(a: &ExportArgs) -> Result<(), ExitCode> {
+    use crate::export::privilege::{self, Privileges};
+    let p = match Privileges::current() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("drmtool: export: cannot check its own privileges: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    // The listen port (none for --textfile).
+    let port = a
+        .textfile
+        .is_none()
+        .then(|| a.listen.rsplit_once(':')?.1.parse::<u16>().ok())
+        .flatten();
+    match privilege::check_export(&p, port) {
+        Ok(()) => {}
+        Err(e) if a.allow_extra_capabilities => {
+            eprintln!("drmtool: export: warning: {e} (going on: --allow-extra-capabilities)");
+        }
+        Err(e) => {
+            eprintln!("drmtool: export: {e}");
+            return Err(ExitCode::from(Exit::Usage));
+        }
+    }
+    for (cap, gives) in privilege::scan_missing(&p) {
+        eprintln!(
+            "drmtool: export: warning: without {cap} it cannot {gives}: the GPU memory of \
+             other users' processes is not counted (drmtool_export_capability_missing is 1; \
+             hint: run it as drmtool-export.service does, with CAP_SYS_PTRACE and \
+             CAP_DAC_READ_SEARCH)"
+        );
+    }
+    Ok(())
 }
 
 pub(super) fn export_cmd(a: &ExportArgs) -> ExitCode {
@@ -63,6 +106,9 @@ pub(super) fn export_cmd(a: &ExportArgs) -> ExitCode {
     }
     if a.client_names && a.per != crate::export::Per::Client {
         return usage("--client-names needs --per client");
+    }
+    if let Err(code) = check_privileges(a) {
+        return code;
     }
     let cfg = Config {
         scan: Options {

@@ -24,6 +24,9 @@
 //! | `drm_dmem_capacity_bytes` | gauge | the dmem cgroup controller: a region's size (`dmem.capacity`) |
 //! | `drm_dmem_current_bytes` | gauge | a cgroup's charge on a region (`dmem.current`) |
 //! | `drm_dmem_max_bytes` | gauge | a cgroup's limit on a region (`dmem.max`) |
+//! | `drm_dmabuf_unattributed_bytes` | gauge | dma-bufs of debugfs `dma_buf/bufinfo` no process holds ([`bufinfo`]) |
+//! | `drm_lease_holders` | gauge | processes holding a lease on a GPU (`/proc/locks`) |
+//! | `drmtool_export_capability_missing` | gauge | a capability the scan needs that the exporter lacks ([`privilege`]) |
 //! | `drmtool_export_*` | | the exporter: scan duration, scans, errors, cached answers |
 //!
 //! A figure no source knows has no series at all (never a zero that means unknown); every
@@ -32,9 +35,12 @@
 //! group has live clients ([`Counters`]), and each series is clamped to its last value.
 
 mod admission;
+pub mod bufinfo;
 mod http;
 mod model;
+pub mod privilege;
 mod server;
+mod sources;
 pub mod webconfig;
 
 pub use admission::{Admit, Lobby, Promoted, Room, Slots};
@@ -193,6 +199,12 @@ impl Exporter {
     /// Scans now and rebuilds both encodings.
     fn refresh(&mut self, now: Instant) {
         let t0 = Instant::now();
+        // Before the scan: a dma-buf the table lists and the scan then finds held is
+        // attributed; one made after the table was read is not in it (so never counted
+        // unattributed by a race; one released meanwhile is, until the next scrape).
+        let buffers = (!self.cfg.scan.skip.debugfs)
+            .then(|| bufinfo::read(&self.cfg.scan.debugfs_root))
+            .flatten();
         let result = scan::scan(&self.cfg.scan);
         let took = t0.elapsed().as_secs_f64();
         self.stats.scans += 1;
@@ -202,17 +214,23 @@ impl Exporter {
         let gpus: Vec<Gpu> = crate::gpu::gpus().unwrap_or_default();
         let mut reg = Registry::default();
         match &result {
-            Ok(report) => build(
-                &mut reg,
-                report,
-                &gpus,
-                self.cfg.per,
-                self.cfg.client_names,
-                &mut self.counters,
-            ),
+            Ok(report) => {
+                build(
+                    &mut reg,
+                    report,
+                    &gpus,
+                    self.cfg.per,
+                    self.cfg.client_names,
+                    &mut self.counters,
+                );
+                let all = self.cfg.scan.pids.is_empty();
+                sources::unattributed(&mut reg, buffers.as_ref(), report, all);
+            }
             Err(_) => self.stats.scan_errors += 1,
         }
+        sources::leases(&mut reg, &gpus);
         model::self_metrics(&mut reg, &self.stats, result.as_ref().ok());
+        sources::capabilities(&mut reg, privilege::Privileges::current().ok().as_ref());
         self.cache = Some(Cached {
             at: now,
             open_metrics: encode(&reg, Format::OpenMetrics),
