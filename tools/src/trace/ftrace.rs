@@ -12,7 +12,9 @@
 //!   unread ones, and counts them (`per_cpu/cpuN/stats`, `dropped events`);
 //! - `options/record-tgid` = 1, so that a thread's process can be found (`saved_tgids`)
 //!   after it exited;
-//! - the alloc category's kernel filters on its syscall events.
+//! - the alloc category's kernel filters on its syscall events, and with them
+//!   `buffer_percent` = 0 (a reader wakes at the first event: a failure's process is read
+//!   while it may still run).
 //!
 //! Dropping the [`Instance`] turns its events off, closes its files and removes it. An
 //! instance left by a recorder that was killed (its pid no longer runs) is removed when the
@@ -284,6 +286,11 @@ impl Instance {
         // Older kernels may lack an option: the recording works without either.
         let _ = self.write("options/overwrite", "0");
         let _ = self.write("options/record-tgid", "1");
+        // Allocation failures are decoded at once, and their process read from /proc while
+        // it may still run: wake the reader at the first event, not at a half-full ring.
+        if formats.values().any(|f| f.system == alloc::SYSTEM) {
+            let _ = self.write("buffer_percent", "0");
+        }
         for f in formats.values() {
             let ev = format!("events/{}/{}", f.system, f.name);
             if let Some(filter) = alloc::filter_of(f)

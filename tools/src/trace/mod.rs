@@ -155,6 +155,13 @@ pub enum TraceError {
         /// Why.
         why: String,
     },
+    /// This process lacks what recording needs ([`privilege`]): what each way lacks.
+    Privilege {
+        /// Why a tracefs instance cannot be used (`None`: not tried).
+        ftrace: Option<String>,
+        /// Why perf cannot be used (`None`: not tried).
+        perf: Option<String>,
+    },
     /// The spill file (see [`stream`]) could not be made or written.
     Spill {
         /// Its directory.
@@ -231,6 +238,17 @@ impl std::fmt::Display for TraceError {
                  raise /proc/sys/kernel/perf_event_mlock_kb)"
             ),
             Self::Tracefs { what, errno } => write!(f, "tracefs: {what}: {errno}"),
+            Self::Privilege { ftrace, perf } => {
+                f.write_str("cannot record")?;
+                if let Some(w) = ftrace {
+                    write!(f, " through ftrace: {w}")?;
+                }
+                if let Some(w) = perf {
+                    let sep = if ftrace.is_some() { "; nor" } else { "" };
+                    write!(f, "{sep} through perf: {w}")?;
+                }
+                Ok(())
+            }
             Self::NoInstance { why } => write!(
                 f,
                 "this kernel cannot give drmtool a tracefs instance of its own: {why} \

@@ -395,6 +395,8 @@ pub struct Options {
     /// when `None`): the output's directory, so that a long recording fills the disk the
     /// user chose, never memory.
     pub spill_dir: Option<PathBuf>,
+    /// Why perf is used under [`Backend::Auto`] (set by the recording itself).
+    pub perf_because: Option<String>,
 }
 
 impl Options {
@@ -411,6 +413,7 @@ impl Options {
             stop: None,
             backend: Backend::Auto,
             spill_dir: None,
+            perf_because: None,
         }
     }
 }
@@ -585,6 +588,44 @@ impl Source {
     }
 }
 
+/// Whether this process may record through the backend asked for (see
+/// [`super::privilege`]); under [`Backend::Auto`] without the rights of a tracefs instance
+/// but with perf's, `Some(why)`: perf is used instead.
+///
+/// # Errors
+/// [`TraceError::Privilege`] naming what is missing, for both ways under `Auto`.
+fn privileges(root: &Path, backend: Backend) -> Result<Option<String>, TraceError> {
+    use super::privilege::{Backend as Way, check};
+    let ftrace = match backend {
+        Backend::Perf => None,
+        _ => Some(check(root, Way::Instance)),
+    };
+    match (backend, ftrace) {
+        (_, Some(Ok(()))) => Ok(None),
+        (Backend::Ftrace, Some(Err(e))) => Err(TraceError::Privilege {
+            ftrace: Some(e.to_string()),
+            perf: None,
+        }),
+        (Backend::Perf, _) => match check(root, Way::Perf) {
+            Ok(()) => Ok(None),
+            Err(e) => Err(TraceError::Privilege {
+                ftrace: None,
+                perf: Some(e.to_string()),
+            }),
+        },
+        (_, ftrace) => {
+            let ftrace = ftrace.and_then(Result::err).map(|e| e.to_string());
+            match check(root, Way::Perf) {
+                Ok(()) => Ok(Some(ftrace.unwrap_or_default())),
+                Err(e) => Err(TraceError::Privilege {
+                    ftrace,
+                    perf: Some(e.to_string()),
+                }),
+            }
+        }
+    }
+}
+
 /// Opens the rings the options ask for: ftrace's, else (where the kernel cannot give an
 /// instance, and perf was not ruled out) perf's, saying why.
 fn open_source(
@@ -600,7 +641,7 @@ fn open_source(
         perf::Session::open(formats, cpus, pages).map(Source::Perf)
     };
     if opts.backend == Backend::Perf {
-        return Ok((perf()?, String::new()));
+        return Ok((perf()?, opts.perf_because.clone().unwrap_or_default()));
     }
     match Instance::create(root, formats, cpus, opts.buffer_kib) {
         Ok(i) => Ok((Source::Ftrace(i), String::new())),
@@ -636,6 +677,13 @@ pub fn record_into(
     sink: &mut (dyn super::stream::Sink + Send),
 ) -> Result<Recording, TraceError> {
     let root = tracefs().ok_or(TraceError::NoTracefs)?;
+    let mut opts = std::borrow::Cow::Borrowed(opts);
+    if let Some(perf_instead) = privileges(&root, opts.backend)? {
+        let o = opts.to_mut();
+        o.backend = Backend::Perf;
+        o.perf_because = Some(perf_instead);
+    }
+    let opts = opts.as_ref();
     let resolved = resolve(&root, &opts.categories)?;
     if opts.explicit && !resolved.absent.is_empty() {
         return Err(TraceError::Absent {
@@ -676,7 +724,13 @@ pub fn record_into(
                     formats: formats_at,
                     layout,
                     tgids,
-                    hold: super::stream::HOLD,
+                    // An allocation failure's process is read from /proc when the failure
+                    // is decoded: decode at once while it may still run.
+                    hold: if opts.categories.contains(&Category::Alloc) {
+                        0
+                    } else {
+                        super::stream::HOLD
+                    },
                 };
                 super::stream::decode(spill_at, &mut d, &rx, sink)
             });

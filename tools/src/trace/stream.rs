@@ -205,7 +205,9 @@ pub struct Decoding<'a> {
 /// runs: decoding is CPU work, and on a machine whose CPUs the traced work needs (a guest
 /// whose vCPUs share one host thread, as under QEMU's TCG) it would slow that work; held
 /// back, a short recording is decoded after its workload, as trace-cmd's is at report time,
-/// and a long one in steps of this size, so neither memory nor the spill grows past it.
+/// and a long one in steps of this size, so neither memory nor the spill grows past it. A
+/// recording of allocation failures decodes at once instead: each failure's process (comm,
+/// cgroup) is read from /proc when it is decoded, while it may still run.
 pub const HOLD: u64 = 8 << 20;
 
 /// What the decoding counted.
