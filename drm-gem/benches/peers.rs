@@ -24,6 +24,7 @@ use std::hint::black_box;
 use std::io;
 use std::process::ExitCode;
 use std::time::Duration;
+use support::count::{Counter, Groups};
 use support::paired::{self, Op, Paired, op};
 use support::report::{self, Estimates, FILL, OVERHEAD};
 use support::sys_call as sc;
@@ -57,12 +58,18 @@ fn fourcc() -> drm::buffer::DrmFourcc {
     drm::buffer::DrmFourcc::Xrgb8888
 }
 
+// Every operation below is `#[inline(always)]`: the closure that criterion, the paired pass
+// and the instruction counter call is then each implementation's own call sequence, not a
+// wrapper that LLVM inlines for one implementation and calls for another.
+
 // ---- GET_CAP ---------------------------------------------------------------------------
 
+#[inline(always)]
 fn cap_drm_gem(d: &Device) -> io::Result<u64> {
     Ok(d.driver_cap(DriverCap::DumbBuffer)?.unwrap_or(0))
 }
 
+#[inline(always)]
 fn cap_raw(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut a = sys::drm_get_cap {
         capability: u64::from(CAP),
@@ -72,43 +79,65 @@ fn cap_raw(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(a.value)
 }
 
-/// drm-gem's retry loop, replicated (it is private there): again on EINTR or EAGAIN.
+/// drm-gem's retry (private there), replicated in its shape: the first call inline, the loop
+/// (again on EINTR or EAGAIN) out of line after a failure.
+#[inline(always)]
 fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    match f() {
+        Err(e) => retry_cold(e, f),
+        ok => ok,
+    }
+}
+
+/// [`retry`]'s loop after a failed first call.
+#[cold]
+#[inline(never)]
+fn retry_cold<T>(first: io::Error, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut r = Err(first);
     loop {
-        match f() {
+        match r {
             Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::INTR | Errno::AGAIN)) => {}
             other => return other,
         }
+        r = f();
     }
 }
 
 /// The raw baseline inside the retry loop: the loop's own cost, against `cap_raw`.
+#[inline(always)]
 fn cap_raw_retry(fd: BorrowedFd<'_>) -> io::Result<u64> {
     retry(|| cap_raw(fd))
 }
 
+#[inline(always)]
 fn cap_drm(c: Card<'_>) -> io::Result<u64> {
     c.get_driver_capability(drm::DriverCapability::DumbBuffer)
 }
 
+#[inline(always)]
 fn cap_libdrm(fd: BorrowedFd<'_>) -> io::Result<u64> {
     sc::libdrm_get_cap(fd, CAP)
 }
 
 // ---- VERSION (each returns owned strings, as each API does; compared by driver name) ----
 
+#[inline(always)]
 fn version_drm_gem(d: &Device) -> io::Result<Vec<u8>> {
     let v = black_box(d.driver()?);
     Ok(v.name.into_bytes())
 }
 
-/// One ioctl into stack buffers sized like drm-gem's first guess, then owned strings.
+/// One ioctl into stack buffers sized like drm-gem's first guess, then owned strings: the
+/// cheapest safe conversion (UTF-8 validation, then a copy; the lossy path only for invalid
+/// text), no NUL search.
+#[inline(always)]
 fn version_raw(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     let (mut n, mut da, mut de) = ([0u8; 64], [0u8; 32], [0u8; 256]);
     let v = sc::raw_version(fd, &mut n, &mut da, &mut de)?;
     let text = |b: &[u8], len: u64| {
-        let len = usize::try_from(len).unwrap_or(usize::MAX).min(b.len());
-        String::from_utf8_lossy(&b[..len]).into_owned()
+        let b = &b[..usize::try_from(len).unwrap_or(usize::MAX).min(b.len())];
+        std::str::from_utf8(b)
+            .map_or_else(|_| String::from_utf8_lossy(b).into_owned(), str::to_owned)
     };
     let owned = black_box((
         text(&n, v.name_len),
@@ -119,11 +148,13 @@ fn version_raw(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     Ok(owned.0.into_bytes())
 }
 
+#[inline(always)]
 fn version_drm(c: Card<'_>) -> io::Result<Vec<u8>> {
     let v = black_box(c.get_driver()?);
     Ok(v.name().as_encoded_bytes().to_vec())
 }
 
+#[inline(always)]
 fn version_libdrm(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     let v = black_box(sc::libdrm_version(fd)?);
     Ok(v.name().to_vec())
@@ -131,6 +162,7 @@ fn version_libdrm(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
 
 // ---- dumb create + destroy (returns the pitch: the drm crate does not expose the size) --
 
+#[inline(always)]
 fn dumb_drm_gem(d: &Device, spec: DumbSpec) -> io::Result<u32> {
     let b = DumbBuffer::create(d, spec)?;
     Ok(b.pitch())
@@ -145,6 +177,7 @@ fn create_args(spec: DumbSpec) -> sys::drm_mode_create_dumb {
     }
 }
 
+#[inline(always)]
 fn dumb_raw(fd: BorrowedFd<'_>, spec: DumbSpec) -> io::Result<u32> {
     let mut a = create_args(spec);
     sc::raw_create_dumb(fd, &mut a)?;
@@ -152,6 +185,7 @@ fn dumb_raw(fd: BorrowedFd<'_>, spec: DumbSpec) -> io::Result<u32> {
     Ok(a.pitch)
 }
 
+#[inline(always)]
 fn dumb_drm(c: Card<'_>, spec: DumbSpec) -> io::Result<u32> {
     let b = c.create_dumb_buffer((spec.width, spec.height), fourcc(), spec.bpp)?;
     let pitch = drm::buffer::Buffer::pitch(&b);
@@ -159,6 +193,7 @@ fn dumb_drm(c: Card<'_>, spec: DumbSpec) -> io::Result<u32> {
     Ok(pitch)
 }
 
+#[inline(always)]
 fn dumb_libdrm(fd: BorrowedFd<'_>, spec: DumbSpec) -> io::Result<u32> {
     let mut a = create_args(spec);
     sc::libdrm_create_dumb(fd, &mut a)?;
@@ -168,6 +203,7 @@ fn dumb_libdrm(fd: BorrowedFd<'_>, spec: DumbSpec) -> io::Result<u32> {
 
 // ---- create + map + write 4 KiB + unmap + destroy (`verify` reads the page back) --------
 
+#[inline(always)]
 fn map_drm_gem(d: &Device, data: &[u8], verify: bool) -> io::Result<bool> {
     let mut b = DumbBuffer::create(d, PAGE)?;
     let mut m = b.map()?;
@@ -190,6 +226,7 @@ fn map_offset_raw(fd: BorrowedFd<'_>, handle: u32) -> io::Result<u64> {
     Ok(a.offset)
 }
 
+#[inline(always)]
 fn map_raw(fd: BorrowedFd<'_>, data: &[u8], verify: bool) -> io::Result<bool> {
     let mut a = create_args(PAGE);
     sc::raw_create_dumb(fd, &mut a)?;
@@ -209,6 +246,7 @@ fn map_raw(fd: BorrowedFd<'_>, data: &[u8], verify: bool) -> io::Result<bool> {
     Ok(ok)
 }
 
+#[inline(always)]
 fn map_drm(c: Card<'_>, data: &[u8], verify: bool) -> io::Result<bool> {
     let mut b = c.create_dumb_buffer((PAGE.width, PAGE.height), fourcc(), PAGE.bpp)?;
     let mut ok = true;
@@ -223,6 +261,7 @@ fn map_drm(c: Card<'_>, data: &[u8], verify: bool) -> io::Result<bool> {
     Ok(ok)
 }
 
+#[inline(always)]
 fn map_libdrm(fd: BorrowedFd<'_>, data: &[u8], verify: bool) -> io::Result<bool> {
     let mut a = create_args(PAGE);
     sc::libdrm_create_dumb(fd, &mut a)?;
@@ -248,12 +287,14 @@ fn map_libdrm(fd: BorrowedFd<'_>, data: &[u8], verify: bool) -> io::Result<bool>
 
 // ---- PRIME export on one device, import on the other, close both (returns the handle) ---
 
+#[inline(always)]
 fn prime_drm_gem(exp: &Device, imp: &Device, src: &DumbBuffer<&Device>) -> io::Result<u32> {
     let buf = exp.export(src.gem(), PrimeFlags::default())?;
     let obj = imp.import(buf.as_fd())?;
     Ok(obj.handle().get())
 }
 
+#[inline(always)]
 fn prime_raw(exp: BorrowedFd<'_>, imp: BorrowedFd<'_>, handle: u32) -> io::Result<u32> {
     let buf = sc::raw_prime_handle_to_fd(exp, handle, PRIME)?;
     let mut a = sys::drm_prime_handle {
@@ -272,6 +313,7 @@ fn prime_raw(exp: BorrowedFd<'_>, imp: BorrowedFd<'_>, handle: u32) -> io::Resul
     Ok(a.handle)
 }
 
+#[inline(always)]
 fn prime_drm(exp: Card<'_>, imp: Card<'_>, handle: drm::buffer::Handle) -> io::Result<u32> {
     let buf = exp.buffer_to_prime_fd(handle, PRIME)?;
     let h = imp.prime_fd_to_buffer(buf.as_fd())?;
@@ -279,6 +321,7 @@ fn prime_drm(exp: Card<'_>, imp: Card<'_>, handle: drm::buffer::Handle) -> io::R
     Ok(u32::from(h))
 }
 
+#[inline(always)]
 fn prime_libdrm(exp: BorrowedFd<'_>, imp: BorrowedFd<'_>, handle: u32) -> io::Result<u32> {
     let buf = sc::libdrm_prime_handle_to_fd(exp, handle, PRIME)?;
     let h = sc::libdrm_prime_fd_to_handle(imp, buf.as_fd())?;
@@ -323,6 +366,7 @@ fn table_adopt_drop(t: &Table, raw: u32) -> bool {
 
 /// `dumb_raw` plus the replica table bookkeeping where drm-gem does it (after create,
 /// before destroy): what the table costs in place, between syscalls.
+#[inline(always)]
 fn dumb_raw_table(fd: BorrowedFd<'_>, spec: DumbSpec, t: &Table) -> io::Result<u32> {
     let mut a = create_args(spec);
     sc::raw_create_dumb(fd, &mut a)?;
@@ -334,6 +378,7 @@ fn dumb_raw_table(fd: BorrowedFd<'_>, spec: DumbSpec, t: &Table) -> io::Result<u
 }
 
 /// `prime_raw` plus the replica table bookkeeping around the imported handle.
+#[inline(always)]
 fn prime_raw_table(
     exp: BorrowedFd<'_>,
     imp: BorrowedFd<'_>,
@@ -475,7 +520,7 @@ struct Runner<'c> {
     paired: Vec<Paired>,
 }
 
-impl Runner<'_> {
+impl Groups for Runner<'_> {
     /// `bytes`: throughput per call; `flat`: flat sampling (slow calls); `pair`: also run
     /// the paired pass (the first op is the reference the others are divided into).
     fn group(
@@ -508,7 +553,7 @@ fn op_unit<'a>(name: &'static str, f: impl FnMut() + 'a) -> Op<'a> {
     (name, Box::new(f))
 }
 
-fn bench_ops(r: &mut Runner<'_>, rig: &Rig) {
+fn bench_ops(r: &mut dyn Groups, rig: &Rig) {
     let d = &rig.dumb;
     let table = Table::default();
     let (fd, card) = (d.as_fd(), Card(d.as_fd()));
@@ -583,7 +628,7 @@ fn bench_ops(r: &mut Runner<'_>, rig: &Rig) {
     }
 }
 
-fn bench_fill(r: &mut Runner<'_>, rig: &Rig) -> io::Result<()> {
+fn bench_fill(r: &mut dyn Groups, rig: &Rig) -> io::Result<()> {
     let d = &rig.dumb;
     let (fd, card) = (d.as_fd(), Card(d.as_fd()));
     // Every buffer is made, mapped and pre-faulted (one fill) before any timing starts, and
@@ -655,7 +700,7 @@ fn bench_fill(r: &mut Runner<'_>, rig: &Rig) -> io::Result<()> {
     Ok(())
 }
 
-fn bench_overhead(r: &mut Runner<'_>) {
+fn bench_overhead(r: &mut dyn Groups) {
     let t = Table::default();
     let mut raw = 0u32;
     r.group(
@@ -672,7 +717,81 @@ fn bench_overhead(r: &mut Runner<'_>) {
     );
 }
 
+/// `--instructions BASE [--calls N] [FILTER]`: the instruction counts instead of timing
+/// (`support/count.rs`; `scripts/instructions` runs it under callgrind in a guest). Without
+/// a DRM device (and not strict) only the groups that need none are counted.
+fn count_main(args: &[String]) -> ExitCode {
+    let mut base = None;
+    let mut calls = 1001;
+    let mut filter = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--instructions" => base = it.next(),
+            "--calls" => match it.next().and_then(|n| n.parse().ok()) {
+                Some(n) => calls = n,
+                None => {
+                    eprintln!("drm-gem instructions: --calls wants a number");
+                    return ExitCode::FAILURE;
+                }
+            },
+            "--bench" => {}
+            f => filter = Some(f.to_string()),
+        }
+    }
+    let Some(base) = base else {
+        eprintln!("drm-gem instructions: --instructions wants the callgrind output file");
+        return ExitCode::FAILURE;
+    };
+    let rig = match Rig::open() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("drm-gem instructions: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(rig) = &rig
+        && let Err(e) = check(rig)
+    {
+        eprintln!("drm-gem instructions: check failed: {e}");
+        return ExitCode::FAILURE;
+    }
+    let mut counter = Counter::new(std::path::Path::new(base), calls, filter);
+    let head = match &rig {
+        Some(rig) => {
+            bench_ops(&mut counter, rig);
+            if let Err(e) = bench_fill(&mut counter, rig) {
+                eprintln!("drm-gem instructions: fill setup failed: {e}");
+                return ExitCode::FAILURE;
+            }
+            format!(
+                "kernel {} | dumb node {} | PRIME {}",
+                rustix::system::uname().release().to_string_lossy(),
+                rig.dumb_driver,
+                rig.prime_names
+            )
+        }
+        None => {
+            eprintln!(
+                "SKIP drm-gem instruction counts of the device groups: no DRM node with dumb buffers on this machine"
+            );
+            "no DRM device: the groups that need none only".into()
+        }
+    };
+    bench_overhead(&mut counter);
+    if let Some(e) = counter.failure() {
+        eprintln!("drm-gem instructions: {e}");
+        return ExitCode::FAILURE;
+    }
+    counter.print(&report::OPS, &report::PEERS, &head);
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--instructions") {
+        return count_main(&args[1..]);
+    }
     let home = support::criterion_home();
     let rig = match Rig::open() {
         Ok(Some(r)) => r,

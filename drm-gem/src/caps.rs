@@ -179,6 +179,7 @@ pub struct Caps {
 impl Device {
     /// `DRM_IOCTL_GET_CAP` for one capability. `Ok(None)` when the kernel does not know it
     /// (EINVAL: older kernel) or the driver does not implement it (EOPNOTSUPP: no KMS).
+    #[inline]
     pub fn driver_cap(&self, cap: DriverCap) -> Result<Option<u64>> {
         let mut a = sys::drm_get_cap {
             capability: u64::from(cap.raw()),
@@ -186,8 +187,7 @@ impl Device {
         };
         match sys_call::get_cap(self.as_fd(), &mut a) {
             Ok(()) => Ok(Some(a.value)),
-            Err(e) if matches!(e.errno(), Some(Errno::INVAL | Errno::OPNOTSUPP)) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => absent_or(e),
         }
     }
 
@@ -206,6 +206,18 @@ impl Device {
             },
             _ => e,
         })
+    }
+}
+
+/// `Ok(None)` for the errnos of a cap the kernel or driver lacks (EINVAL, EOPNOTSUPP), else
+/// the error (out of line: [`Device::driver_cap`]'s success path is one test).
+#[cold]
+#[inline(never)]
+fn absent_or(e: Error) -> Result<Option<u64>> {
+    if matches!(e.errno(), Some(Errno::INVAL | Errno::OPNOTSUPP)) {
+        Ok(None)
+    } else {
+        Err(e)
     }
 }
 

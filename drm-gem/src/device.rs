@@ -192,6 +192,7 @@ impl Device {
     }
 
     /// `DRM_IOCTL_GET_CAP` for one raw capability number (`DRM_CAP_*`).
+    #[inline]
     pub fn raw_cap(&self, cap: u32) -> Result<u64> {
         let mut arg = sys::drm_get_cap {
             capability: u64::from(cap),
@@ -277,6 +278,7 @@ impl Device {
 }
 
 impl AsFd for Device {
+    #[inline]
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -288,18 +290,24 @@ impl From<Device> for OwnedFd {
     }
 }
 
-/// Builds the answer of `DRM_IOCTL_VERSION` from the filled prefixes of its buffers (each
-/// cut at its first NUL, if any).
+/// Builds the answer of `DRM_IOCTL_VERSION` from the filled prefixes of its buffers, each
+/// exactly as long as the kernel's string (`drm_copy_field` copies `strlen` bytes, no NUL:
+/// there is none to cut at).
 fn version_of(v: &sys::drm_version, name: &[u8], date: &[u8], desc: &[u8]) -> DriverVersion {
-    let text = |b: &[u8]| {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        String::from_utf8_lossy(&b[..end]).into_owned()
-    };
     DriverVersion {
         name: text(name),
         version: (v.version_major, v.version_minor, v.version_patchlevel),
         date: text(date),
         desc: text(desc),
+    }
+}
+
+/// `b` as text, invalid UTF-8 replaced by U+FFFD: valid UTF-8 (every driver's strings) is
+/// validated once and copied; the lossy path runs only when the validation fails.
+fn text(b: &[u8]) -> String {
+    match core::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
     }
 }
 

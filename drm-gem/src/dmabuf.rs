@@ -245,6 +245,7 @@ fn no_sync_file_ioctl(e: Error) -> Error {
 }
 
 impl AsFd for DmaBuf {
+    #[inline]
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
@@ -276,6 +277,7 @@ impl Drop for CpuAccess<'_> {
 
 impl Device {
     /// `DRM_IOCTL_PRIME_HANDLE_TO_FD`: exports a GEM object of this device as a dma-buf.
+    #[inline]
     pub fn export(&self, obj: &GemObject<impl DeviceRef>, flags: PrimeFlags) -> Result<DmaBuf> {
         if !core::ptr::eq(obj.device(), self) {
             return Err(Error::InvalidArgument {
@@ -311,11 +313,13 @@ impl Device {
     /// exported and one was closed: the number is then dead or another object's. This
     /// library cannot tell from the answer; on such kernels keep one handle per object in
     /// a file (open names through another `Device`).
+    #[inline]
     pub fn import(&self, buf: BorrowedFd<'_>) -> Result<GemObject<&Device>> {
         GemObject::import(self, buf)
     }
 
     /// PRIME_FD_TO_HANDLE with its new owner counted under the handle lock.
+    #[inline]
     pub(crate) fn import_counted(&self, buf: BorrowedFd<'_>) -> Result<crate::GemHandle> {
         use rustix::fd::AsRawFd;
         let mut a = sys::drm_prime_handle {

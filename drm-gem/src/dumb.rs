@@ -28,31 +28,52 @@ impl DumbSpec {
     /// Checks the spec the way `drm_mode_create_dumb` does (non-zero sizes, a bytes-per-pixel
     /// count, `width * cpp * height` within `u32`), plus the bpp values the toolkit supports,
     /// so bad input never reaches the kernel. Returns the minimum pitch and size.
+    #[inline]
     pub fn validate(&self) -> Result<(u32, u64)> {
-        let bad = |what: String| Err(Error::InvalidArgument { what });
-        if self.width == 0 || self.height == 0 {
-            return bad(format!(
+        match self.checked() {
+            Some(v) => Ok(v),
+            None => Err(self.invalid()),
+        }
+    }
+
+    /// The minimum pitch and size of a valid spec; `None` for an invalid one. The checks
+    /// inline into [`DumbBuffer::create`]; the messages are built out of line
+    /// ([`invalid`](Self::invalid)).
+    #[inline]
+    fn checked(&self) -> Option<(u32, u64)> {
+        if self.width == 0 || self.height == 0 || !matches!(self.bpp, 8 | 16 | 24 | 32) {
+            return None;
+        }
+        let pitch = self.width.checked_mul(self.bpp / 8)?;
+        let size = pitch.checked_mul(self.height)?;
+        Some((pitch, u64::from(size)))
+    }
+
+    /// Why [`checked`](Self::checked) refused the spec.
+    #[cold]
+    #[inline(never)]
+    fn invalid(&self) -> Error {
+        let what = if self.width == 0 || self.height == 0 {
+            format!(
                 "dumb buffer {}x{}: width and height must be > 0",
                 self.width, self.height
-            ));
-        }
-        if !matches!(self.bpp, 8 | 16 | 24 | 32) {
-            return bad(format!("dumb buffer bpp {}: use 8, 16, 24 or 32", self.bpp));
-        }
-        let cpp = self.bpp.div_ceil(8);
-        let Some(pitch) = self.width.checked_mul(cpp) else {
-            return bad(format!(
-                "dumb buffer width {} x {cpp} bytes overflows u32",
-                self.width
-            ));
+            )
+        } else if !matches!(self.bpp, 8 | 16 | 24 | 32) {
+            format!("dumb buffer bpp {}: use 8, 16, 24 or 32", self.bpp)
+        } else {
+            let cpp = self.bpp.div_ceil(8);
+            match self.width.checked_mul(cpp) {
+                None => format!(
+                    "dumb buffer width {} x {cpp} bytes overflows u32",
+                    self.width
+                ),
+                Some(pitch) => format!(
+                    "dumb buffer {pitch} bytes x {} rows overflows u32",
+                    self.height
+                ),
+            }
         };
-        let Some(size) = pitch.checked_mul(self.height) else {
-            return bad(format!(
-                "dumb buffer {pitch} bytes x {} rows overflows u32",
-                self.height
-            ));
-        };
-        Ok((pitch, u64::from(size)))
+        Error::InvalidArgument { what }
     }
 }
 
@@ -70,6 +91,7 @@ impl<D: DeviceRef> DumbBuffer<D> {
     /// `DRM_IOCTL_MODE_CREATE_DUMB` after [`DumbSpec::validate`]. Pitch and size are what the
     /// kernel reports (drivers align them).
     /// `dev` is `&Device` or `Arc<Device>` ([`DeviceRef`]).
+    #[inline]
     pub fn create(dev: D, spec: DumbSpec) -> Result<Self> {
         spec.validate()?;
         let mut a = sys::drm_mode_create_dumb {
@@ -125,6 +147,7 @@ impl<D: DeviceRef> DumbBuffer<D> {
     }
 
     /// `DRM_IOCTL_MODE_MAP_DUMB`: the fake offset to mmap the device fd at.
+    #[inline]
     pub fn map_offset(&self) -> Result<u64> {
         let mut a = sys::drm_mode_map_dumb {
             handle: self.handle().get(),
@@ -136,6 +159,7 @@ impl<D: DeviceRef> DumbBuffer<D> {
 
     /// Maps the whole buffer read/write. The mapping borrows the buffer mutably, so the
     /// buffer can be neither dropped nor mapped twice while it exists.
+    #[inline]
     pub fn map(&mut self) -> Result<Mapping<'_>> {
         let offset = self.map_offset()?;
         let len = usize::try_from(self.size).map_err(|_| Error::InvalidArgument {

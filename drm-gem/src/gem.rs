@@ -30,6 +30,10 @@ impl HandleTable {
     /// Handles below this are counted in the vector (64 KiB of counts at most).
     const DENSE: u32 = 1 << 14;
 
+    /// The count of `h`, made (zero) if it has none yet. Out of line: the dense slot that
+    /// exists already is [`acquire`](Self::acquire)'s inlined fast path.
+    #[cold]
+    #[inline(never)]
     fn slot(&mut self, h: u32) -> &mut u32 {
         if h < Self::DENSE {
             let i = h as usize;
@@ -43,8 +47,12 @@ impl HandleTable {
     }
 
     /// Adds one owner of `h`; returns the new count.
+    #[inline]
     pub(crate) fn acquire(&mut self, h: u32) -> u32 {
-        let n = self.slot(h);
+        let n = match self.dense.get_mut(h as usize) {
+            Some(n) if h < Self::DENSE => n,
+            _ => self.slot(h),
+        };
         *n += 1;
         let v = *n;
         if v == 1 {
@@ -54,32 +62,44 @@ impl HandleTable {
     }
 
     /// Removes one owner of `h` (nothing if it has none); returns how many are left.
+    #[inline]
     pub(crate) fn release(&mut self, h: u32) -> u32 {
-        let left = if h < Self::DENSE {
-            match self.dense.get_mut(h as usize) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    *n
+        let left = match self.dense.get_mut(h as usize) {
+            Some(n) if h < Self::DENSE => {
+                if *n == 0 {
+                    return 0;
                 }
-                _ => return 0,
+                *n -= 1;
+                *n
             }
-        } else {
-            match self.sparse.get_mut(&h) {
-                Some(n) => {
-                    *n -= 1;
-                    let v = *n;
-                    if v == 0 {
-                        self.sparse.remove(&h);
-                    }
-                    v
-                }
-                None => return 0,
-            }
+            _ => return self.release_sparse(h),
         };
         if left == 0 {
             self.live -= 1;
         }
         left
+    }
+
+    /// [`release`](Self::release) of a handle outside the dense vector.
+    #[cold]
+    #[inline(never)]
+    fn release_sparse(&mut self, h: u32) -> u32 {
+        if h < Self::DENSE {
+            // Below DENSE but past the vector: never acquired.
+            return 0;
+        }
+        match self.sparse.get_mut(&h) {
+            Some(n) => {
+                *n -= 1;
+                let v = *n;
+                if v == 0 {
+                    self.sparse.remove(&h);
+                    self.live -= 1;
+                }
+                v
+            }
+            None => 0,
+        }
     }
 
     /// How many owners `h` has.
@@ -129,6 +149,7 @@ impl<D: DeviceRef> GemObject<D> {
     /// creation ioctls never answer with a handle the file already has). Ioctls that can
     /// answer with an existing handle count their owner inside [`Device::with_handles`] and
     /// then use [`GemObject::acquired`].
+    #[inline]
     pub(crate) fn adopt(dev: D, ioctl: &'static str, raw: u32, release: Release) -> Result<Self> {
         let handle = nonzero_handle(ioctl, raw)?;
         dev.handles
@@ -140,6 +161,7 @@ impl<D: DeviceRef> GemObject<D> {
 
     /// The owner of `handle`, whose ownership was already counted in the device's handle
     /// table (`HandleTable::acquire` under the lock, around the ioctl that returned it).
+    #[inline]
     pub(crate) fn acquired(dev: D, handle: GemHandle, release: Release) -> Self {
         Self {
             dev,
@@ -149,6 +171,7 @@ impl<D: DeviceRef> GemObject<D> {
     }
 
     /// `DRM_IOCTL_PRIME_FD_TO_HANDLE` on `dev`; [`Device::import`] for any [`DeviceRef`].
+    #[inline]
     pub fn import(dev: D, buf: BorrowedFd<'_>) -> Result<Self> {
         let handle = dev.import_counted(buf)?;
         Ok(Self::acquired(dev, handle, Release::Close))
@@ -224,7 +247,22 @@ impl<D: DeviceRef> GemObject<D> {
     }
 }
 
+impl<D: DeviceRef> GemObject<D> {
+    /// Counts a failed release ioctl of `Drop` on the device (out of line: a failure is
+    /// rare, ENODEV after the driver is unbound).
+    #[cold]
+    #[inline(never)]
+    fn release_failed(&self, e: Error) {
+        let call = match self.release {
+            Release::Close => "DRM_IOCTL_GEM_CLOSE",
+            _ => "DRM_IOCTL_MODE_DESTROY_DUMB",
+        };
+        self.dev.releases.check(call, Err(e));
+    }
+}
+
 impl<D: DeviceRef> Drop for GemObject<D> {
+    #[inline]
     fn drop(&mut self) {
         if self.release == Release::Disowned {
             return;
@@ -238,33 +276,30 @@ impl<D: DeviceRef> Drop for GemObject<D> {
         }
         // Drop cannot return an error and never panics: a failure (ENODEV after the driver
         // is unbound) is counted on the device. The type system rules out a double close.
-        let (call, r) = match self.release {
-            Release::Close => {
-                let mut a = sys::drm_gem_close {
+        let fd = self.dev.as_fd();
+        let r = match self.release {
+            Release::Close => sys_call::gem_close(
+                fd,
+                &mut sys::drm_gem_close {
                     handle: raw,
                     pad: 0,
-                };
-                (
-                    "DRM_IOCTL_GEM_CLOSE",
-                    sys_call::gem_close(self.dev.as_fd(), &mut a),
-                )
-            }
+                },
+            ),
             Release::DestroyDumb => {
-                let mut a = sys::drm_mode_destroy_dumb { handle: raw };
-                (
-                    "DRM_IOCTL_MODE_DESTROY_DUMB",
-                    sys_call::mode_destroy_dumb(self.dev.as_fd(), &mut a),
-                )
+                sys_call::mode_destroy_dumb(fd, &mut sys::drm_mode_destroy_dumb { handle: raw })
             }
             Release::Disowned => return,
         };
         drop(handles);
-        self.dev.releases.check(call, r);
+        if let Err(e) = r {
+            self.release_failed(e);
+        }
     }
 }
 
 /// `raw` as a handle; the kernel never returns handle 0 for an object, so 0 from `ioctl`
 /// is [`Error::BadReply`].
+#[inline]
 pub(crate) fn nonzero_handle(ioctl: &'static str, raw: u32) -> Result<GemHandle> {
     GemHandle::new(raw).ok_or(Error::BadReply {
         ioctl,
@@ -277,6 +312,7 @@ impl Device {
     /// be a handle this open file already has (PRIME import, `GEM_OPEN`, `GETFB2`), which
     /// must run and count its owner (`HandleTable::acquire`) before a last owner elsewhere can
     /// close the number. `f` must not drop a [`GemObject`] of this device (that locks too).
+    #[inline]
     pub(crate) fn with_handles<T>(
         &self,
         f: impl FnOnce(&mut HandleTable) -> Result<T>,

@@ -20,6 +20,7 @@ pub struct Mapping<'b> {
 
 impl Mapping<'_> {
     /// Maps `len` bytes of `fd` at `offset`, shared, read-write.
+    #[inline]
     pub(crate) fn new<'a>(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<Mapping<'a>> {
         Ok(Mapping {
             map: Mmap::map(
@@ -51,11 +52,13 @@ impl Mapping<'_> {
     }
 
     /// Copies `src` into the mapping at `offset` ([`Mmap::write_at`]).
+    #[inline]
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
         self.map.write_at(offset, src)
     }
 
     /// Copies from the mapping at `offset` into `dst` ([`Mmap::read_at`]).
+    #[inline]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.map.read_at(offset, dst)
     }

@@ -42,6 +42,7 @@ impl ReleaseCounter {
     }
 
     /// Records that the release call `call` failed with `errno`.
+    #[cold]
     pub fn record(&self, call: &'static str, errno: Errno) {
         // The mutex is taken only here and in `get`, never while the holder can panic, so
         // taking it cannot deadlock; a poisoned one is used as it is.
@@ -52,6 +53,7 @@ impl ReleaseCounter {
 
     /// Records `r` when it is an error of a kernel call (one with an errno); an error
     /// without one (which no release call returns) is recorded as `EIO`.
+    #[inline]
     pub(crate) fn check(&self, call: &'static str, r: crate::Result<()>) {
         if let Err(e) = r {
             self.record(call, e.errno().unwrap_or(Errno::IO));

@@ -1,5 +1,6 @@
 //! Devices, the `drm` crate's device type, leak counters and where criterion writes.
 
+pub(crate) mod count;
 pub(crate) mod paired;
 pub(crate) mod report;
 pub(crate) mod sys_call;

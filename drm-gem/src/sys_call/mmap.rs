@@ -78,6 +78,7 @@ unsafe impl Sync for Mmap {}
 impl Mmap {
     /// Maps `len` (> 0, checked by the callers in `crate::mmap`) bytes of `file` (fd and
     /// offset) or, without one, anonymous memory.
+    #[inline]
     pub(crate) fn new_raw(
         file: Option<(BorrowedFd<'_>, u64)>,
         len: usize,
@@ -277,66 +278,144 @@ impl Drop for Mmap {
     }
 }
 
-/// The widest access the copies use: a 16-byte SSE2 register on x86-64 (SSE2 is part of
-/// the base architecture), else a machine word.
-#[cfg(target_arch = "x86_64")]
-type Chunk = core::arch::x86_64::__m128i;
-#[cfg(not(target_arch = "x86_64"))]
-type Chunk = usize;
-const CHUNK: usize = core::mem::size_of::<Chunk>();
+/// The copies' loops for one access width `$chunk`: single bytes up to the first aligned
+/// chunk, four aligned chunks per iteration, single chunks, then the remaining bytes. The
+/// mapping side is accessed with volatile loads or stores, the Rust side with ordinary
+/// unaligned ones. `$attr` names the target feature the width needs, if any (the callers
+/// check it at run time).
+macro_rules! volatile_copies {
+    ($(#[$attr:meta])* $copy_in:ident, $copy_out:ident, $chunk:ty) => {
+        /// Copies `src` to `dst` with volatile stores (see `volatile_copies!`).
+        ///
+        /// # Safety
+        /// `dst..dst + src.len()` must be writable mapped memory that no Rust reference
+        /// covers; the CPU must have the target features this function is built with.
+        $(#[$attr])*
+        unsafe fn $copy_in(dst: *mut u8, src: &[u8]) {
+            const C: usize = core::mem::size_of::<$chunk>();
+            let n = src.len();
+            let head = dst.align_offset(C).min(n);
+            let body = (n - head) / C * C;
+            let quad = body / (4 * C) * (4 * C);
+            let s = src.as_ptr();
+            // SAFETY: (every loop) each index is below `n`, so each access stays inside
+            // the caller's range and `src`; the chunk stores are aligned (`head` aligns
+            // `dst`) and the chunk loads from `src` are unaligned reads of initialized bytes.
+            unsafe {
+                for i in 0..head {
+                    dst.add(i).write_volatile(*s.add(i));
+                }
+                let mut i = head;
+                while i < head + quad {
+                    let a = s.add(i).cast::<$chunk>().read_unaligned();
+                    let b = s.add(i + C).cast::<$chunk>().read_unaligned();
+                    let c = s.add(i + 2 * C).cast::<$chunk>().read_unaligned();
+                    let d = s.add(i + 3 * C).cast::<$chunk>().read_unaligned();
+                    dst.add(i).cast::<$chunk>().write_volatile(a);
+                    dst.add(i + C).cast::<$chunk>().write_volatile(b);
+                    dst.add(i + 2 * C).cast::<$chunk>().write_volatile(c);
+                    dst.add(i + 3 * C).cast::<$chunk>().write_volatile(d);
+                    i += 4 * C;
+                }
+                while i < head + body {
+                    let v = s.add(i).cast::<$chunk>().read_unaligned();
+                    dst.add(i).cast::<$chunk>().write_volatile(v);
+                    i += C;
+                }
+                for i in head + body..n {
+                    dst.add(i).write_volatile(*s.add(i));
+                }
+            }
+        }
 
-/// Copies `src` to `dst` with volatile stores: single bytes up to the first aligned chunk,
-/// aligned chunks, then the remaining bytes. Reads of `src` are ordinary (it is Rust memory).
+        /// Copies into `dst` from `src` with volatile loads, aligned like the copy in.
+        ///
+        /// # Safety
+        /// `src..src + dst.len()` must be readable mapped memory; the CPU must have the
+        /// target features this function is built with.
+        $(#[$attr])*
+        unsafe fn $copy_out(src: *const u8, dst: &mut [u8]) {
+            const C: usize = core::mem::size_of::<$chunk>();
+            let n = dst.len();
+            let head = src.align_offset(C).min(n);
+            let body = (n - head) / C * C;
+            let quad = body / (4 * C) * (4 * C);
+            let d = dst.as_mut_ptr();
+            // SAFETY: (every loop) as in the copy in, with the roles swapped: aligned
+            // volatile loads from the mapping, unaligned stores into `dst`.
+            unsafe {
+                for i in 0..head {
+                    *d.add(i) = src.add(i).read_volatile();
+                }
+                let mut i = head;
+                while i < head + quad {
+                    let a = src.add(i).cast::<$chunk>().read_volatile();
+                    let b = src.add(i + C).cast::<$chunk>().read_volatile();
+                    let c = src.add(i + 2 * C).cast::<$chunk>().read_volatile();
+                    let e = src.add(i + 3 * C).cast::<$chunk>().read_volatile();
+                    d.add(i).cast::<$chunk>().write_unaligned(a);
+                    d.add(i + C).cast::<$chunk>().write_unaligned(b);
+                    d.add(i + 2 * C).cast::<$chunk>().write_unaligned(c);
+                    d.add(i + 3 * C).cast::<$chunk>().write_unaligned(e);
+                    i += 4 * C;
+                }
+                while i < head + body {
+                    let v = src.add(i).cast::<$chunk>().read_volatile();
+                    d.add(i).cast::<$chunk>().write_unaligned(v);
+                    i += C;
+                }
+                for i in head + body..n {
+                    *d.add(i) = src.add(i).read_volatile();
+                }
+            }
+        }
+    };
+}
+
+// The base width: a 16-byte SSE2 register on x86-64 (SSE2 is part of the base
+// architecture), else a machine word.
+#[cfg(target_arch = "x86_64")]
+volatile_copies!(copy_in_base, copy_out_base, core::arch::x86_64::__m128i);
+#[cfg(not(target_arch = "x86_64"))]
+volatile_copies!(copy_in_base, copy_out_base, usize);
+// 32-byte AVX registers where the CPU has them (checked at run time, once per process by
+// std's detection cache): half the loop iterations of the SSE2 copy.
+#[cfg(target_arch = "x86_64")]
+volatile_copies!(
+    #[target_feature(enable = "avx")]
+    copy_in_avx,
+    copy_out_avx,
+    core::arch::x86_64::__m256i
+);
+
+/// Copies at or above this many bytes take the AVX loops where the CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+const WIDE_FROM: usize = 256;
+
+/// Copies `src` to `dst` with volatile stores, in the widest chunks the CPU offers.
 ///
 /// # Safety
 /// `dst..dst + src.len()` must be writable mapped memory that no Rust reference covers.
 unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
-    let n = src.len();
-    let head = dst.align_offset(CHUNK).min(n);
-    let body = (n - head) / CHUNK * CHUNK;
-    let s = src.as_ptr();
-    // SAFETY: (the three loops) every index is below `n`, so each access stays inside the
-    // caller's range and `src`; the chunk stores are aligned (`head` aligns `dst`) and the
-    // chunk loads from `src` are unaligned reads of initialized bytes.
-    unsafe {
-        for i in 0..head {
-            dst.add(i).write_volatile(*s.add(i));
-        }
-        let mut i = head;
-        while i < head + body {
-            let v = s.add(i).cast::<Chunk>().read_unaligned();
-            dst.add(i).cast::<Chunk>().write_volatile(v);
-            i += CHUNK;
-        }
-        for i in head + body..n {
-            dst.add(i).write_volatile(*s.add(i));
-        }
+    #[cfg(target_arch = "x86_64")]
+    if src.len() >= WIDE_FROM && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the caller's contract, forwarded; AVX is present (checked just above).
+        return unsafe { copy_in_avx(dst, src) };
     }
+    // SAFETY: the caller's contract, forwarded; the base width needs no feature check.
+    unsafe { copy_in_base(dst, src) }
 }
 
-/// Copies into `dst` from `src` with volatile loads, aligned like [`volatile_copy_in`].
+/// Copies into `dst` from `src` with volatile loads, in the widest chunks the CPU offers.
 ///
 /// # Safety
 /// `src..src + dst.len()` must be readable mapped memory.
 unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
-    let n = dst.len();
-    let head = src.align_offset(CHUNK).min(n);
-    let body = (n - head) / CHUNK * CHUNK;
-    let d = dst.as_mut_ptr();
-    // SAFETY: (the three loops) as in `volatile_copy_in`, with the roles swapped: aligned
-    // volatile loads from the mapping, unaligned stores into `dst`.
-    unsafe {
-        for i in 0..head {
-            *d.add(i) = src.add(i).read_volatile();
-        }
-        let mut i = head;
-        while i < head + body {
-            let v = src.add(i).cast::<Chunk>().read_volatile();
-            d.add(i).cast::<Chunk>().write_unaligned(v);
-            i += CHUNK;
-        }
-        for i in head + body..n {
-            *d.add(i) = src.add(i).read_volatile();
-        }
+    #[cfg(target_arch = "x86_64")]
+    if dst.len() >= WIDE_FROM && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the caller's contract, forwarded; AVX is present (checked just above).
+        return unsafe { copy_out_avx(src, dst) };
     }
+    // SAFETY: the caller's contract, forwarded; the base width needs no feature check.
+    unsafe { copy_out_base(src, dst) }
 }

@@ -22,17 +22,64 @@ const EAGAIN_RETRIES: u32 = 100;
 /// Retries `f` while it fails with EINTR, as libdrm's `drmIoctl` does; EAGAIN too, but at
 /// most [`EAGAIN_RETRIES`] times (yielding the CPU in between), after which the caller gets
 /// it: libdrm's unbounded EAGAIN loop spins for ever on a request that keeps answering it.
+///
+/// The first call is inlined into every ioctl wrapper and everything after a failure is out
+/// of line ([`retry_cold`]): a call that succeeds the first time costs what a bare ioctl
+/// costs, without the loop's registers and spills (`drm-gem/BENCHMARKS.md`, user-space
+/// instructions per call).
+#[inline(always)]
 fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    match f() {
+        Ok(v) => Ok(v),
+        Err(e) => retry_cold(e, f),
+    }
+}
+
+/// [`retry`] with a failure named after the ioctl (`Error::Ioctl { name, errno }`); the
+/// retries and the error are built out of line, so that a caller's success path is one
+/// test of the syscall's result.
+#[inline(always)]
+fn retry_named<T>(
+    name: &'static str,
+    mut f: impl FnMut() -> rustix::io::Result<T>,
+) -> Result<T, Error> {
+    match f() {
+        Ok(v) => Ok(v),
+        Err(e) => failed(name, e, f),
+    }
+}
+
+/// [`retry_named`]'s path after a failed first call.
+#[cold]
+#[inline(never)]
+fn failed<T>(
+    name: &'static str,
+    first: Errno,
+    f: impl FnMut() -> rustix::io::Result<T>,
+) -> Result<T, Error> {
+    retry_cold(first, f).map_err(|errno| Error::ioctl(name, errno))
+}
+
+/// [`retry`]'s loop, after a first call that answered `first`: again after EINTR, and
+/// after EAGAIN a bounded number of times; any other answer is returned.
+#[cold]
+#[inline(never)]
+fn retry_cold<T>(
+    first: Errno,
+    mut f: impl FnMut() -> rustix::io::Result<T>,
+) -> rustix::io::Result<T> {
     let mut again = 0;
+    let mut r = Err(first);
     loop {
-        match f() {
-            Err(Errno::INTR) => continue,
+        match r {
+            Err(Errno::INTR) => {}
             Err(Errno::AGAIN) if again < EAGAIN_RETRIES => {
                 again += 1;
                 std::thread::yield_now();
             }
             other => return other,
         }
+        r = f();
     }
 }
 
@@ -58,8 +105,9 @@ macro_rules! drm_ioctl {
     (safe $(#[$m:meta])* $module:ident::$cname:ident => $fname:ident(&mut $ty:ty)) => {
         $(#[$m])*
         #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR, and a bounded number of times on EAGAIN).")]
+        #[inline]
         pub(crate) fn $fname(fd: BorrowedFd<'_>, arg: &mut $ty) -> Result<(), Error> {
-            retry(|| {
+            $crate::sys_call::retry_named(stringify!($cname), || {
                 // SAFETY: `$cname` is an ioctl over exactly one `$ty` (checked by
                 // ioctl-sys/tests/opcodes.rs); `$ty` has no pointer fields, and `arg` is an
                 // exclusive borrow valid for the whole call.
@@ -70,7 +118,6 @@ macro_rules! drm_ioctl {
                     )
                 }
             })
-            .map_err(|errno| Error::ioctl(stringify!($cname), errno))
         }
     };
     // The argument embeds user pointers: the caller vouches for them.
@@ -84,8 +131,9 @@ macro_rules! drm_ioctl {
         /// # Safety
         /// Every pointer/length pair in `arg` must describe memory that the kernel may read
         /// or write (as the ioctl specifies) for the duration of the call.
+        #[inline]
         pub(crate) unsafe fn $fname(fd: BorrowedFd<'_>, arg: &mut $ty) -> Result<(), Error> {
-            retry(|| {
+            $crate::sys_call::retry_named(stringify!($cname), || {
                 // SAFETY: request/type pairing as above; pointer validity is the caller's
                 // contract, stated in this function's `# Safety` section.
                 unsafe {
@@ -95,7 +143,6 @@ macro_rules! drm_ioctl {
                     )
                 }
             })
-            .map_err(|errno| Error::ioctl(stringify!($cname), errno))
         }
     };
 }
@@ -105,13 +152,13 @@ macro_rules! drm_ioctl_noarg {
     ($(#[$m:meta])* $cname:ident => $fname:ident) => {
         $(#[$m])*
         #[doc = concat!("Issues `", stringify!($cname), "` (retrying on EINTR, and a bounded number of times on EAGAIN).")]
+        #[inline]
         pub(crate) fn $fname(fd: BorrowedFd<'_>) -> Result<(), Error> {
-            retry(|| {
+            $crate::sys_call::retry_named(stringify!($cname), || {
                 // SAFETY: `$cname` is an `_IO` request: the kernel reads and writes no
                 // memory of ours (checked by ioctl-sys/tests/opcodes.rs).
                 unsafe { ioctl(fd, rustix::ioctl::NoArg::<{ sys::$cname as Opcode }>::new()) }
             })
-            .map_err(|errno| Error::ioctl(stringify!($cname), errno))
         }
     };
 }
@@ -125,6 +172,7 @@ drm_ioctl!(unsafe
 
 /// `DRM_IOCTL_VERSION` into three byte buffers. The returned struct's `*_len` fields hold
 /// the full string lengths, which may exceed the buffers (then the copies were truncated).
+#[inline]
 pub(crate) fn version(
     fd: BorrowedFd<'_>,
     name: &mut [u8],
@@ -199,6 +247,7 @@ impl crate::mapping::Mapping<'_> {
 
 /// Adopts an fd the kernel just returned in the struct of the ioctl `ioctl` (a negative
 /// one is [`Error::BadReply`]).
+#[inline]
 pub(crate) fn own_fd(ioctl: &'static str, raw: i32) -> Result<rustix::fd::OwnedFd, Error> {
     use rustix::fd::FromRawFd;
     if raw < 0 {

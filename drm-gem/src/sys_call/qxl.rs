@@ -3,7 +3,6 @@
 //! Every qxl ioctl here takes plain data (EXECBUFFER, which carries command pointers, is not
 //! wrapped). All need an authenticated primary-node file (`DRM_AUTH`).
 
-use super::retry;
 use crate::error::Error;
 use rustix::fd::BorrowedFd;
 use rustix::ioctl::{Opcode, Updater, ioctl};

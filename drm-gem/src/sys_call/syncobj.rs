@@ -4,7 +4,7 @@
 //! so their raw forms are `unsafe fn`; the safe wrappers below build the pointers from
 //! slices that outlive the call.
 
-use super::{BorrowedFd, Error, retry};
+use super::{BorrowedFd, Error};
 use ioctl_sys::drm as sys;
 use rustix::ioctl::{Opcode, Updater, ioctl};
 

@@ -4,7 +4,7 @@
 //! request means something else to another driver, so callers check that the device is
 //! vgem before issuing these.
 
-use super::{BorrowedFd, Error, retry};
+use super::{BorrowedFd, Error};
 use ioctl_sys::vgem as vsys;
 use rustix::ioctl::{Opcode, Updater, ioctl};
 

@@ -5,7 +5,6 @@
 //! are `unsafe fn`; the safe wrappers below build every pointer from a Rust borrow and clear
 //! it before the struct is handed back.
 
-use super::retry;
 use crate::error::Error;
 use ioctl_sys::virtgpu as vsys;
 use rustix::fd::BorrowedFd;
