@@ -17,7 +17,7 @@ pub trait Out {
     fn close(&mut self, other: Value) -> std::io::Result<()>;
 }
 
-/// The whole trace in memory: `traceEvents` and `otherData` ([`to_json`]).
+/// The whole trace in memory: `traceEvents` and `otherData` ([`super::to_json`]).
 #[derive(Debug, Default)]
 pub struct InMemory {
     /// The events.
