@@ -1,7 +1,8 @@
 #!/bin/busybox sh
 # Guest init of the vm harness (PID 1 in the initramfs). Mounts the kernel filesystems,
 # loads the driver modules, reports what it found, runs the payload from the host root
-# (shared read-only over 9p) in a chroot, forwards the payload's results, powers off.
+# (shared read-only over 9p; a writable union over it with VM_WRITABLE_ROOT=1) in a
+# chroot, forwards the payload's results, powers off.
 #
 # Results go to the virtio port named vm.results as framed records
 #   "\n@@VMR1 <byte length> <payload>\n"
@@ -144,34 +145,70 @@ done
 
 if [ -z "$VM_CMD" ]; then finish 0; fi
 
+# A writable root over the host root (vm test --writable-root): /merged, a union of the
+# read-only 9p mount /host and a tmpfs (/rw) that takes every change and goes with the
+# guest. overlayfs where the kernel has it; else the host's own fuse-overlayfs (the
+# project's kernels have FUSE, not overlayfs), started from /host with the host's loader
+# and libraries, as root with allow_other (the payload's other users, man's "man", use it
+# too). Made before anything is mounted below /host, so the union sees the host root only.
+writable_root() {
+  mkdir -p /rw /merged
+  mount -t tmpfs -o mode=0755 tmpfs /rw && mkdir -p /rw/upper /rw/work || return 1
+  if mount -t overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work overlay /merged 2>/dev/null; then
+    rec "note writable root: overlayfs over the host root, changes in a tmpfs"
+    return 0
+  fi
+  fo=/host/usr/bin/fuse-overlayfs
+  if [ ! -x "$fo" ]; then
+    rec "note writable root: no overlayfs in this kernel and no $fo on the host (scripts/setup installs fuse-overlayfs)"
+    return 1
+  fi
+  ld=/host/lib64/ld-linux-x86-64.so.2
+  # An absolute link on the host (Debian's /lib64/ld-linux-x86-64.so.2) points into the
+  # host's tree, which is /host here.
+  t=$(readlink "$ld") && case "$t" in /*) ld=/host$t ;; esac
+  libs=/host/usr/lib/x86_64-linux-gnu:/host/lib/x86_64-linux-gnu
+  if ! err=$("$ld" --library-path "$libs" "$fo" \
+      -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work,allow_other,default_permissions,noacl \
+      /merged 2>&1); then
+    rec "note writable root: fuse-overlayfs failed: $err"
+    return 1
+  fi
+  rec "note writable root: fuse-overlayfs over the host root, changes in a tmpfs"
+}
+
 ROOT=/
 if [ "$VM_HOSTROOT" = 1 ]; then
   if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroot /host; then
     rec "note cannot mount the host root over 9p"
     finish 125
   fi
-  mount -t proc proc /host/proc
-  mount -t sysfs sysfs /host/sys
-  mount -t cgroup2 cgroup2 /host/sys/fs/cgroup 2>/dev/null
-  mount -o rbind /dev /host/dev
-  mount -t debugfs debugfs /host/sys/kernel/debug
+  ROOT=/host
+  if [ "$VM_WRITABLE_ROOT" = 1 ]; then
+    writable_root || finish 125
+    ROOT=/merged
+  fi
+  mount -t proc proc "$ROOT/proc"
+  mount -t sysfs sysfs "$ROOT/sys"
+  mount -t cgroup2 cgroup2 "$ROOT/sys/fs/cgroup" 2>/dev/null
+  mount -o rbind /dev "$ROOT/dev"
+  mount -t debugfs debugfs "$ROOT/sys/kernel/debug"
   # tracefs of its own: debugfs no longer mounts it at debug/tracing by itself once the
   # kernel drops CONFIG_TRACEFS_AUTOMOUNT_DEPRECATED (7.3's Debian config does).
-  [ -d /host/sys/kernel/tracing ] &&
-    mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
-  mount -t configfs configfs /host/sys/kernel/config 2>/dev/null
+  [ -d "$ROOT/sys/kernel/tracing" ] &&
+    mount -t tracefs tracefs "$ROOT/sys/kernel/tracing" 2>/dev/null
+  mount -t configfs configfs "$ROOT/sys/kernel/config" 2>/dev/null
   # /tmp becomes a writable tmpfs; host directories under /tmp that the payload needs
   # (its working directory, programs given by path) are bound back in, read-only.
   mkdir -p /mnt/hosttmp
   mount -o bind /host/tmp /mnt/hosttmp
-  mount -t tmpfs tmpfs /host/tmp
+  mount -t tmpfs tmpfs "$ROOT/tmp"
   for k in $VM_TMP_KEEP; do
     if [ -d "/mnt/hosttmp/$k" ]; then
-      mkdir -p "/host/tmp/$k" && mount -o bind "/mnt/hosttmp/$k" "/host/tmp/$k"
+      mkdir -p "$ROOT/tmp/$k" && mount -o bind "/mnt/hosttmp/$k" "$ROOT/tmp/$k"
     fi
   done
-  mount -t tmpfs tmpfs /host/run
-  ROOT=/host
+  mount -t tmpfs tmpfs "$ROOT/run"
 fi
 
 cp /etc/vm-payload.sh "$ROOT/run/vm-payload.sh"

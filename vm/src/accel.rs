@@ -166,6 +166,7 @@ pub fn probe(kernel: &BuiltKernel, busybox: &Path) -> Result<f64, String> {
             cwd: "/".into(),
             env: Vec::new(),
             host_root: false,
+            writable_root: false,
         },
         accel: Accel::Kvm,
         timeout: PROBE_TIMEOUT,

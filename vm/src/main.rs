@@ -74,6 +74,10 @@ enum Cmd {
         /// as it is otherwise, so one boot reads what an earlier one wrote.
         #[arg(long)]
         nvdimm_file: Option<PathBuf>,
+        /// Run the program on a writable root: a union over the read-only host root whose
+        /// changes go to a tmpfs and are gone at power-off (`dpkg -i` as an admin would).
+        #[arg(long)]
+        writable_root: bool,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -212,6 +216,7 @@ fn main() -> ExitCode {
             timeout,
             env,
             nvdimm_file,
+            writable_root,
             argv,
         } => {
             let req = RunRequest {
@@ -219,6 +224,7 @@ fn main() -> ExitCode {
                 timeout: Duration::from_secs(timeout),
                 env,
                 nvdimm_file,
+                writable_root,
                 argv,
             };
             exit(program::run(&k.selection(), req).map(|o| o.exit_status().into()))
@@ -415,6 +421,12 @@ struct TestArgs {
     /// not exit 0 fails the lane. For the tests built for it (`--test drmtool_cluster`).
     #[arg(long)]
     cluster: bool,
+    /// Run the tests on a writable root: a union over the read-only host root (overlayfs
+    /// where the kernel has it, else the host's fuse-overlayfs), its changes in a tmpfs of
+    /// the guest, gone at power-off; `VM_WRITABLE_ROOT=1` in the guest. For the tests that
+    /// install packages (`--test drmtool_package`).
+    #[arg(long)]
+    writable_root: bool,
 }
 
 impl TestArgs {
@@ -437,6 +449,7 @@ impl TestArgs {
                 _ => vm::guest::DeviceKind::NumaPxb,
             }),
             cluster: self.cluster,
+            writable_root: self.writable_root,
         }
     }
 }

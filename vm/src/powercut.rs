@@ -316,6 +316,7 @@ impl Session<'_> {
                 cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
                 env: round_env(&p.envs, round, prev_acks, last),
                 host_root: true,
+                writable_root: false,
             },
             accel: p.decision.accel,
             timeout: self.a.timeout,

@@ -19,6 +19,9 @@ pub struct RunRequest {
     pub env: Vec<String>,
     /// An NVDIMM backing file to use and keep.
     pub nvdimm_file: Option<PathBuf>,
+    /// Run the program on a writable root (a union over the host root, its changes in a
+    /// tmpfs of the guest: [`Payload::writable_root`]).
+    pub writable_root: bool,
     /// The program and its arguments.
     pub argv: Vec<String>,
 }
@@ -70,6 +73,7 @@ pub fn run(k: &KernelSelection, req: RunRequest) -> Result<RunOutcome> {
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
             env: envs,
             host_root: true,
+            writable_root: req.writable_root,
         },
         accel: decision.accel,
         timeout: req.timeout,

@@ -131,9 +131,18 @@ enum Cmd {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) generated from this command line.
-    #[command(after_help = "Example:\n  drmtool man > drmtool.1 && man ./drmtool.1")]
-    Man,
+    /// Print the man page (roff) generated from this command line; with --dir, write one
+    /// page per command there instead (drmtool.1, drmtool-run.1, drmtool-trace-record.1, ...).
+    #[command(
+        after_help = "Examples:\n  drmtool man > drmtool.1 && man ./drmtool.1\n  \
+                      drmtool man --dir /usr/local/share/man/man1"
+    )]
+    Man {
+        /// Write drmtool.1 and one page per subcommand (drmtool-<command>[-<subcommand>].1)
+        /// into DIR (made when missing), printing each path written.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Run a command that can open only the GPUs given, enforced by the kernel.
     ///
     /// The job runs as its user (through sudo: the calling user; as root: --user or
@@ -285,7 +294,7 @@ pub fn main_with(
         Cmd::Trace(TraceCmd::Record(a)) => trace_record(&a),
         Cmd::Trace(TraceCmd::Summary { file }) => trace_summary(&file, cli.json, out),
         Cmd::Cgroup(c) => cgroup::exec(&c, cli.json, out),
-        Cmd::Man => meta::man(out),
+        Cmd::Man { dir } => meta::man(dir.as_deref(), out),
     };
     // What a buffered writer still holds must reach its file too.
     if let Err(e) = out.flush() {

@@ -80,6 +80,9 @@ pub fn init_env(spec: &GuestSpec) -> String {
         "VM_HOSTROOT={}\n",
         u8::from(spec.payload.host_root)
     ));
+    if spec.payload.host_root && spec.payload.writable_root {
+        s.push_str("VM_WRITABLE_ROOT=1\n");
+    }
     s.push_str(&format!(
         "VM_TMP_KEEP={}\n",
         sh_quote(&tmp_keep(&spec.payload).join(" "))
@@ -211,6 +214,10 @@ mod tests {
         assert!(e.contains("VM_CMD=1\n"));
         assert!(e.contains("VM_HOSTROOT=1\n"));
         assert!(!e.contains("VM_EARLY_MODULES"), "{e}");
+        assert!(!e.contains("VM_WRITABLE_ROOT"), "{e}");
+        let mut w = spec(vec![]);
+        w.payload.writable_root = true;
+        assert!(init_env(&w).contains("VM_WRITABLE_ROOT=1\n"));
         let mut s = spec(vec![]);
         s.probe_only = true;
         assert!(init_env(&s).contains("VM_MODE=probe\n"));

@@ -151,6 +151,10 @@ pub struct Payload {
     pub env: Vec<(String, String)>,
     /// Share the host root read-only over 9p and chroot into it.
     pub host_root: bool,
+    /// With `host_root`: chroot into a writable union over it instead (overlayfs where the
+    /// kernel has it, else the host's fuse-overlayfs), its changes in a tmpfs that goes with
+    /// the guest: `dpkg -i` as on a machine of one's own (`vm test --writable-root`).
+    pub writable_root: bool,
 }
 
 /// Everything one boot needs.
@@ -424,6 +428,7 @@ mod tests {
                 cwd: "/work/main".into(),
                 env: vec![("KERNEL_TESTS_STRICT".into(), "1".into())],
                 host_root: true,
+                writable_root: false,
             },
             accel: Accel::Tcg,
             timeout: Duration::from_secs(60),

@@ -65,6 +65,11 @@ fn lane_payload(n: &str, kernel: &BuiltKernel, plan: &TestPlan) -> (Vec<String>,
     if plan.cluster {
         // A cluster's test waits for the other guest (its boot, its daemons): 20 minutes.
         argv.extend(["--test-timeout".into(), "1200".into()]);
+    } else if plan.writable_root {
+        // Every file access of a writable root's test goes through FUSE and 9p: the
+        // package test's dpkg, man and systemd-analyze took 173 s alone under TCG, more
+        // beside the matrix's lanes. 15 minutes.
+        argv.extend(["--test-timeout".into(), "900".into()]);
     }
     if plan.kernel_tests_only {
         eprintln!("vm: {n}: --kernel-tests-only: no kernel selftests, no libdrm programs");
@@ -128,9 +133,13 @@ fn lane_spec(
                 if plan.cluster {
                     env.push((CLUSTER_NODE_ENV.into(), "1".into()));
                 }
+                if plan.writable_root {
+                    env.push(("VM_WRITABLE_ROOT".into(), "1".into()));
+                }
                 env
             },
             host_root: true,
+            writable_root: plan.writable_root,
         },
         accel: decision.accel,
         timeout: plan.timeout,
@@ -398,6 +407,7 @@ mod tests {
             env: vec![("A".into(), "1".into())],
             topology: None,
             cluster: false,
+            writable_root: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1500),
             max_oopses: 3,
@@ -438,6 +448,27 @@ mod tests {
         assert_eq!(argv[argv.len() - 2..], ["--test-timeout", "1200"]);
         let (a, b) = free_udp_ports().unwrap();
         assert_ne!(a, b);
+    }
+
+    /// A writable root's lane gives its tests 15 minutes each, and its guest the union.
+    #[test]
+    fn a_writable_root_lane_waits_longer_on_a_writable_root() {
+        let mut p = plan(true);
+        p.writable_root = true;
+        let (argv, _) = lane_payload("k", &kernel(None), &p);
+        assert_eq!(argv[argv.len() - 2..], ["--test-timeout", "900"]);
+        let d = Decision {
+            accel: crate::guest::Accel::Tcg,
+            note: String::new(),
+            detail: Vec::new(),
+        };
+        let spec = lane_spec("k", kernel(None), &p, &d, &argv, Stream::Off);
+        assert!(spec.payload.host_root && spec.payload.writable_root);
+        assert!(
+            spec.payload
+                .env
+                .contains(&("VM_WRITABLE_ROOT".into(), "1".into()))
+        );
     }
 
     #[test]

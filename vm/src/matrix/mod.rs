@@ -59,6 +59,8 @@ pub struct TestOptions {
     pub topology: Option<crate::guest::DeviceKind>,
     /// A second guest (node 2) beside every boot, linked to it ([`crate::guest::ClusterLink`]).
     pub cluster: bool,
+    /// The tests run on a writable root ([`crate::guest::Payload::writable_root`]).
+    pub writable_root: bool,
 }
 
 /// Runs `vm test`: checks the flags, builds the plan, runs every kernel's lane (`jobs` at

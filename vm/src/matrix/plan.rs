@@ -34,6 +34,8 @@ pub struct TestPlan {
     /// A second guest (node 2) beside every boot of a lane, linked to it by a network of
     /// their own (`VM_CLUSTER_NODE=1` and `2` in them).
     pub cluster: bool,
+    /// The tests run on a writable root (`VM_WRITABLE_ROOT=1` in the guest).
+    pub writable_root: bool,
 }
 
 impl TestPlan {
@@ -58,6 +60,7 @@ impl TestPlan {
             kernel_tests_only: o.kernel_tests_only,
             topology: o.topology,
             cluster: o.cluster,
+            writable_root: o.writable_root,
         })
     }
 }
@@ -221,6 +224,7 @@ mod tests {
             env: Vec::new(),
             topology: None,
             cluster: false,
+            writable_root: false,
             choice: AccelChoice::Auto,
             timeout: Duration::from_secs(1),
             max_oopses: 3,
