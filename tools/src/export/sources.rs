@@ -136,16 +136,9 @@ mod tests {
         );
         let mut report = Report::empty();
         for inode in [1, 7] {
-            report.dmabufs.push(crate::scan::DmaBufReport {
-                inode,
-                size: crate::scan::Figure::unknown("not read"),
-                exp_name: None,
-                name: None,
-                count: None,
-                holders: Vec::new(),
-                mapped_by: Vec::new(),
-                processes: Vec::new(),
-            });
+            report
+                .dmabufs
+                .push(crate::scan::DmaBufReport::unread(inode, "not read"));
         }
         let mut reg = Registry::default();
         unattributed(&mut reg, Some(&info), &report, true);

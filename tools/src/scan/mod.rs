@@ -254,15 +254,8 @@ fn collect_dmabufs(
     let mut dmabufs: BTreeMap<u64, DmaBufReport> = BTreeMap::new();
     for p in procs {
         for b in &p.dmabuf {
-            let e = dmabufs.entry(b.inode).or_insert_with(|| DmaBufReport {
-                inode: b.inode,
-                size: Figure::unknown("no readable fdinfo for this dma-buf"),
-                exp_name: None,
-                name: None,
-                count: None,
-                holders: Vec::new(),
-                mapped_by: Vec::new(),
-                processes: Vec::new(),
+            let e = dmabufs.entry(b.inode).or_insert_with(|| {
+                DmaBufReport::unread(b.inode, "no readable fdinfo for this dma-buf")
             });
             e.holders.push(b.at);
             if let Some(i) = &b.info {

@@ -290,6 +290,22 @@ pub struct DmaBufReport {
     pub processes: Vec<u32>,
 }
 
+impl DmaBufReport {
+    /// A dma-buf known by its inode only: no size read yet (`why` says so), no holder.
+    pub(crate) fn unread(inode: u64, why: &'static str) -> DmaBufReport {
+        DmaBufReport {
+            inode,
+            size: Figure::unknown(why),
+            exp_name: None,
+            name: None,
+            count: None,
+            holders: Vec::new(),
+            mapped_by: Vec::new(),
+            processes: Vec::new(),
+        }
+    }
+}
+
 /// An edge of the sharing graph: a dma-buf that two or more processes hold or map.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sharing {

@@ -147,6 +147,16 @@ fn str_of<'a>(ev: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// An async or flow `id`: a string, or a number as its text.
+/// An async event's pid, name, id and time, all of which it needs.
+fn async_key(ev: &Value) -> Option<(i32, &str, String, u64)> {
+    Some((
+        id32(ev.get("pid"))?,
+        str_of(ev, "name")?,
+        id_of(ev)?,
+        ns(ev.get("ts"))?,
+    ))
+}
+
 fn id_of(ev: &Value) -> Option<String> {
     match ev.get("id")? {
         Value::String(s) => Some(s.clone()),
@@ -574,12 +584,7 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// `"b"`: an async slice on the first free lane of its name.
     fn async_begin(&mut self, ev: &Value) -> io::Result<bool> {
-        let (Some(pid), Some(name), Some(id), Some(ts)) = (
-            id32(ev.get("pid")),
-            str_of(ev, "name"),
-            id_of(ev),
-            ns(ev.get("ts")),
-        ) else {
+        let Some((pid, name, id, ts)) = async_key(ev) else {
             return Ok(false);
         };
         let parent = self.process(pid, None)?;
@@ -657,12 +662,7 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// `"e"`: the end of the open async slice with its `id`.
     fn async_end(&mut self, ev: &Value) -> io::Result<bool> {
-        let (Some(pid), Some(name), Some(id), Some(ts)) = (
-            id32(ev.get("pid")),
-            str_of(ev, "name"),
-            id_of(ev),
-            ns(ev.get("ts")),
-        ) else {
+        let Some((pid, name, id, ts)) = async_key(ev) else {
             return Ok(false);
         };
         let Some(g) = self.groups.get_mut(&pid).and_then(|g| g.get_mut(name)) else {
